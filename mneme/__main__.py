@@ -1,0 +1,3 @@
+from mneme.cli import main
+
+main()

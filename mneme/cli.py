@@ -1,0 +1,112 @@
+"""`mneme` command line: serve (everything embedded), gateway, projector, auditor, rebuild, audit verify."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mneme import __version__
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, help="data directory (default: the user's data dir; MNEME_DATA_DIR)")
+    p.add_argument("--nats-url", help="NATS server URL(s), comma-separated (MNEME_NATS_URL); serve: unset = embedded")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _mcp(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--transport", choices=["stdio", "http"], help="MCP transport (default stdio)")
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8765)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mneme", description="Event-sourced shared memory for AI agents, over MCP.")
+    ap.add_argument("--version", action="version", version=f"mneme {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="everything in one process: embedded NATS, projector, auditor, MCP gateway")
+    _common(p)
+    _mcp(p)
+    p = sub.add_parser("gateway", help="the MCP gateway alone, against --nats-url")
+    _common(p)
+    _mcp(p)
+    p = sub.add_parser("projector", help="a projector replica, against --nats-url")
+    _common(p)
+    p.add_argument("--rebuild", action="store_true", help="delete this replica's DuckDB file and rebuild from the log")
+    p = sub.add_parser("auditor", help="the auditor, against --nats-url")
+    _common(p)
+    p = sub.add_parser("rebuild", help="fold the whole log into a fresh projection file, then swap it in")
+    _common(p)
+    p.add_argument("--output", type=Path, help="write the rebuilt file here instead of replacing the live one")
+    p = sub.add_parser("audit", help="the compliance trail")
+    _common(p)
+    p.add_argument("action", choices=["verify"])
+    return ap
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+
+    core_over = {k: v for k, v in (("data_dir", args.data_dir), ("nats_url", args.nats_url),
+                                   ("log_level", args.log_level)) if v is not None}  # fmt: skip
+    gw_over = {k: getattr(args, k) for k in ("transport", "host", "port") if getattr(args, k, None) is not None}
+    return {
+        "core": CoreSettings(**core_over),
+        "gs": GatewaySettings(**gw_over),
+        "ps": ProjectorSettings(),
+        "aus": AuditorSettings(),
+    }
+
+
+def _progress(done: int, total: int, seconds: float) -> None:
+    rate = done / seconds if seconds > 0 else 0.0
+    eta = (total - done) / rate if rate > 0 else 0.0
+    width = 30
+    filled = int(width * done / total) if total else width
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} events  {rate:,.0f}/s  ETA {eta:,.0f}s")
+    sys.stderr.flush()
+    if done >= total:
+        sys.stderr.write("\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    s = _settings(args)
+    logging.basicConfig(level=s["core"].log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    from mneme import runtime
+
+    code = 0
+    if args.command == "serve":
+        asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"]))
+    elif args.command == "gateway":
+        asyncio.run(runtime.gateway(s["core"], s["gs"]))
+    elif args.command == "projector":
+        asyncio.run(runtime.projector(s["core"], s["ps"], rebuild=args.rebuild))
+    elif args.command == "auditor":
+        asyncio.run(runtime.auditor(s["core"], s["aus"]))
+    elif args.command == "rebuild":
+        out = asyncio.run(runtime.rebuild(s["core"], s["ps"], output=args.output, progress=_progress))
+        print(json.dumps(out))
+    elif args.command == "audit":
+        from services.auditor.trail import Trail
+
+        trail = Trail(str(s["core"].data_dir / s["aus"].db_name))
+        checked, broken = trail.verify()
+        trail.close()
+        print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken}))
+        code = 0 if broken is None else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The stdio transport reads stdin on a worker thread that cannot be interrupted;
+    # everything is closed by now, so leave without waiting for it.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""A memory's state and the one function that folds events into it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct
+
+from schemas.events import (
+    UPDATABLE_FIELDS,
+    Envelope,
+    MemoryArchived,
+    MemoryCreated,
+    MemoryDeleted,
+    MemoryMoved,
+    MemoryRestored,
+    MemoryUpdated,
+)
+
+ACTIVE = "active"
+ARCHIVED = "archived"
+
+
+class MemoryState(Struct, frozen=True, kw_only=True):
+    id: str
+    namespace: str
+    store: str | None
+    path: str | None
+    content: str
+    kind: str
+    category: str | None
+    subject: str | None
+    tags: tuple[str, ...]
+    importance: float
+    confidence: float
+    citations: tuple[str, ...]
+    metadata: dict[str, Any]
+    status: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    created_by: str
+    updated_by: str
+    expires_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    last_seq: int = 0
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | None:
+    """Apply one event. Returns None once a memory is permanently deleted."""
+    ev = env.event
+    if isinstance(ev, MemoryCreated):
+        return MemoryState(
+            id=ev.memory_id,
+            namespace=env.namespace,
+            store=ev.store,
+            path=ev.path,
+            content=ev.content,
+            kind=ev.kind,
+            category=ev.category,
+            subject=ev.subject,
+            tags=tuple(ev.tags),
+            importance=ev.importance,
+            confidence=ev.confidence,
+            citations=tuple(ev.citations),
+            metadata=ev.metadata,
+            status=ev.status,
+            version=ev.version,
+            created_at=env.occurred_at,
+            updated_at=env.occurred_at,
+            created_by=env.actor.agent_id,
+            updated_by=env.actor.agent_id,
+            expires_at=ev.expires_at,
+            valid_from=ev.valid_from,
+            valid_until=ev.valid_until,
+            last_seq=seq,
+        )
+    if state is None:
+        return None  # an event for a memory this projection never saw created: nothing to fold
+    common = {"version": ev.version, "updated_at": env.occurred_at, "updated_by": env.actor.agent_id, "last_seq": seq}
+    if isinstance(ev, MemoryUpdated):
+        changes = {f: getattr(ev, f) for f in UPDATABLE_FIELDS if getattr(ev, f) is not UNSET}
+        return msgspec.structs.replace(state, **changes, **common)
+    if isinstance(ev, MemoryMoved):
+        return msgspec.structs.replace(state, path=ev.to_path, **common)
+    if isinstance(ev, MemoryArchived):
+        return msgspec.structs.replace(state, status=ARCHIVED, **common)
+    if isinstance(ev, MemoryRestored):
+        return msgspec.structs.replace(state, status=ACTIVE, **common)
+    if isinstance(ev, MemoryDeleted):
+        return None
+    raise TypeError(f"unknown event {type(ev).__name__}")

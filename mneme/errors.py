@@ -1,0 +1,77 @@
+"""One domain error type with a stable code; surfaces translate codes at the edge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MnemeError(Exception):
+    code = "INTERNAL"
+    retryable = False
+
+    def __init__(self, message: str, *, field: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.details = details or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field:
+            out["field"] = self.field
+        if self.details:
+            out["details"] = self.details
+        return out
+
+
+class InvalidInput(MnemeError):
+    code = "INVALID_INPUT"
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}", field=field)
+
+
+class MemoryNotFound(MnemeError):
+    code = "MEMORY_NOT_FOUND"
+
+    def __init__(self, ref: str):
+        super().__init__(f"Memory not found: {ref}")
+
+
+class PathExists(MnemeError):
+    code = "ALREADY_EXISTS"
+
+    def __init__(self, store: str, path: str, memory_id: str | None = None):
+        super().__init__(
+            f"A memory already exists at {store}:{path}",
+            field="path",
+            details={"memory_id": memory_id} if memory_id else None,
+        )
+
+
+class InvalidState(MnemeError):
+    code = "INVALID_STATE"
+
+
+class ConcurrencyConflict(MnemeError):
+    code = "CONFLICT"
+    retryable = True
+
+
+class ProjectionLag(MnemeError):
+    code = "PROJECTION_LAG"
+    retryable = True
+
+
+class Unavailable(MnemeError):
+    code = "UNAVAILABLE"
+    retryable = True
+
+
+
+
+def from_dict(data: dict[str, Any]) -> MnemeError:
+    """Rebuild an error that crossed a process boundary (projector → gateway)."""
+    err = MnemeError(data.get("message", "error"), field=data.get("field"), details=data.get("details"))
+    err.code = data.get("code", "INTERNAL")
+    return err

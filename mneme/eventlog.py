@@ -1,0 +1,96 @@
+"""The write side of the log: append an event with idempotency and optimistic concurrency.
+
+`Nats-Msg-Id` makes a retried append one event (invariant 6); the expected last
+subject sequence serializes changes to one aggregate, or to a whole store when a
+path is claimed (invariant 4). nats-server checks the expected sequence BEFORE the
+duplicate window, so a retry whose first attempt landed comes back as a conflict:
+`landed` tells the two apart by looking for our own message id on the subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import StorageType, StreamConfig
+from nats.js.errors import APIError, NotFoundError
+
+from mneme.errors import ConcurrencyConflict, Unavailable
+from schemas import subjects as S
+
+_LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
+
+
+class WrongLastSequence(ConcurrencyConflict):
+    def __init__(self, last_seq: int):
+        super().__init__(f"the aggregate moved on (last sequence {last_seq})", details={"last_seq": last_seq})
+        self.last_seq = last_seq
+
+
+async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
+    config = StreamConfig(
+        name=S.EVENTS_STREAM,
+        subjects=[S.EVENTS_SUBJECTS],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        allow_direct=True,
+        duplicate_window=120.0,
+        description="mneme: the event log, system of record (no expiry)",
+    )
+    try:
+        await js.add_stream(config)
+    except APIError as exc:
+        if exc.err_code != 10058:  # stream name already in use: keep the existing stream
+            raise
+
+
+class EventLog:
+    def __init__(self, js: JetStreamContext, *, timeout: float = 3.0):
+        self.js = js
+        self.timeout = timeout
+
+    async def append(
+        self, subject: str, data: bytes, *, msg_id: str, expected_seq: int, expected_subject: str | None = None
+    ) -> tuple[int, bool]:
+        """Publish one event. Returns (stream sequence, duplicate)."""
+        headers = {S.HDR_MSG_ID: msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: str(expected_seq)}
+        if expected_subject:
+            headers[S.HDR_EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = expected_subject
+        try:
+            ack = await self.js.publish(subject, data, timeout=self.timeout, headers=headers)
+        except APIError as exc:
+            if exc.err_code == S.ERR_WRONG_LAST_SEQUENCE:
+                m = _LAST_SEQ.search(exc.description or "")
+                raise WrongLastSequence(int(m.group(1)) if m else 0) from None
+            raise Unavailable(f"the event log refused the write: {exc.description}") from None
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
+                nats.errors.OutboundBufferLimitError, asyncio.TimeoutError) as exc:  # fmt: skip
+            raise Unavailable(
+                f"the event log (NATS JetStream) did not confirm the write ({type(exc).__name__}); "
+                "retry with the same request_id: it is applied at most once"
+            ) from None
+        return ack.seq, bool(ack.duplicate)
+
+    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> int | None:
+        """The sequence of our own message on `subject_filter` after `after_seq`, if it is there."""
+        seq = after_seq
+        for _ in range(64):  # bounded: conflicts are a handful of messages
+            try:
+                msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq + 1, subject=subject_filter, next=True, direct=True)
+            except NotFoundError:
+                return None
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+                raise Unavailable("the event log (NATS JetStream) did not answer") from None
+            if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:
+                return msg.seq
+            seq = msg.seq
+        return None
+
+    async def last_seq(self) -> int:
+        try:
+            info = await self.js.stream_info(S.EVENTS_STREAM)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+            raise Unavailable("the event log (NATS JetStream) did not answer") from None
+        return info.state.last_seq

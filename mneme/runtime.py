@@ -1,0 +1,193 @@
+"""Wiring: connect to NATS and run the gateway, projector and auditor, alone or together.
+
+`serve` runs all three in one process against an embedded nats-server; the others
+run one part against `--nats-url`. Everything shuts down in order on Ctrl-C,
+SIGTERM, or (stdio) the client closing stdin: stop taking calls, fold what has
+arrived, close the files, drain NATS, stop the child server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client as NATS
+
+from mneme.embedded_nats import EmbeddedNats
+from mneme.eventlog import EventLog, ensure_streams
+from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+from services.auditor.service import Auditor
+from services.auditor.trail import Trail
+from services.gateway.commands import CommandService
+from services.gateway.gateway import Gateway, Principal
+from services.gateway.queries import QueryClient
+from services.gateway.tools import build_server
+from services.projector.memories_view import MemoriesView
+from services.projector.service import Projector
+
+log = logging.getLogger("mneme")
+
+
+async def connect(url: str, name: str) -> NATS:
+    async def quiet(exc: Exception) -> None:
+        log.warning("nats (%s): %s", name, exc)
+
+    return await nats.connect(
+        servers=url.split(","), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+        connect_timeout=3, error_cb=quiet, allow_reconnect=True,
+    )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool) -> AsyncIterator[NATS]:
+    """A NATS connection; with `stack_embedded` and no URL, also the embedded server behind it."""
+    async with AsyncExitStack() as stack:
+        url = core.nats_url
+        if url is None:
+            if not stack_embedded:
+                raise SystemExit("--nats-url (or MNEME_NATS_URL) is required for this command")
+            server = EmbeddedNats(core.data_dir / "nats")
+            url = await server.start()
+            stack.push_async_callback(server.stop)
+            log.info("embedded nats-server at %s (data %s)", url, server.store_dir)
+        nc = await connect(url, name)
+        stack.push_async_callback(_close, nc)
+        await ensure_streams(nc.jetstream(), replicas=core.stream_replicas)
+        yield nc
+
+
+async def _close(nc: NATS) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.drain(), 5)
+    with contextlib.suppress(Exception):
+        await nc.close()
+
+
+def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False) -> MemoriesView:
+    core.data_dir.mkdir(parents=True, exist_ok=True)
+    path = core.data_dir / ps.db_name
+    if fresh:
+        for f in (path, Path(str(path) + ".wal")):
+            f.unlink(missing_ok=True)
+    return MemoriesView(str(path))
+
+
+def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
+    elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout)
+    queries = QueryClient(nc, timeout=gs.query_timeout)
+    commands = CommandService(elog, queries, max_content=gs.max_content_chars)
+    principal = Principal(agent_id=gs.agent_id, role=gs.role, default_namespace=gs.namespace)
+    return Gateway(commands=commands, queries=queries, log=elog, principal=principal, consistency=gs.consistency)
+
+
+async def run_mcp(gw: Gateway, gs: GatewaySettings) -> None:
+    server = build_server(gw)
+    if gs.transport == "stdio":
+        await server.run_stdio_async()
+    else:
+        await server.run_streamable_http_async(host=gs.host, port=gs.port)
+
+
+async def until_stopped(main: Awaitable[None]) -> None:
+    """Run `main` until it ends or SIGINT/SIGTERM arrives, whichever is first."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    main_task = asyncio.ensure_future(main)
+    stop_task = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({main_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (main_task, stop_task):
+        if t not in done:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(t, 5)
+    if main_task in done and main_task.exception() is not None:
+        raise main_task.exception()  # type: ignore[misc]
+
+
+async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings) -> None:
+    async with AsyncExitStack() as stack:
+        nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
+        view = open_view(core, ps)
+        stack.callback(view.close)
+        projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout)
+        await projector.start()
+        stack.push_async_callback(projector.stop)
+        trail = Trail(str(core.data_dir / aus.db_name))
+        stack.callback(trail.close)
+        auditor = Auditor(nc, trail, batch_max=aus.batch_max)
+        await auditor.start()
+        stack.push_async_callback(auditor.stop)
+        await until_stopped(run_mcp(make_gateway(nc, gs), gs))
+
+
+async def gateway(core: CoreSettings, gs: GatewaySettings) -> None:
+    async with nats_connection(core, "mneme-gateway", stack_embedded=False) as nc:
+        await until_stopped(run_mcp(make_gateway(nc, gs), gs))
+
+
+async def projector(
+    core: CoreSettings, ps: ProjectorSettings, *, rebuild: bool = False,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> None:  # fmt: skip
+    async with AsyncExitStack() as stack:
+        nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
+        view = open_view(core, ps, fresh=rebuild)
+        stack.callback(view.close)
+        proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout)
+        await proj.start()
+        stack.push_async_callback(proj.stop)
+        await until_stopped(_forever())
+
+
+async def auditor(core: CoreSettings, aus: AuditorSettings) -> None:
+    async with AsyncExitStack() as stack:
+        nc = await stack.enter_async_context(nats_connection(core, "mneme-auditor", stack_embedded=False))
+        trail = Trail(str(core.data_dir / aus.db_name))
+        stack.callback(trail.close)
+        aud = Auditor(nc, trail, batch_max=aus.batch_max)
+        await aud.start()
+        stack.push_async_callback(aud.stop)
+        await until_stopped(_forever())
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | None = None,
+                  progress: Callable[[int, int, float], None] | None = None) -> dict[str, object]:  # fmt: skip
+    """Fold the whole log into a fresh DuckDB file, then swap it in (or write it to `output`).
+
+    Run it while no projector holds the file (DuckDB allows one process per file).
+    """
+    from services.projector.service import catch_up
+
+    target_path = output or core.data_dir / ps.db_name
+    tmp = Path(str(target_path) + ".rebuild")
+    for f in (tmp, Path(str(tmp) + ".wal")):
+        f.unlink(missing_ok=True)
+    async with nats_connection(core, "mneme-rebuild", stack_embedded=True) as nc:
+        view = MemoriesView(str(tmp))
+        proj = Projector(nc, view, batch_max=ps.batch_max)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await proj.start(serve_queries=False)
+        target = await catch_up(proj, progress=progress)
+        seconds = loop.time() - started
+        await proj.stop()
+        digest = view.canonical_digest()
+        view.con.execute("CHECKPOINT")
+        view.close()
+    target_path.parent.mkdir(parents=True, exist_ok=True)
+    Path(str(target_path) + ".wal").unlink(missing_ok=True)
+    tmp.replace(target_path)
+    return {"events": target, "seconds": round(seconds, 3), "events_per_s": round(target / seconds, 1) if seconds else None,
+            "path": str(target_path), "digest": digest}  # fmt: skip

@@ -1,0 +1,55 @@
+"""Settings, one class per service (pydantic-settings, env prefix MNEME_…). Loaded in the CLI only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("mneme", appauthor=False))
+
+
+class CoreSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MNEME_", extra="ignore")
+
+    data_dir: Path = Field(default_factory=default_data_dir, description="Where embedded NATS, DuckDB files live.")
+    nats_url: str | None = Field(None, description="NATS server(s), comma-separated; unset = embedded server.")
+    stream_replicas: int = Field(1, ge=1, le=5, description="Replicas of the event stream (3 in a cluster).")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MNEME_GATEWAY_", extra="ignore")
+
+    transport: Literal["stdio", "http"] = "stdio"
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=1, le=65535)
+    agent_id: str = Field("local-agent", description="Principal that stdio tool calls run as.")
+    role: str = "agent"
+    namespace: str = Field("default", description="Namespace used when a tool call names none.")
+    consistency: Literal["session", "linearizable"] = Field(
+        "session", description="session: read-your-writes per MCP session; linearizable: every read waits for the log head."
+    )
+    publish_timeout: float = Field(3.0, gt=0, description="Seconds to wait for JetStream to confirm a write.")
+    query_timeout: float = Field(6.0, gt=0, description="Seconds to wait for a projector's answer.")
+    max_content_chars: int = Field(65_536, ge=1, le=1_048_576)
+
+
+class ProjectorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MNEME_PROJECTOR_", extra="ignore")
+
+    batch_max: int = Field(5000, ge=1, description="Most events folded in one DuckDB transaction.")
+    wait_timeout: float = Field(5.0, gt=0, description="Seconds a query waits for its min_seq before PROJECTION_LAG.")
+    db_name: str = "projector.duckdb"
+
+
+class AuditorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MNEME_AUDITOR_", extra="ignore")
+
+    batch_max: int = Field(5000, ge=1)
+    db_name: str = "audit.duckdb"

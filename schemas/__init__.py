@@ -1,0 +1,1 @@
+"""Wire types of mneme: events (the log), commands (intent) and queries (projector RPC)."""

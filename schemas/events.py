@@ -1,0 +1,117 @@
+"""Events: immutable, versioned facts in the log (invariant 7).
+
+Rules: a tag is never reused; a field is never retyped; new fields get defaults
+(old events still decode). A breaking change is a new tag plus an upcaster in
+`schemas.upcast`. Events never forbid unknown fields, so old readers skip new ones.
+Content lives in events; embeddings never do.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Union
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+UtcTime = Annotated[datetime, Meta(tz=True)]
+
+
+class Actor(Struct, frozen=True, kw_only=True):
+    agent_id: str
+    role: str = "agent"
+
+
+class Event(Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every event payload; `type` is the tag, `SCHEMA_VERSION` its version."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    memory_id: str
+    version: int
+
+
+class MemoryCreated(Event, frozen=True, kw_only=True, tag="memory_created"):
+    store: str | None = None
+    path: str | None = None
+    content: str
+    kind: str = "note"
+    category: str | None = None
+    subject: str | None = None
+    tags: tuple[str, ...] = ()
+    importance: float = 0.5
+    confidence: float = 1.0
+    citations: tuple[str, ...] = ()
+    metadata: dict[str, Any] = {}
+    expires_at: UtcTime | None = None
+    valid_from: UtcTime | None = None
+    valid_until: UtcTime | None = None
+    status: str = "active"
+
+
+class MemoryUpdated(Event, frozen=True, kw_only=True, tag="memory_updated"):
+    """A partial change: a field left UNSET is unchanged; None clears an optional field."""
+
+    content: str | UnsetType = UNSET
+    kind: str | UnsetType = UNSET
+    category: str | None | UnsetType = UNSET
+    subject: str | None | UnsetType = UNSET
+    tags: tuple[str, ...] | UnsetType = UNSET
+    importance: float | UnsetType = UNSET
+    confidence: float | UnsetType = UNSET
+    citations: tuple[str, ...] | UnsetType = UNSET
+    metadata: dict[str, Any] | UnsetType = UNSET
+    expires_at: UtcTime | None | UnsetType = UNSET
+    valid_from: UtcTime | None | UnsetType = UNSET
+    valid_until: UtcTime | None | UnsetType = UNSET
+
+
+class MemoryMoved(Event, frozen=True, kw_only=True, tag="memory_moved"):
+    from_path: str
+    to_path: str
+
+
+class MemoryArchived(Event, frozen=True, kw_only=True, tag="memory_archived"):
+    reason: str | None = None
+
+
+class MemoryRestored(Event, frozen=True, kw_only=True, tag="memory_restored"):
+    pass
+
+
+class MemoryDeleted(Event, frozen=True, kw_only=True, tag="memory_deleted"):
+    """Permanent removal from the read models; history stays in the log."""
+
+    reason: str | None = None
+
+
+AnyEvent = Union[MemoryCreated, MemoryUpdated, MemoryMoved, MemoryArchived, MemoryRestored, MemoryDeleted]
+
+UPDATABLE_FIELDS: tuple[str, ...] = tuple(
+    f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version")
+)
+
+
+class Envelope(Struct, frozen=True, kw_only=True):
+    """What one log message holds: who, when, why, and the event itself."""
+
+    event_id: str
+    schema_version: int
+    namespace: str
+    aggregate_id: str
+    occurred_at: UtcTime
+    actor: Actor
+    request_id: str
+    correlation_id: str | None = None
+    event: AnyEvent
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Envelope)
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    return _encoder.encode(env)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    return _decoder.decode(data)

@@ -1,0 +1,129 @@
+"""Queries the gateway asks a projector over NATS request/reply, and their replies (msgpack).
+
+Every query carries `min_seq` (read-your-writes, invariant 3) and `now` (the reader's
+clock, which decides what counts as expired).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+from msgspec import Struct
+
+from mneme.domain.state import MemoryState
+from schemas.events import UtcTime
+
+SortBy = Literal["created_at", "updated_at", "accessed_at", "importance", "access_count"]
+StatusFilter = Literal["active", "archived", "any"]
+
+
+class Query(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    OPERATION: ClassVar[str] = ""
+    namespace: str
+    now: UtcTime
+    min_seq: int = 0
+
+
+class GetMemory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    OPERATION: ClassVar[str] = "memory.get"
+    memory_id: str | None = None
+    store: str | None = None
+    path: str | None = None
+    include_expired: bool = False
+
+
+class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    OPERATION: ClassVar[str] = "memory.list"
+    store: str | None = None
+    category_path: str | None = None
+    recursive: bool = True
+    kind: str | None = None
+    tags: tuple[str, ...] = ()
+    category: str | None = None
+    subject: str | None = None
+    importance_min: float | None = None
+    importance_max: float | None = None
+    status: StatusFilter = "active"
+    include_expired: bool = False
+    limit: int = 50
+    offset: int = 0
+    sort_by: SortBy = "updated_at"
+    sort_order: Literal["asc", "desc"] = "desc"
+
+
+class MemoryStats(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    OPERATION: ClassVar[str] = "memory.stats"
+    store: str | None = None
+    top_tags: int = 10
+
+
+class PathOwner(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Who holds (store, path) now, and the store's last sequence: the path-uniqueness guard."""
+
+    OPERATION: ClassVar[str] = "memory.path_owner"
+    store: str
+    path: str
+
+
+class ExpiredMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    OPERATION: ClassVar[str] = "memory.expired"
+    store: str | None = None
+    limit: int = 1000
+
+
+class MemoryRow(Struct, frozen=True, kw_only=True):
+    memory: MemoryState
+    accessed_at: UtcTime | None = None
+    access_count: int = 0
+
+
+class GetResult(Struct, frozen=True, kw_only=True):
+    item: MemoryRow | None
+
+
+class ListResult(Struct, frozen=True, kw_only=True):
+    items: list[MemoryRow]
+    total: int
+
+
+class StatsResult(Struct, frozen=True, kw_only=True):
+    total: int
+    active: int
+    archived: int
+    expired: int
+    by_kind: dict[str, int]
+    by_importance: dict[str, int]
+    by_category: dict[str, int]
+    by_subject: dict[str, int]
+    top_tags: list[tuple[str, int]]
+    oldest: UtcTime | None
+    newest: UtcTime | None
+    stores: int
+    categories: int
+    content_bytes: int
+
+
+class PathOwnerResult(Struct, frozen=True, kw_only=True):
+    memory_id: str | None
+    store_seq: int
+
+
+class Reply(Struct, frozen=True, kw_only=True):
+    applied_seq: int
+    result: msgspec.Raw = msgspec.Raw(b"\xc0")  # msgpack nil until a result is set
+    error: dict[str, Any] | None = None
+
+
+RESULT_TYPES: dict[str, type] = {
+    GetMemory.OPERATION: GetResult,
+    ListMemories.OPERATION: ListResult,
+    MemoryStats.OPERATION: StatsResult,
+    PathOwner.OPERATION: PathOwnerResult,
+    ExpiredMemories.OPERATION: ListResult,
+}
+QUERY_TYPES: dict[str, type[Query]] = {
+    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories)
+}
+
+encoder = msgspec.msgpack.Encoder()

@@ -1,0 +1,53 @@
+"""Every stream, subject, queue group and header name that mneme uses, in one place.
+
+Nothing outside this module spells a subject string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+EVENTS_STREAM = "MNEME_EVENTS"
+EVENTS_PREFIX = "mneme.evt"
+EVENTS_SUBJECTS = f"{EVENTS_PREFIX}.>"
+
+QUERY_PREFIX = "mneme.qry"
+PROJECTOR_QUEUE = "mneme-projectors"
+
+HDR_MSG_ID = "Nats-Msg-Id"
+HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+HDR_EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+
+# JetStream API error code for a failed expected-last-(subject-)sequence check.
+ERR_WRONG_LAST_SEQUENCE = 10071
+
+MEMORY_AGGREGATE = "mem"
+NO_STORE_TOKEN = "-"
+
+_READABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def token(name: str) -> str:
+    """A subject-safe token for a namespace or store name.
+
+    Simple names are used as they are (readable in `nats stream view`); anything
+    else becomes `~` plus a hash, which can never collide with a readable name.
+    """
+    if _READABLE.match(name):
+        return name
+    return "~" + hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
+def memory_subject(namespace: str, store: str | None, memory_id: str) -> str:
+    store_tok = token(store) if store else NO_STORE_TOKEN
+    return f"{EVENTS_PREFIX}.{token(namespace)}.{MEMORY_AGGREGATE}.{store_tok}.{memory_id}"
+
+
+def store_filter(namespace: str, store: str) -> str:
+    """All memory subjects of one store: the unit that guards path uniqueness."""
+    return f"{EVENTS_PREFIX}.{token(namespace)}.{MEMORY_AGGREGATE}.{token(store)}.*"
+
+
+def query_subject(operation: str) -> str:
+    return f"{QUERY_PREFIX}.{operation}"

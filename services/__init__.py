@@ -1,0 +1,1 @@
+"""mneme's processes: gateway (MCP), projector (read models), auditor (compliance trail)."""

@@ -1,0 +1,205 @@
+"""The gateway's write side: load state from a projector, decide, append; retry on conflict.
+
+A handler is load → pure decide → one append. On a concurrency conflict it reloads
+with `min_seq` set to the sequence that beat it and decides again, a bounded number
+of times (invariant 4). It never writes a read model (invariant 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from mneme.domain import decider
+from mneme.domain.state import MemoryState, evolve
+from mneme.errors import ConcurrencyConflict, MemoryNotFound
+from mneme.eventlog import EventLog, WrongLastSequence
+from mneme.ids import memory_id_for, new_id
+from schemas import subjects as S
+from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, RestoreMemory, UpdateMemory
+from schemas.events import Actor, AnyEvent, Envelope, encode_envelope
+from schemas.queries import GetMemory, PathOwner
+from services.gateway.queries import QueryClient
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a write did: the memory after it, the log position, and whether it was a retry or a no-op."""
+
+    memory: MemoryState | None
+    seq: int
+    event: AnyEvent | None
+    duplicate: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.event is not None
+
+
+class CommandService:
+    def __init__(
+        self,
+        log: EventLog,
+        queries: QueryClient,
+        *,
+        clock: Clock = utc_now,
+        max_attempts: int = 25,
+        max_content: int = 65_536,
+    ):
+        self.log = log
+        self.queries = queries
+        self.clock = clock
+        self.max_attempts = max_attempts
+        self.max_content = max_content
+
+    def _envelope(self, ns: str, event: AnyEvent, actor: Actor, request_id: str, correlation_id: str | None) -> Envelope:
+        return Envelope(
+            event_id=new_id(),
+            schema_version=type(event).SCHEMA_VERSION,
+            namespace=ns,
+            aggregate_id=event.memory_id,
+            occurred_at=self.clock(),
+            actor=actor,
+            request_id=request_id,
+            correlation_id=correlation_id,
+            event=event,
+        )
+
+    async def _load(self, ns: str, memory_id: str, min_seq: int) -> MemoryState | None:
+        got = await self.queries.ask(
+            GetMemory(namespace=ns, now=self.clock(), min_seq=min_seq, memory_id=memory_id, include_expired=True)
+        )
+        return got.item.memory if got.item else None
+
+    async def _retrying(self, attempt: Callable[[int], Awaitable[Written]], min_seq: int) -> Written:
+        for n in range(self.max_attempts):
+            try:
+                return await attempt(min_seq)
+            except WrongLastSequence as conflict:
+                min_seq = max(min_seq, conflict.last_seq)
+                await asyncio.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
+        raise ConcurrencyConflict(
+            f"gave up after {self.max_attempts} attempts: other writers keep changing this memory; retry"
+        )
+
+    async def create(
+        self, cmd: CreateMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
+    ) -> Written:
+        ns = cmd.namespace
+        memory_id = memory_id_for(ns, request_id)
+        subject = S.memory_subject(ns, cmd.store, memory_id)
+        msg_id = f"{request_id}:{memory_id}"
+
+        async def attempt(min_seq: int) -> Written:
+            owner, expected, expected_subject = None, 0, None
+            if cmd.store is not None and cmd.path is not None:
+                decider.decide_create(cmd, memory_id=memory_id, path_owner=None, max_content=self.max_content)
+                po = await self.queries.ask(
+                    PathOwner(namespace=ns, now=self.clock(), min_seq=min_seq, store=cmd.store, path=cmd.path)
+                )
+                if po.memory_id == memory_id:  # this very request landed before: answer as a retry
+                    return await self._replay_of(ns, memory_id, min_seq)
+                owner, expected, expected_subject = po.memory_id, po.store_seq, S.store_filter(ns, cmd.store)
+            event = decider.decide_create(cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content)
+            env = self._envelope(ns, event, actor, request_id, correlation_id)
+            try:
+                seq, dup = await self.log.append(
+                    subject, encode_envelope(env), msg_id=msg_id, expected_seq=expected, expected_subject=expected_subject
+                )
+            except WrongLastSequence:
+                landed = await self.log.landed(subject, 0, msg_id)
+                if landed is not None:
+                    return await self._replay_of(ns, memory_id, landed)
+                raise
+            if dup:
+                return await self._replay_of(ns, memory_id, seq)
+            return Written(evolve(None, env, seq), seq, event)
+
+        return await self._retrying(attempt, min_seq)
+
+    async def _replay_of(self, ns: str, memory_id: str, seq: int) -> Written:
+        state = await self._load(ns, memory_id, seq)
+        return Written(state, seq, None, duplicate=True)
+
+    async def _change(
+        self,
+        ns: str,
+        memory_id: str,
+        decide: Callable[[MemoryState | None, str | None], AnyEvent | None],
+        *,
+        actor: Actor,
+        request_id: str,
+        min_seq: int,
+        correlation_id: str | None,
+        new_path: str | None = None,
+    ) -> Written:
+        """Load → decide → append for an existing memory. `new_path` claims a path (move)."""
+        msg_id = f"{request_id}:{memory_id}"
+
+        async def attempt(min_seq: int) -> Written:
+            state = await self._load(ns, memory_id, min_seq)
+            if state is None:
+                raise MemoryNotFound(memory_id)
+            owner, expected, expected_subject = None, state.last_seq, None
+            if new_path is not None and state.store is not None:
+                po = await self.queries.ask(
+                    PathOwner(namespace=ns, now=self.clock(), min_seq=min_seq, store=state.store, path=new_path)
+                )
+                owner = po.memory_id if po.memory_id != memory_id else None
+                expected, expected_subject = po.store_seq, S.store_filter(ns, state.store)
+            event = decide(state, owner)
+            if event is None:
+                return Written(state, state.last_seq, None)
+            env = self._envelope(ns, event, actor, request_id, correlation_id)
+            subject = S.memory_subject(ns, state.store, memory_id)
+            try:
+                seq, dup = await self.log.append(
+                    subject, encode_envelope(env), msg_id=msg_id, expected_seq=expected, expected_subject=expected_subject
+                )
+            except WrongLastSequence:
+                landed = await self.log.landed(subject, state.last_seq, msg_id)
+                if landed is not None:
+                    return await self._replay_of(ns, memory_id, landed)
+                raise
+            if dup:
+                return await self._replay_of(ns, memory_id, seq)
+            return Written(evolve(state, env, seq), seq, event)
+
+        return await self._retrying(attempt, min_seq)
+
+    async def update(self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
+                     correlation_id: str | None = None) -> Written:  # fmt: skip
+        return await self._change(
+            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content),
+            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
+        )  # fmt: skip
+
+    async def move(self, cmd: MoveMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
+                   correlation_id: str | None = None) -> Written:  # fmt: skip
+        return await self._change(
+            cmd.namespace, cmd.memory_id, lambda st, owner: decider.decide_move(st, cmd, path_owner=owner),
+            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id, new_path=cmd.to_path,
+        )  # fmt: skip
+
+    async def delete(self, cmd: DeleteMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
+                     correlation_id: str | None = None) -> Written:  # fmt: skip
+        return await self._change(
+            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_delete(st, cmd),
+            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
+        )  # fmt: skip
+
+    async def restore(self, cmd: RestoreMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
+                      correlation_id: str | None = None) -> Written:  # fmt: skip
+        return await self._change(
+            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_restore(st, cmd),
+            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
+        )  # fmt: skip

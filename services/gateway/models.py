@@ -1,0 +1,135 @@
+"""Structured outputs of the native tools (pydantic models become each tool's outputSchema)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from mneme.domain.state import MemoryState
+from schemas.queries import MemoryRow, StatsResult
+
+
+class Memory(BaseModel):
+    id: str
+    namespace: str
+    store: str | None = None
+    path: str | None = None
+    content: str
+    kind: str
+    category: str | None = None
+    subject: str | None = None
+    tags: list[str]
+    importance: float
+    confidence: float
+    citations: list[str] = Field(description="Always present; [] when none.")
+    metadata: dict[str, Any]
+    status: Literal["active", "archived"] | str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    created_by: str
+    updated_by: str
+    expires_at: datetime | None = None
+    expired: bool = False
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    accessed_at: datetime | None = None
+    access_count: int = 0
+    seq: int = Field(description="Log position of this version (stream sequence).")
+
+    @classmethod
+    def of(cls, s: MemoryState, now: datetime, row: MemoryRow | None = None) -> Memory:
+        return cls(
+            id=s.id, namespace=s.namespace, store=s.store, path=s.path, content=s.content, kind=s.kind,
+            category=s.category, subject=s.subject, tags=list(s.tags), importance=s.importance,
+            confidence=s.confidence, citations=list(s.citations), metadata=s.metadata, status=s.status,
+            version=s.version, created_at=s.created_at, updated_at=s.updated_at, created_by=s.created_by,
+            updated_by=s.updated_by, expires_at=s.expires_at, expired=s.is_expired(now), valid_from=s.valid_from,
+            valid_until=s.valid_until, accessed_at=row.accessed_at if row else None,
+            access_count=row.access_count if row else 0, seq=s.last_seq,
+        )  # fmt: skip
+
+
+class AddResult(BaseModel):
+    memory: Memory
+    duplicate: bool = Field(description="True when this request_id had already created the memory (a retry).")
+
+
+class UpdateResult(BaseModel):
+    memory: Memory
+    updated_fields: list[str] = Field(description="Fields this call changed; [] when nothing differed.")
+
+
+class MoveResult(BaseModel):
+    memory: Memory
+    from_path: str
+    to_path: str
+
+
+class DeleteResult(BaseModel):
+    id: str
+    mode: Literal["archived", "deleted"]
+    version: int
+
+
+class MemoryPage(BaseModel):
+    items: list[Memory]
+    total: int = Field(description="Matches before pagination.")
+    limit: int
+    offset: int
+    has_more: bool
+
+
+class RecentEntry(BaseModel):
+    id: str
+    store: str | None = None
+    path: str | None = None
+    content: str
+    kind: str
+    tags: list[str]
+    updated_at: datetime | None
+    token_estimate: int = Field(description="About 4 characters per token.")
+
+
+class RecentResult(BaseModel):
+    category: str = Field(description="The category path, or 'all'.")
+    count: int
+    memories: list[RecentEntry]
+
+
+class PruneResult(BaseModel):
+    pruned: int
+    ids: list[str]
+
+
+class TagCount(BaseModel):
+    tag: str
+    count: int
+
+
+class Stats(BaseModel):
+    total: int
+    active: int
+    archived: int
+    expired: int
+    by_kind: dict[str, int]
+    by_importance: dict[str, int] = Field(description="high ≥ 0.7, medium ≥ 0.4, low below (active memories).")
+    by_category: dict[str, int]
+    by_subject: dict[str, int]
+    top_tags: list[TagCount]
+    oldest: datetime | None
+    newest: datetime | None
+    stores: int
+    categories: int
+    storage_bytes: int = Field(description="UTF-8 bytes of content and metadata in scope.")
+
+    @classmethod
+    def of(cls, r: StatsResult) -> Stats:
+        return cls(
+            total=r.total, active=r.active, archived=r.archived, expired=r.expired, by_kind=r.by_kind,
+            by_importance=r.by_importance, by_category=r.by_category, by_subject=r.by_subject,
+            top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags], oldest=r.oldest, newest=r.newest,
+            stores=r.stores, categories=r.categories, storage_bytes=r.content_bytes,
+        )  # fmt: skip

@@ -1,0 +1,53 @@
+"""Asking a projector: NATS request/reply to the queue group, typed both ways."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, TypeVar
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from mneme.errors import ProjectionLag, Unavailable, from_dict
+from schemas import subjects as S
+from schemas.queries import RESULT_TYPES, Query, Reply, encoder
+
+T = TypeVar("T")
+
+_reply = msgspec.msgpack.Decoder(Reply)
+_results = {op: msgspec.msgpack.Decoder(t) for op, t in RESULT_TYPES.items()}
+
+
+class QueryClient:
+    def __init__(self, nc: NATS, *, timeout: float = 6.0):
+        self.nc = nc
+        self.timeout = timeout
+
+    async def ask(self, query: Query) -> Any:
+        op = query.OPERATION
+        subject = S.query_subject(op)
+        data = encoder.encode(query)
+        deadline = time.monotonic() + self.timeout
+        delay = 0.02
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                msg = await self.nc.request(subject, data, timeout=max(left, 0.05))
+                break
+            except nats.errors.NoRespondersError:
+                if left <= delay:
+                    raise Unavailable("no projector is serving queries yet; retry shortly") from None
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                raise ProjectionLag(f"no projector answered {op} within {self.timeout:.0f} s") from None
+            except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError,
+                    nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError):  # fmt: skip
+                if left <= delay:
+                    raise Unavailable("NATS is unreachable; queries cannot reach a projector") from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+        reply = _reply.decode(msg.data)
+        if reply.error is not None:
+            raise from_dict(reply.error)
+        return _results[op].decode(reply.result)

@@ -1,0 +1,185 @@
+"""Answers to the memory queries, read from the DuckDB view (invariant 2: queries read projections)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from schemas.queries import (
+    ExpiredMemories,
+    GetMemory,
+    GetResult,
+    ListMemories,
+    ListResult,
+    MemoryRow,
+    MemoryStats,
+    PathOwner,
+    PathOwnerResult,
+    StatsResult,
+)
+from services.projector.memories_view import STATE_COLUMNS, row_state
+
+_SELECT = (
+    f"SELECT {', '.join('m.' + c.strip() for c in STATE_COLUMNS.split(','))}, a.accessed_at, "
+    "coalesce(a.access_count, 0) FROM memories m LEFT JOIN access_stats a ON a.id = m.id"
+)
+_SORT = {
+    "created_at": "m.created_at",
+    "updated_at": "m.updated_at",
+    "accessed_at": "a.accessed_at",
+    "importance": "m.importance",
+    "access_count": "coalesce(a.access_count, 0)",
+}
+
+
+def _row(r: tuple[Any, ...]) -> MemoryRow:
+    return MemoryRow(memory=row_state(r[:23]), accessed_at=r[23], access_count=r[24])
+
+
+def get(cur: duckdb.DuckDBPyConnection, q: GetMemory) -> GetResult:
+    where = ["m.namespace = ?"]
+    args: list[Any] = [q.namespace]
+    if q.memory_id is not None:
+        where.append("m.id = ?")
+        args.append(q.memory_id)
+    else:
+        where += ["m.store = ?", "m.path = ?"]
+        args += [q.store, q.path]
+    if not q.include_expired:
+        where.append("(m.expires_at IS NULL OR m.expires_at > ?)")
+        args.append(q.now)
+    r = cur.execute(f"{_SELECT} WHERE {' AND '.join(where)}", args).fetchone()
+    return GetResult(item=_row(r) if r else None)
+
+
+def _filters(q: ListMemories) -> tuple[list[str], list[Any]]:
+    where = ["m.namespace = ?"]
+    args: list[Any] = [q.namespace]
+    if q.store is not None:
+        where.append("m.store = ?")
+        args.append(q.store)
+    if q.category_path is not None:
+        prefix = q.category_path + "/"
+        where.append("starts_with(m.path, ?)")
+        args.append(prefix)
+        if not q.recursive:
+            where.append("NOT contains(substr(m.path, ?), '/')")
+            args.append(len(prefix) + 1)
+    for col, val in (("kind", q.kind), ("category", q.category)):
+        if val is not None:
+            where.append(f"m.{col} = ?")
+            args.append(val)
+    if q.subject is not None:
+        where.append("lower(m.subject) = lower(?)")
+        args.append(" ".join(q.subject.split()))
+    if q.tags:
+        where.append("list_has_all(m.tags, ?)")
+        args.append([t.strip().lower() for t in q.tags])
+    if q.importance_min is not None:
+        where.append("m.importance >= ?")
+        args.append(q.importance_min)
+    if q.importance_max is not None:
+        where.append("m.importance <= ?")
+        args.append(q.importance_max)
+    if q.status != "any":
+        where.append("m.status = ?")
+        args.append(q.status)
+    if not q.include_expired:
+        where.append("(m.expires_at IS NULL OR m.expires_at > ?)")
+        args.append(q.now)
+    return where, args
+
+
+def list_(cur: duckdb.DuckDBPyConnection, q: ListMemories) -> ListResult:
+    where, args = _filters(q)
+    order = f"{_SORT[q.sort_by]} {q.sort_order.upper()} NULLS LAST, m.id"
+    sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+    rows = cur.execute(sql, [*args, q.limit, q.offset]).fetchall()
+    if q.offset == 0 and len(rows) < q.limit:
+        total = len(rows)
+    else:
+        total = cur.execute(
+            f"SELECT count(*) FROM memories m LEFT JOIN access_stats a ON a.id = m.id WHERE {' AND '.join(where)}",
+            args,
+        ).fetchone()[0]
+    return ListResult(items=[_row(r) for r in rows], total=total)
+
+
+def expired(cur: duckdb.DuckDBPyConnection, q: ExpiredMemories) -> ListResult:
+    where = ["m.namespace = ?", "m.expires_at IS NOT NULL", "m.expires_at <= ?"]
+    args: list[Any] = [q.namespace, q.now]
+    if q.store is not None:
+        where.append("m.store = ?")
+        args.append(q.store)
+    rows = cur.execute(f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY m.id LIMIT ?", [*args, q.limit]).fetchall()
+    return ListResult(items=[_row(r) for r in rows], total=len(rows))
+
+
+def path_owner(cur: duckdb.DuckDBPyConnection, q: PathOwner) -> PathOwnerResult:
+    r = cur.execute(
+        "SELECT (SELECT id FROM memories WHERE namespace = ? AND store = ? AND path = ?), "
+        "(SELECT last_seq FROM stores WHERE namespace = ? AND name = ?)",
+        [q.namespace, q.store, q.path, q.namespace, q.store],
+    ).fetchone()
+    return PathOwnerResult(memory_id=r[0], store_seq=r[1] or 0)
+
+
+def _counts(cur: duckdb.DuckDBPyConnection, expr: str, scope: str, args: list[Any]) -> dict[str, int]:
+    rows = cur.execute(
+        f"SELECT {expr} AS k, count(*) FROM memories m WHERE {scope} AND m.status = 'active' GROUP BY k ORDER BY k",
+        args,
+    ).fetchall()
+    return {str(k) if k is not None else "(none)": n for k, n in rows}
+
+
+def stats(cur: duckdb.DuckDBPyConnection, q: MemoryStats) -> StatsResult:
+    scope = "m.namespace = ?" + (" AND m.store = ?" if q.store is not None else "")
+    args: list[Any] = [q.namespace] + ([q.store] if q.store is not None else [])
+    total, active, archived, expired_n, oldest, newest, size = cur.execute(
+        "SELECT count(*), count(*) FILTER (m.status = 'active'), count(*) FILTER (m.status = 'archived'), "
+        "count(*) FILTER (m.expires_at IS NOT NULL AND m.expires_at <= ?), min(m.created_at), max(m.created_at), "
+        f"coalesce(sum(octet_length(m.content::BLOB) + octet_length(m.metadata::BLOB)), 0) FROM memories m WHERE {scope}",
+        [q.now, *args],
+    ).fetchone()
+    importance = (
+        "CASE WHEN m.importance >= 0.7 THEN 'high' WHEN m.importance >= 0.4 THEN 'medium' ELSE 'low' END"
+    )
+    tags = cur.execute(
+        f"SELECT t, count(*) AS n FROM (SELECT unnest(m.tags) AS t FROM memories m WHERE {scope} "
+        "AND m.status = 'active') GROUP BY t ORDER BY n DESC, t LIMIT ?",
+        [*args, q.top_tags],
+    ).fetchall()
+    ns_store = [q.namespace] + ([q.store] if q.store is not None else [])
+    stores_n = cur.execute(
+        "SELECT count(*) FROM stores WHERE namespace = ?" + (" AND name = ?" if q.store is not None else ""), ns_store
+    ).fetchone()[0]
+    cats_n = cur.execute(
+        "SELECT count(*) FROM categories WHERE namespace = ?" + (" AND store = ?" if q.store is not None else ""),
+        ns_store,
+    ).fetchone()[0]
+    return StatsResult(
+        total=total,
+        active=active,
+        archived=archived,
+        expired=expired_n,
+        by_kind=_counts(cur, "m.kind", scope, args),
+        by_importance=_counts(cur, importance, scope, args),
+        by_category=_counts(cur, "m.category", scope, args),
+        by_subject=_counts(cur, "lower(m.subject)", scope, args),
+        top_tags=[(t, n) for t, n in tags],
+        oldest=oldest,
+        newest=newest,
+        stores=stores_n,
+        categories=cats_n,
+        content_bytes=int(size),
+    )
+
+
+HANDLERS = {
+    GetMemory: get,
+    ListMemories: list_,
+    ExpiredMemories: expired,
+    PathOwner: path_owner,
+    MemoryStats: stats,
+}

@@ -1,0 +1,119 @@
+"""The projector process: folds the log into the memories view and answers queries.
+
+Consumption: `LogFollower` from the view's own checkpoint. The checkpoint lives in
+DuckDB with the rows (invariant 5), so it is the one cursor; a server-side durable
+consumer would be a second cursor that can disagree with it after a crash.
+
+Queries: one queue-group subscription per operation, so replicas share the load.
+A replica joins the queue group only once it has caught up with the log as it
+stood at start, so a rebuilding replica never answers with stale rows. A query
+waits until `min_seq` is applied (read-your-writes), or fails with PROJECTION_LAG.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from mneme.errors import MnemeError, ProjectionLag
+from mneme.follow import LogFollower
+from schemas import subjects as S
+from schemas.queries import QUERY_TYPES, Reply, encoder
+from services.projector.memories_queries import HANDLERS
+from services.projector.memories_view import MemoriesView
+
+log = logging.getLogger("mneme.projector")
+
+
+class Projector:
+    def __init__(self, nc: NATS, view: MemoriesView, *, batch_max: int = 5000, wait_timeout: float = 5.0):
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.view = view
+        self.wait_timeout = wait_timeout
+        self.follower = LogFollower(self.js, view.apply, start_after=view.checkpoint, batch_max=batch_max)
+        self.serving = asyncio.Event()
+        self._subs: list[Any] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._decoders = {op: msgspec.msgpack.Decoder(t) for op, t in QUERY_TYPES.items()}
+
+    @property
+    def applied(self) -> int:
+        return self.follower.applied
+
+    async def start(self, *, serve_queries: bool = True) -> None:
+        target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
+        await self.follower.start()
+        if serve_queries:
+            self._spawn(self._join_when_caught_up(target))
+
+    async def _join_when_caught_up(self, target: int) -> None:
+        while not await self.follower.wait_for(target, 3600):
+            pass
+        for op in QUERY_TYPES:
+            self._subs.append(await self.nc.subscribe(S.query_subject(op), queue=S.PROJECTOR_QUEUE, cb=self._on_query))
+        self.serving.set()
+        log.info("projector serving queries at sequence %d", self.applied)
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - shutting down; the connection may be gone
+                pass
+        for t in list(self._tasks):
+            t.cancel()
+        await self.follower.stop()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _on_query(self, msg: Msg) -> None:
+        self._spawn(self._answer(msg))
+
+    async def _answer(self, msg: Msg) -> None:
+        op = msg.subject[len(S.QUERY_PREFIX) + 1 :]
+        try:
+            query = self._decoders[op].decode(msg.data)
+            if not await self.follower.wait_for(query.min_seq, self.wait_timeout):
+                raise ProjectionLag(
+                    f"the projection has applied sequence {self.applied}, not yet {query.min_seq}; retry shortly",
+                    details={"applied_seq": self.applied, "min_seq": query.min_seq},
+                )
+            result = await asyncio.to_thread(self.run_query, query)
+            reply = Reply(applied_seq=self.applied, result=msgspec.Raw(encoder.encode(result)))
+        except MnemeError as exc:
+            reply = Reply(applied_seq=self.applied, error=exc.to_dict())
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            reply = Reply(applied_seq=self.applied, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
+        except Exception as exc:  # noqa: BLE001 - a query must never take the projector down
+            log.exception("query %s failed", op)
+            reply = Reply(applied_seq=self.applied, error={"code": "INTERNAL", "message": type(exc).__name__})
+        try:
+            await msg.respond(encoder.encode(reply))
+        except Exception:  # noqa: BLE001 - the asker may be gone
+            log.debug("could not reply to %s", op)
+
+    def run_query(self, query: Any) -> Any:
+        return HANDLERS[type(query)](self.view.reader(), query)
+
+
+async def catch_up(projector: Projector, *, progress: Callable[[int, int, float], None] | None = None) -> int:
+    """Wait until the projector has applied the log as it stands now; report progress on the way."""
+    target = (await projector.js.stream_info(S.EVENTS_STREAM)).state.last_seq
+    start = time.monotonic()
+    while not await projector.follower.wait_for(target, 0.5):
+        if progress:
+            progress(projector.applied, target, time.monotonic() - start)
+    if progress:
+        progress(projector.applied, target, time.monotonic() - start)
+    return target
