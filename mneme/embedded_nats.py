@@ -50,7 +50,7 @@ class EmbeddedNats:
         ports_dir = tempfile.mkdtemp(prefix="mneme-nats-")
         log_file = self.store_dir / "nats-server.log"
         args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir),
-                "--ports_file_dir", ports_dir, "-l", str(log_file)]  # fmt: skip
+                "--ports_file_dir", ports_dir, "-l", str(log_file), "-P", str(self.pid_file)]  # fmt: skip
         self.proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent, start_new_session=True,
@@ -91,6 +91,10 @@ class EmbeddedNats:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    @property
+    def pid_file(self) -> Path:
+        return self.store_dir / "nats-server.pid"
 
     @property
     def pid(self) -> int | None:

@@ -106,8 +106,9 @@ async def until_stopped(main: Awaitable[None]) -> None:
     for t in (main_task, stop_task):
         if t not in done:
             t.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(t, 5)
+            # Bounded: the stdio transport reads stdin on a thread that a cancel cannot
+            # interrupt, so never wait on it for long; the process exits after cleanup.
+            await asyncio.wait({t}, timeout=2)
     if main_task in done and main_task.exception() is not None:
         raise main_task.exception()  # type: ignore[misc]
 

@@ -1,0 +1,113 @@
+"""Test harness: real nats-server from the wheel, real DuckDB files, the real gateway.
+
+`Stack` runs projector, auditor and gateway in this process against a nats-server
+child on a random loopback port; `call` drives the gateway through an in-process
+MCP client. Subprocess helpers run the `mneme` command itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+from nats.aio.client import Client as NATS
+
+from mneme.embedded_nats import EmbeddedNats
+from mneme.eventlog import ensure_streams
+from mneme.runtime import _close, connect, make_gateway
+from mneme.settings import GatewaySettings
+from services.auditor.service import Auditor
+from services.auditor.trail import Trail
+from services.gateway.gateway import Gateway
+from services.gateway.tools import build_server
+from services.projector.memories_view import MemoriesView
+from services.projector.service import Projector
+
+MNEME = str(Path(sys.executable).parent / "mneme")
+
+
+class ToolFailure(Exception):
+    def __init__(self, text: str):
+        super().__init__(text)
+        try:
+            self.error: dict[str, Any] = json.loads(text)["error"]
+        except (ValueError, KeyError, TypeError):
+            self.error = {"code": "UNSTRUCTURED", "message": text}
+
+    @property
+    def code(self) -> str:
+        return self.error.get("code", "")
+
+    @property
+    def field(self) -> str | None:
+        return self.error.get("field")
+
+
+def result_of(res: Any) -> dict[str, Any]:
+    """The structured result of a tool call, or ToolFailure with the parsed error."""
+    if res.is_error:
+        raise ToolFailure(res.content[0].text)
+    return res.structured_content
+
+
+def serve_params(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+    return StdioServerParameters(command=MNEME, args=["serve", "--data-dir", str(data_dir), *extra], env=env)
+
+
+def gateway_params(nats_url: str, *extra: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+    return StdioServerParameters(command=MNEME, args=["gateway", "--nats-url", nats_url, *extra], env=env)
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    nats: EmbeddedNats
+    nc: NATS
+    view: MemoriesView
+    projector: Projector
+    trail: Trail
+    auditor: Auditor
+    gateway: Gateway
+    client: Client
+    _stack: AsyncExitStack = field(repr=False, default_factory=AsyncExitStack)
+
+    @property
+    def url(self) -> str:
+        assert self.nats.url
+        return self.nats.url
+
+    async def call(self, tool: str, **args: Any) -> dict[str, Any]:
+        return result_of(await self.client.call_tool(tool, args))
+
+    async def last_seq(self) -> int:
+        return (await self.nc.jetstream().stream_info("MNEME_EVENTS")).state.last_seq
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+
+async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | None = None) -> Stack:
+    s = AsyncExitStack()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    nc = await connect(nats.url or "", "test")
+    s.push_async_callback(_close, nc)
+    await ensure_streams(nc.jetstream())
+    view = MemoriesView(str(data_dir / "projector.duckdb"))
+    s.callback(view.close)
+    projector = Projector(nc, view)
+    await projector.start()
+    s.push_async_callback(projector.stop)
+    trail = Trail(str(data_dir / "audit.duckdb"))
+    s.callback(trail.close)
+    auditor = Auditor(nc, trail)
+    await auditor.start()
+    s.push_async_callback(auditor.stop)
+    gw = make_gateway(nc, gs or GatewaySettings())
+    client = await s.enter_async_context(Client(build_server(gw)))
+    await projector.serving.wait()
+    return Stack(data_dir, nats, nc, view, projector, trail, auditor, gw, client, s)

@@ -1,0 +1,233 @@
+"""End to end: the `mneme serve` command, driven by the mcp package's ClientSession over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import stdio_client
+
+from mneme.embedded_nats import is_alive
+from tests.harness import MNEME, ToolFailure, result_of, serve_params
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = {
+    "memory_add", "memory_get", "memory_update", "memory_move", "memory_delete", "memory_restore",
+    "memory_list", "memory_recent", "memory_prune_expired", "memory_stats",
+}  # fmt: skip
+
+
+class Session:
+    def __init__(self, s: ClientSession):
+        self.s = s
+
+    async def __call__(self, tool: str, **args: Any) -> dict[str, Any]:
+        return result_of(await self.s.call_tool(tool, args))
+
+    async def fails(self, tool: str, **args: Any) -> ToolFailure:
+        with pytest.raises(ToolFailure) as err:
+            await self(tool, **args)
+        return err.value
+
+
+def nats_pid(data_dir: Path) -> int:
+    return int((data_dir / "nats" / "nats-server.pid").read_text().strip())
+
+
+def wait_dead(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(pid):
+            return True
+        try:  # reap if it is our child's zombie
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return not is_alive(pid)
+
+
+async def test_every_tool_over_stdio(tmp_path: Path) -> None:
+    async with stdio_client(serve_params(tmp_path / "d")) as (r, w), ClientSession(r, w) as cs:
+        await cs.initialize()
+        call = Session(cs)
+        listed = {t.name: t for t in (await cs.list_tools()).tools}
+        assert set(listed) == TOOLS
+        assert listed["memory_get"].annotations.read_only_hint is True
+        assert listed["memory_delete"].annotations.destructive_hint is True
+        assert all(t.output_schema for t in listed.values())
+
+        future = (datetime.now(timezone.utc) + timedelta(days=30)).isoformat()
+        a = (await call("memory_add", content="Alice is vegetarian", store="fam", path="diet/alice", kind="fact",
+                        category="diet", subject="  Alice ", tags=["Food", "family", "food"], importance=0.9,
+                        citations=["chat:2026-11-01"], metadata={"src": "chat"}, expires_at=future))["memory"]  # fmt: skip
+        assert a["tags"] == ["food", "family"] and a["subject"] == "Alice" and a["version"] == 1
+        b = (await call("memory_add", content="Bob avoids peanuts", store="fam", path="diet/bob", kind="fact",
+                        tags=["food", "allergy"], importance=0.3))["memory"]  # fmt: skip
+        c = (await call("memory_add", content="Project uses pytest", kind="preference", tags=["python"]))["memory"]
+        assert c["store"] is None and c["citations"] == []
+
+        got = await call("memory_get", store="fam", path="diet/alice")
+        assert got["id"] == a["id"] and got["citations"] == ["chat:2026-11-01"] and got["metadata"] == {"src": "chat"}
+        assert (await call("memory_get", store="fam", path="diet/bob"))["citations"] == []
+
+        # update: partial; citations [] clears, absent keeps; clear_expiry
+        up = await call("memory_update", id=a["id"], content="Alice is vegan", citations=[], clear_expiry=True)
+        assert sorted(up["updated_fields"]) == ["citations", "content", "expires_at"]
+        m = up["memory"]
+        assert m["version"] == 2 and m["citations"] == [] and m["expires_at"] is None and m["tags"] == ["food", "family"]
+        up = await call("memory_update", store="fam", path="diet/alice", importance=0.95)
+        assert up["updated_fields"] == ["importance"] and up["memory"]["content"] == "Alice is vegan"
+        same = await call("memory_update", id=a["id"], importance=0.95)
+        assert same["updated_fields"] == [] and same["memory"]["version"] == 3
+
+        # move / rename; destination taken is an error
+        mv = await call("memory_move", id=a["id"], to_path="people/alice/diet")
+        assert mv["from_path"] == "diet/alice" and mv["memory"]["path"] == "people/alice/diet"
+        err = await call.fails("memory_move", id=b["id"], to_path="people/alice/diet")
+        assert err.code == "ALREADY_EXISTS"
+        assert (await call.fails("memory_get", store="fam", path="diet/alice")).code == "MEMORY_NOT_FOUND"
+
+        # list: filters, AND tags, pagination, sort
+        page = await call("memory_list", tags=["food"], sort_by="importance", sort_order="asc")
+        assert [x["id"] for x in page["items"]] == [b["id"], a["id"]] and page["total"] == 2
+        assert (await call("memory_list", tags=["food", "allergy"]))["total"] == 1
+        assert (await call("memory_list", kind="preference"))["items"][0]["id"] == c["id"]
+        assert (await call("memory_list", category="diet"))["total"] == 1
+        assert (await call("memory_list", importance_min=0.6))["total"] == 1
+        p1 = await call("memory_list", limit=2, offset=0, sort_by="created_at", sort_order="asc")
+        p2 = await call("memory_list", limit=2, offset=2, sort_by="created_at", sort_order="asc")
+        assert p1["total"] == p2["total"] == 3 and p1["has_more"] and not p2["has_more"]
+        assert [x["id"] for x in p1["items"] + p2["items"]] == [a["id"], b["id"], c["id"]]
+        assert (await call("memory_list", store="fam", category_path="people"))["total"] == 1
+        assert (await call("memory_list", store="fam", category_path="people", recursive=False))["total"] == 0
+
+        # recent: newest first, full content, token estimate
+        rec = await call("memory_recent", limit=2)
+        assert rec["count"] == 2 and rec["category"] == "all"
+        assert rec["memories"][0]["id"] == a["id"] and rec["memories"][0]["content"] == "Alice is vegan"
+        assert rec["memories"][0]["token_estimate"] == 4
+
+        # expiry: hidden unless asked; prune counts
+        past = (datetime.now(timezone.utc) - timedelta(minutes=1)).isoformat()
+        e = (await call("memory_add", content="old promo code", store="fam", path="tmp/promo", expires_at=past))["memory"]
+        assert (await call.fails("memory_get", id=e["id"])).code == "MEMORY_NOT_FOUND"
+        assert (await call("memory_get", id=e["id"], include_expired=True))["expired"] is True
+        assert (await call("memory_list", store="fam"))["total"] == 2
+        assert (await call("memory_list", store="fam", include_expired=True))["total"] == 3
+        assert (await call("memory_prune_expired", store="fam")) == {"pruned": 1, "ids": [e["id"]]}
+        assert (await call("memory_prune_expired"))["pruned"] == 0
+        assert (await call.fails("memory_get", id=e["id"], include_expired=True)).code == "MEMORY_NOT_FOUND"
+
+        # delete: archive by default (restorable), permanent frees the path
+        d = await call("memory_delete", id=b["id"])
+        assert d["mode"] == "archived"
+        assert (await call("memory_get", id=b["id"]))["status"] == "archived"
+        assert (await call("memory_list", store="fam"))["total"] == 1
+        assert (await call("memory_list", store="fam", status="archived"))["items"][0]["id"] == b["id"]
+        assert (await call("memory_restore", id=b["id"]))["status"] == "active"
+        await call("memory_delete", store="fam", path="diet/bob", permanent=True)
+        assert (await call.fails("memory_get", id=b["id"])).code == "MEMORY_NOT_FOUND"
+        again = (await call("memory_add", content="Bob is fine with peanuts now", store="fam", path="diet/bob"))["memory"]
+        assert again["id"] != b["id"]
+
+        st = await call("memory_stats")
+        assert st["total"] == 3 and st["active"] == 3 and st["archived"] == 0
+        assert st["by_kind"] == {"fact": 1, "note": 1, "preference": 1}
+        assert st["by_importance"] == {"high": 1, "medium": 2}
+        assert st["by_subject"] == {"(none)": 2, "alice": 1}
+        assert {"tag": "food", "count": 1} in st["top_tags"] and st["stores"] == 1 and st["storage_bytes"] > 0
+        assert (await call("memory_stats", namespace="elsewhere"))["total"] == 0
+
+
+async def test_read_your_writes_200_times(tmp_path: Path) -> None:
+    async with stdio_client(serve_params(tmp_path / "d")) as (r, w), ClientSession(r, w) as cs:
+        await cs.initialize()
+        call = Session(cs)
+        for i in range(200):
+            added = (await call("memory_add", content=f"fact number {i}"))["memory"]
+            got = await call("memory_get", id=added["id"])
+            assert got["content"] == f"fact number {i}"
+            if i % 20 == 0:
+                up = await call("memory_update", id=added["id"], content=f"fact number {i}, revised")
+                assert (await call("memory_get", id=added["id"]))["version"] == up["memory"]["version"] == 2
+
+
+async def test_restart_finds_every_memory_and_leaves_no_orphan(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    async with stdio_client(serve_params(data)) as (r, w), ClientSession(r, w) as cs:
+        await cs.initialize()
+        call = Session(cs)
+        ids = [(await call("memory_add", content=f"m{i}", store="s", path=f"c/m{i}"))["memory"]["id"] for i in range(20)]
+        await call("memory_update", id=ids[0], content="m0 changed")
+        pid = nats_pid(data)
+        assert is_alive(pid)
+    # the client closed stdin: the server and its nats-server child are gone
+    assert wait_dead(pid), "nats-server outlived mneme serve"
+    async with stdio_client(serve_params(data)) as (r, w), ClientSession(r, w) as cs:
+        await cs.initialize()
+        call = Session(cs)
+        assert (await call("memory_list", store="s", limit=100))["total"] == 20
+        assert (await call("memory_get", id=ids[0]))["content"] == "m0 changed"
+        assert (await call("memory_get", store="s", path="c/m19"))["id"] == ids[19]
+
+
+def _rpc(proc: subprocess.Popen[bytes], msg: dict[str, Any]) -> dict[str, Any] | None:
+    assert proc.stdin and proc.stdout
+    proc.stdin.write((json.dumps(msg) + "\n").encode())
+    proc.stdin.flush()
+    if "id" not in msg:
+        return None
+    while True:
+        line = proc.stdout.readline()
+        assert line, "server closed stdout"
+        reply = json.loads(line)
+        if reply.get("id") == msg["id"]:
+            return reply
+
+
+def _start_raw(data: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([MNEME, "serve", "--data-dir", str(data)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    assert _rpc(proc, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
+    _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return proc
+
+
+def _add(proc: subprocess.Popen[bytes], n: int) -> str:
+    reply = _rpc(proc, {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                        "params": {"name": "memory_add", "arguments": {"content": f"acked {n}"}}})  # fmt: skip
+    assert reply and not reply["result"].get("isError"), reply
+    return reply["result"]["structuredContent"]["memory"]["id"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+async def test_signal_stops_everything_and_keeps_acknowledged_writes(tmp_path: Path, sig: signal.Signals) -> None:
+    data = tmp_path / "d"
+    proc = _start_raw(data)
+    try:
+        ids = [_add(proc, n) for n in range(1, 26)]
+        child = nats_pid(data)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=15) is not None
+        assert wait_dead(child), f"nats-server survived {sig.name} of mneme serve"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    async with stdio_client(serve_params(data)) as (r, w), ClientSession(r, w) as cs:
+        await cs.initialize()
+        call = Session(cs)
+        for mid in ids:
+            assert (await call("memory_get", id=mid))["id"] == mid
+        await asyncio.sleep(0)
