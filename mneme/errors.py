@@ -41,10 +41,10 @@ class MemoryNotFound(MnemeError):
 class PathExists(MnemeError):
     code = "ALREADY_EXISTS"
 
-    def __init__(self, store: str, path: str, memory_id: str | None = None):
+    def __init__(self, store: str, path: str, memory_id: str | None = None, field: str = "path"):
         super().__init__(
             f"A memory already exists at {store}:{path}",
-            field="path",
+            field=field,
             details={"memory_id": memory_id} if memory_id else None,
         )
 

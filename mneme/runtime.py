@@ -173,6 +173,7 @@ async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | N
 
     target_path = output or core.data_dir / ps.db_name
     tmp = Path(str(target_path) + ".rebuild")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
     for f in (tmp, Path(str(tmp) + ".wal")):
         f.unlink(missing_ok=True)
     async with nats_connection(core, "mneme-rebuild", stack_embedded=True) as nc:
@@ -187,7 +188,6 @@ async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | N
         digest = view.canonical_digest()
         view.con.execute("CHECKPOINT")
         view.close()
-    target_path.parent.mkdir(parents=True, exist_ok=True)
     Path(str(target_path) + ".wal").unlink(missing_ok=True)
     tmp.replace(target_path)
     return {"events": target, "seconds": round(seconds, 3), "events_per_s": round(target / seconds, 1) if seconds else None,

@@ -32,8 +32,10 @@ class GatewaySettings(BaseSettings):
     agent_id: str = Field("local-agent", description="Principal that stdio tool calls run as.")
     role: str = "agent"
     namespace: str = Field("default", description="Namespace used when a tool call names none.")
-    consistency: Literal["session", "linearizable"] = Field(
-        "session", description="session: read-your-writes per MCP session; linearizable: every read waits for the log head."
+    consistency: Literal["gateway", "linearizable"] = Field(
+        "gateway",
+        description="gateway: every read waits for every write made through this gateway (read-your-writes); "
+        "linearizable: every read waits for the head of the log (one extra stream-info round trip).",
     )
     publish_timeout: float = Field(3.0, gt=0, description="Seconds to wait for JetStream to confirm a write.")
     query_timeout: float = Field(6.0, gt=0, description="Seconds to wait for a projector's answer.")

@@ -25,7 +25,7 @@ ERR_WRONG_LAST_SEQUENCE = 10071
 MEMORY_AGGREGATE = "mem"
 NO_STORE_TOKEN = "-"
 
-_READABLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_READABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def token(name: str) -> str:
@@ -34,7 +34,7 @@ def token(name: str) -> str:
     Simple names are used as they are (readable in `nats stream view`); anything
     else becomes `~` plus a hash, which can never collide with a readable name.
     """
-    if _READABLE.match(name):
+    if _READABLE.fullmatch(name):
         return name
     return "~" + hashlib.sha256(name.encode()).hexdigest()[:32]
 

@@ -102,7 +102,7 @@ def decide_move(state: MemoryState | None, cmd: MoveMemory, *, path_owner: str |
     if cmd.to_path == st.path:
         return None
     if path_owner is not None:
-        raise PathExists(st.store, cmd.to_path, path_owner)
+        raise PathExists(st.store, cmd.to_path, path_owner, field="to_path")
     return MemoryMoved(memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path)
 
 

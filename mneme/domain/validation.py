@@ -22,10 +22,11 @@ MAX_LABEL_CHARS = 128
 MAX_PATH_CHARS = 512
 MAX_PATH_DEPTH = 16
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_NAMESPACE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_. -]{0,127}$")
-_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_NAMESPACE_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_. -]{0,127}")
+_KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# Patterns are applied with fullmatch: "$" would also accept a trailing newline.
 
 
 def namespace(value: str, field: str = "namespace") -> str:
@@ -33,13 +34,13 @@ def namespace(value: str, field: str = "namespace") -> str:
     if not value or len(value) > 255 or len(segments) > 4:
         raise InvalidInput(field, "must be 1-4 segments joined by '/', at most 255 characters")
     for seg in segments:
-        if not _NAMESPACE_SEGMENT.match(seg) or seg in (".", ".."):
+        if not _NAMESPACE_SEGMENT.fullmatch(seg) or seg in (".", ".."):
             raise InvalidInput(field, f"segment {seg!r} must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}")
     return value
 
 
 def store(value: str, field: str = "store") -> str:
-    if not _NAME.match(value) or ".." in value:
+    if not _NAME.fullmatch(value) or ".." in value:
         raise InvalidInput(field, "must be 1-64 characters of letters, digits, '_', '-', '.', starting alphanumeric")
     return value
 
@@ -54,7 +55,7 @@ def path(value: str, field: str = "path") -> str:
     for seg in segments:
         if seg in ("", ".", ".."):
             raise InvalidInput(field, "empty, '.' and '..' segments are not allowed")
-        if not _PATH_SEGMENT.match(seg) or seg != seg.strip():
+        if not _PATH_SEGMENT.fullmatch(seg) or seg != seg.strip():
             raise InvalidInput(field, f"segment {seg!r} has characters outside [A-Za-z0-9_. -] or edge spaces")
     return value
 
@@ -78,7 +79,7 @@ def content(value: str, field: str = "content", limit: int = MAX_CONTENT_CHARS) 
 
 
 def kind(value: str, field: str = "kind") -> str:
-    if not _KIND.match(value):
+    if not _KIND.fullmatch(value):
         raise InvalidInput(field, "must match [a-z][a-z0-9_-]{0,31}")
     return value
 
@@ -116,18 +117,22 @@ def citations(values: tuple[str, ...] | list[str], field: str = "citations") -> 
 
 
 def unit_interval(value: float, field: str) -> float:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and 0.0 <= value <= 1.0):
         raise InvalidInput(field, "must be a number from 0 to 1")
     return float(value)
 
 
 def metadata(value: dict[str, Any], field: str = "metadata") -> dict[str, Any]:
+    """Plain JSON only: what is stored must read back equal (no NaN, no non-string keys, no sets)."""
     try:
-        size = len(msgspec.json.encode(value))
+        encoded = msgspec.json.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
         raise InvalidInput(field, f"must be JSON: {exc}") from None
-    if size > MAX_METADATA_BYTES:
-        raise InvalidInput(field, f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+    if len(encoded) > MAX_METADATA_BYTES:
+        raise InvalidInput(field, f"is {len(encoded)} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+    if msgspec.json.decode(encoded) != value:
+        raise InvalidInput(field, "must be plain JSON (string keys, finite numbers, lists, objects)")
     return value
 
 

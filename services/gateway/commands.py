@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import msgspec
+
 from mneme.domain import decider
 from mneme.domain.state import MemoryState, evolve
 from mneme.errors import ConcurrencyConflict, MemoryNotFound
@@ -75,9 +77,13 @@ class CommandService:
         )
 
     async def _load(self, ns: str, memory_id: str, min_seq: int) -> MemoryState | None:
-        got = await self.queries.ask(
-            GetMemory(namespace=ns, now=self.clock(), min_seq=min_seq, memory_id=memory_id, include_expired=True)
-        )
+        """Current state from a projector; a miss is confirmed at the head of the log."""
+        query = GetMemory(namespace=ns, now=self.clock(), min_seq=min_seq, memory_id=memory_id, include_expired=True)
+        got = await self.queries.ask(query)
+        if got.item is None:
+            head = await self.log.last_seq()
+            if head > min_seq:
+                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
         return got.item.memory if got.item else None
 
     async def _retrying(self, attempt: Callable[[int], Awaitable[Written]], min_seq: int) -> Written:

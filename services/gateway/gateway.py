@@ -3,10 +3,11 @@ two sides (commands, queries). Tools call it; it owns no read model."""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
+
+import msgspec
 
 from mneme.domain import validation as v
 from mneme.errors import InvalidInput, MemoryNotFound
@@ -16,7 +17,7 @@ from schemas.queries import GetMemory, MemoryRow
 from services.gateway.commands import Clock, CommandService, utc_now
 from services.gateway.queries import QueryClient
 
-Consistency = Literal["session", "linearizable"]
+Consistency = Literal["gateway", "linearizable"]
 
 
 @dataclass
@@ -36,29 +37,23 @@ class Gateway:
     queries: QueryClient
     log: EventLog
     principal: Principal = field(default_factory=Principal)
-    consistency: Consistency = "session"
+    consistency: Consistency = "gateway"
     clock: Clock = utc_now
-    _seen: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)
-    _seen_here: int = 0
+    _high_water: int = 0
 
     # -- read-your-writes (invariant 3) -------------------------------------------------
-    def noted(self, session: Any, seq: int) -> None:
-        self._seen_here = max(self._seen_here, seq)
-        if session is not None:
-            try:
-                self._seen[session] = max(self._seen.get(session, 0), seq)
-            except TypeError:  # not weak-referenceable: the gateway-wide mark covers it
-                pass
+    # DESIGN.md keys this per client session. mcp 2.x's 2026-07-28 protocol is stateless
+    # (each request stands alone, with no session to hang a mark on), so the mark is kept
+    # per gateway: every read through this gateway waits for every write made through it,
+    # a superset of read-your-writes that costs nothing measurable (the projector applies
+    # the log in order anyway). Reads through another gateway: consistency="linearizable".
+    def noted(self, seq: int) -> None:
+        self._high_water = max(self._high_water, seq)
 
-    async def min_seq(self, session: Any) -> int:
+    async def min_seq(self) -> int:
         if self.consistency == "linearizable":
             return await self.log.last_seq()
-        if session is None:
-            return self._seen_here
-        try:
-            return self._seen.get(session, 0)
-        except TypeError:
-            return self._seen_here
+        return self._high_water
 
     # -- helpers shared by tools ---------------------------------------------------------
     def namespace(self, ns: str | None) -> str:
@@ -82,6 +77,12 @@ class Gateway:
         else:
             raise InvalidInput("id", "give id, or store and path")
         got = await self.queries.ask(query)
+        if got.item is None:
+            # A miss is confirmed at the head of the log: a memory created through another
+            # gateway a moment ago is found, not reported missing.
+            head = await self.log.last_seq()
+            if head > min_seq:
+                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
         if got.item is None:
             raise MemoryNotFound(ref)
         return got.item

@@ -69,19 +69,6 @@ def _error_text(err: dict[str, Any]) -> str:
     return json.dumps({"error": err}, ensure_ascii=False)
 
 
-def _session(ctx: Context) -> Any:
-    """The client connection a call came in on: the unit of read-your-writes.
-
-    mcp 2.3 builds a ServerSession per request around one connection object per
-    client, so the connection (not the per-request session) is the key.
-    """
-    try:
-        session = ctx.session
-    except Exception:  # noqa: BLE001 - no session (stateless request): gateway-wide mark
-        return None
-    return getattr(session, "_connection", None)
-
-
 def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     mcp = MnemeMCPServer(
         name=name,
@@ -94,7 +81,7 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
 
     async def run(ctx: Context, fn: Any) -> Any:
         try:
-            return await fn(_session(ctx))
+            return await fn()
         except MnemeError as exc:
             raise ToolError(_error_text(exc.to_dict())) from None
 
@@ -121,7 +108,7 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
         """Add a memory. With store + path it is addressable by path (categories are created as needed;
         an occupied path is an ALREADY_EXISTS error). Returns the stored memory with its version and log position."""
 
-        async def go(session: Any) -> AddResult:
+        async def go() -> AddResult:
             cmd = CreateMemory(
                 namespace=gw.namespace(namespace), store=store, path=path, content=content, kind=kind,
                 category=category, subject=subject, tags=tuple(tags), importance=importance, confidence=confidence,
@@ -129,8 +116,8 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
                 valid_until=valid_until,
             )  # fmt: skip
             w = await gw.commands.create(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
-                                         min_seq=await gw.min_seq(session))  # fmt: skip
-            gw.noted(session, w.seq)
+                                         min_seq=await gw.min_seq())  # fmt: skip
+            gw.noted(w.seq)
             assert w.memory is not None
             return AddResult(memory=Memory.of(w.memory, gw.now()), duplicate=w.duplicate)
 
@@ -147,9 +134,9 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     ) -> Memory:
         """Get one memory by id, or by store + path. Expired memories are hidden unless include_expired."""
 
-        async def go(session: Any) -> Memory:
+        async def go() -> Memory:
             ns = gw.namespace(namespace)
-            row = await gw.resolve(ns, id, store, path, await gw.min_seq(session))
+            row = await gw.resolve(ns, id, store, path, await gw.min_seq())
             now = gw.now()
             if row.memory.is_expired(now) and not include_expired:
                 raise MemoryNotFound(id or f"{store}:{path}")
@@ -182,11 +169,11 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
         """Change some fields of a memory (by id, or store + path). Omitted fields keep their value.
         Returns the new version and which fields changed."""
 
-        async def go(session: Any) -> UpdateResult:
+        async def go() -> UpdateResult:
             if clear_expiry and expires_at is not None:
                 raise InvalidInput("clear_expiry", "give expires_at or clear_expiry, not both")
             ns = gw.namespace(namespace)
-            min_seq = await gw.min_seq(session)
+            min_seq = await gw.min_seq()
             row = await gw.resolve(ns, id, store, path, min_seq)
             given = {
                 "content": content, "kind": kind, "category": category, "subject": subject,
@@ -200,7 +187,7 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
             cmd = UpdateMemory(namespace=ns, memory_id=row.memory.id, **fields)
             w = await gw.commands.update(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
                                          min_seq=min_seq)  # fmt: skip
-            gw.noted(session, w.seq)
+            gw.noted(w.seq)
             assert w.memory is not None
             changed = [f for f in fields if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]
             return UpdateResult(memory=Memory.of(w.memory, gw.now()), updated_fields=changed)
@@ -219,14 +206,14 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     ) -> MoveResult:
         """Move or rename a memory inside its store. An occupied destination is an ALREADY_EXISTS error."""
 
-        async def go(session: Any) -> MoveResult:
+        async def go() -> MoveResult:
             ns = gw.namespace(namespace)
-            min_seq = await gw.min_seq(session)
+            min_seq = await gw.min_seq()
             row = await gw.resolve(ns, id, store, path, min_seq)
             cmd = MoveMemory(namespace=ns, memory_id=row.memory.id, to_path=to_path)
             w = await gw.commands.move(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
                                        min_seq=min_seq)  # fmt: skip
-            gw.noted(session, w.seq)
+            gw.noted(w.seq)
             assert w.memory is not None
             return MoveResult(memory=Memory.of(w.memory, gw.now()), from_path=row.memory.path or "", to_path=to_path)
 
@@ -245,14 +232,14 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     ) -> DeleteResult:
         """Delete a memory: archive it (default) or remove it permanently, which frees its path."""
 
-        async def go(session: Any) -> DeleteResult:
+        async def go() -> DeleteResult:
             ns = gw.namespace(namespace)
-            min_seq = await gw.min_seq(session)
+            min_seq = await gw.min_seq()
             row = await gw.resolve(ns, id, store, path, min_seq)
             cmd = DeleteMemory(namespace=ns, memory_id=row.memory.id, permanent=permanent, reason=reason)
             w = await gw.commands.delete(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
                                          min_seq=min_seq)  # fmt: skip
-            gw.noted(session, w.seq)
+            gw.noted(w.seq)
             version = w.event.version if w.event is not None else row.memory.version
             return DeleteResult(id=row.memory.id, mode="deleted" if permanent else "archived", version=version)
 
@@ -269,14 +256,14 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     ) -> Memory:
         """Bring an archived memory back to active."""
 
-        async def go(session: Any) -> Memory:
+        async def go() -> Memory:
             ns = gw.namespace(namespace)
-            min_seq = await gw.min_seq(session)
+            min_seq = await gw.min_seq()
             row = await gw.resolve(ns, id, store, path, min_seq)
             cmd = RestoreMemory(namespace=ns, memory_id=row.memory.id)
             w = await gw.commands.restore(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
                                           min_seq=min_seq)  # fmt: skip
-            gw.noted(session, w.seq)
+            gw.noted(w.seq)
             assert w.memory is not None
             return Memory.of(w.memory, gw.now())
 
@@ -304,9 +291,9 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     ) -> MemoryPage:
         """List memories by store/category or by filters, with pagination (total, has_more) and sorting."""
 
-        async def go(session: Any) -> MemoryPage:
+        async def go() -> MemoryPage:
             q = ListMemories(
-                namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(session),
+                namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(),
                 store=v.store(store) if store is not None else None,
                 category_path=v.category_path(category_path) if category_path is not None else None,
                 recursive=recursive, kind=kind, tags=tuple(tags), category=category, subject=subject,
@@ -332,9 +319,9 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     ) -> RecentResult:
         """The most recently updated memories with full content and a token estimate (newest first)."""
 
-        async def go(session: Any) -> RecentResult:
+        async def go() -> RecentResult:
             q = ListMemories(
-                namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(session),
+                namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(),
                 store=v.store(store) if store is not None else None,
                 category_path=v.category_path(category_path) if category_path is not None else None,
                 include_expired=include_expired, limit=limit, sort_by="updated_at", sort_order="desc",
@@ -359,14 +346,14 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     ) -> PruneResult:
         """Permanently delete every expired memory in the namespace (or one store). Returns the count (0 when none)."""
 
-        async def go(session: Any) -> PruneResult:
+        async def go() -> PruneResult:
             ns = gw.namespace(namespace)
             rid = request_id or new_id()
             ids: list[str] = []
             seen: set[str] = set()
             while True:
                 got = await gw.queries.ask(ExpiredMemories(
-                    namespace=ns, now=gw.now(), min_seq=await gw.min_seq(session),
+                    namespace=ns, now=gw.now(), min_seq=await gw.min_seq(),
                     store=v.store(store) if store is not None else None, limit=500,
                 ))  # fmt: skip
                 batch = [r.memory.id for r in got.items if r.memory.id not in seen]
@@ -377,12 +364,12 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
                     cmd = DeleteMemory(namespace=ns, memory_id=mid, permanent=True, reason="expired")
                     try:
                         w = await gw.commands.delete(cmd, actor=gw.principal.actor, request_id=rid,
-                                                     min_seq=await gw.min_seq(session))  # fmt: skip
+                                                     min_seq=await gw.min_seq())  # fmt: skip
                     except MnemeError as exc:
                         if exc.code == "MEMORY_NOT_FOUND":  # pruned by someone else meanwhile
                             continue
                         raise
-                    gw.noted(session, w.seq)
+                    gw.noted(w.seq)
                     ids.append(mid)
             return PruneResult(pruned=len(ids), ids=ids)
 
@@ -398,8 +385,8 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
         """Totals by kind, importance, category and subject; archived and expired counts; oldest/newest;
         top tags; stores, categories and storage size."""
 
-        async def go(session: Any) -> Stats:
-            q = MemoryStats(namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(session),
+        async def go() -> Stats:
+            q = MemoryStats(namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(),
                             store=v.store(store) if store is not None else None, top_tags=top_tags)  # fmt: skip
             return Stats.of(await gw.queries.ask(q))
 
