@@ -57,12 +57,12 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool) -
             stack.push_async_callback(server.stop)
             log.info("embedded nats-server at %s (data %s)", url, server.store_dir)
         nc = await connect(url, name)
-        stack.push_async_callback(_close, nc)
+        stack.push_async_callback(close_nats, nc)
         await ensure_streams(nc.jetstream(), replicas=core.stream_replicas)
         yield nc
 
 
-async def _close(nc: NATS) -> None:
+async def close_nats(nc: NATS) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(nc.drain(), 5)
     with contextlib.suppress(Exception):

@@ -8,7 +8,9 @@ MCP client. Subprocess helpers run the `mneme` command itself.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +19,9 @@ from typing import Any
 from mcp import Client, StdioServerParameters
 from nats.aio.client import Client as NATS
 
-from mneme.embedded_nats import EmbeddedNats
+from mneme.embedded_nats import EmbeddedNats, is_alive
 from mneme.eventlog import ensure_streams
-from mneme.runtime import _close, connect, make_gateway
+from mneme.runtime import close_nats, connect, make_gateway
 from mneme.settings import GatewaySettings
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
@@ -29,6 +31,23 @@ from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
 
 MNEME = str(Path(sys.executable).parent / "mneme")
+
+
+def nats_pid(data_dir: Path) -> int:
+    return int((data_dir / "nats" / "nats-server.pid").read_text().strip())
+
+
+def wait_dead(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(pid):
+            return True
+        try:  # reap if it is our child's zombie
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return not is_alive(pid)
 
 
 class ToolFailure(Exception):
@@ -95,7 +114,7 @@ async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | 
     s = AsyncExitStack()
     data_dir.mkdir(parents=True, exist_ok=True)
     nc = await connect(nats.url or "", "test")
-    s.push_async_callback(_close, nc)
+    s.push_async_callback(close_nats, nc)
     await ensure_streams(nc.jetstream())
     view = MemoriesView(str(data_dir / "projector.duckdb"))
     s.callback(view.close)

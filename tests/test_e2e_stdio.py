@@ -17,7 +17,7 @@ from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
 from mneme.embedded_nats import is_alive
-from tests.harness import MNEME, ToolFailure, result_of, serve_params
+from tests.harness import MNEME, ToolFailure, nats_pid, result_of, serve_params, wait_dead
 
 pytestmark = pytest.mark.anyio
 
@@ -38,23 +38,6 @@ class Session:
         with pytest.raises(ToolFailure) as err:
             await self(tool, **args)
         return err.value
-
-
-def nats_pid(data_dir: Path) -> int:
-    return int((data_dir / "nats" / "nats-server.pid").read_text().strip())
-
-
-def wait_dead(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_alive(pid):
-            return True
-        try:  # reap if it is our child's zombie
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.05)
-    return not is_alive(pid)
 
 
 async def test_every_tool_over_stdio(tmp_path: Path) -> None:
