@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -47,14 +48,17 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
 
 
 class EventLog:
-    def __init__(self, js: JetStreamContext, *, timeout: float = 3.0):
+    def __init__(self, js: JetStreamContext, *, timeout: float = 3.0, connected: Callable[[], bool] | None = None):
         self.js = js
         self.timeout = timeout
+        self.connected = connected or (lambda: True)
 
     async def append(
         self, subject: str, data: bytes, *, msg_id: str, expected_seq: int, expected_subject: str | None = None
     ) -> tuple[int, bool]:
         """Publish one event. Returns (stream sequence, duplicate)."""
+        if not self.connected():  # fail fast instead of queueing a write behind a reconnect
+            raise Unavailable("NATS is unreachable: the write was not sent; retry with the same request_id")
         headers = {S.HDR_MSG_ID: msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: str(expected_seq)}
         if expected_subject:
             headers[S.HDR_EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = expected_subject
@@ -68,8 +72,8 @@ class EventLog:
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
                 nats.errors.OutboundBufferLimitError, asyncio.TimeoutError) as exc:  # fmt: skip
             raise Unavailable(
-                f"the event log (NATS JetStream) did not confirm the write ({type(exc).__name__}); "
-                "retry with the same request_id: it is applied at most once"
+                f"the event log (NATS JetStream) did not confirm the write ({type(exc).__name__}); it may or "
+                "may not have been applied: retry with the same request_id (details.request_id) to apply it once"
             ) from None
         return ack.seq, bool(ack.duplicate)
 

@@ -53,14 +53,18 @@ class LogFollower:
         self.advanced = asyncio.Condition()
         self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=queue_max)
         self._task: asyncio.Task[None] | None = None
+        self._in_flight: asyncio.Future[int] | None = None
         self._sub = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="log-follower")
         cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self.applied + 1)
+        # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
+        # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
         self._sub = await self.js.subscribe(
-            S.EVENTS_SUBJECTS, stream=S.EVENTS_STREAM, cb=self._queue.put, ordered_consumer=True, config=cfg
-        )
+            S.EVENTS_SUBJECTS, stream=S.EVENTS_STREAM, cb=self._queue.put, ordered_consumer=True, config=cfg,
+            idle_heartbeat=1.0,
+        )  # fmt: skip
 
     async def stop(self) -> None:
         """Stop delivery, fold what has already arrived, then end the loop."""
@@ -77,6 +81,10 @@ class LogFollower:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self._in_flight is not None:
+            # the batch already handed to a worker thread commits (or rolls back) before we return,
+            # so whoever closes the database next never closes it under a running transaction
+            await asyncio.wait({self._in_flight})
 
     async def wait_for(self, seq: int, timeout: float) -> bool:
         if self.applied >= seq:
@@ -105,7 +113,8 @@ class LogFollower:
                     log.error("skipping undecodable event at sequence %d: %s", md.sequence.stream, exc)
             if positioned:
                 # shielded: a cancel at shutdown must not abandon a half-run transaction
-                await asyncio.shield(asyncio.to_thread(self.apply, positioned))
+                self._in_flight = asyncio.ensure_future(asyncio.to_thread(self.apply, positioned))
+                await asyncio.shield(self._in_flight)
             self.applied = max(self.applied, batch[-1].metadata.sequence.stream)
             async with self.advanced:
                 self.advanced.notify_all()

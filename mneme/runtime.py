@@ -79,7 +79,7 @@ def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False)
 
 
 def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
-    elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout)
+    elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
     queries = QueryClient(nc, timeout=gs.query_timeout)
     commands = CommandService(elog, queries, max_content=gs.max_content_chars)
     principal = Principal(agent_id=gs.agent_id, role=gs.role, default_namespace=gs.namespace)

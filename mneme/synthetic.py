@@ -16,8 +16,16 @@ from nats.js import JetStreamContext
 
 from schemas import subjects as S
 from schemas.events import (
-    Actor, AnyEvent, Envelope, MemoryArchived, MemoryCreated, MemoryDeleted, MemoryMoved, MemoryRestored,
-    MemoryUpdated, encode_envelope,
+    Actor,
+    AnyEvent,
+    Envelope,
+    MemoryArchived,
+    MemoryCreated,
+    MemoryDeleted,
+    MemoryMoved,
+    MemoryRestored,
+    MemoryUpdated,
+    encode_envelope,
 )  # fmt: skip
 
 WORDS = (

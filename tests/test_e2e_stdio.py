@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any

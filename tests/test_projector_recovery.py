@@ -21,7 +21,7 @@ import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.runtime import _close, connect, rebuild
+from mneme.runtime import close_nats, connect, rebuild
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.synthetic import history, publish
 from schemas import subjects as S
@@ -127,7 +127,7 @@ async def test_sigkill_mid_fold_then_restart_equals_uninterrupted(tmp_path: Path
             proc.wait(20)
         assert digest_of(data / "projector.duckdb") == recovered
     finally:
-        await _close(nc)
+        await close_nats(nc)
 
 
 async def test_rebuild_from_the_log_equals_the_live_projection(stack: Stack, tmp_path: Path) -> None:

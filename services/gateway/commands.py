@@ -17,7 +17,7 @@ import msgspec
 
 from mneme.domain import decider
 from mneme.domain.state import MemoryState, evolve
-from mneme.errors import ConcurrencyConflict, MemoryNotFound
+from mneme.errors import ConcurrencyConflict, MemoryNotFound, MnemeError
 from mneme.eventlog import EventLog, WrongLastSequence
 from mneme.ids import memory_id_for, new_id
 from schemas import subjects as S
@@ -86,16 +86,22 @@ class CommandService:
                 got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
         return got.item.memory if got.item else None
 
-    async def _retrying(self, attempt: Callable[[int], Awaitable[Written]], min_seq: int) -> Written:
-        for n in range(self.max_attempts):
-            try:
-                return await attempt(min_seq)
-            except WrongLastSequence as conflict:
-                min_seq = max(min_seq, conflict.last_seq)
-                await asyncio.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
-        raise ConcurrencyConflict(
-            f"gave up after {self.max_attempts} attempts: other writers keep changing this memory; retry"
-        )
+    async def _retrying(self, attempt: Callable[[int], Awaitable[Written]], min_seq: int, request_id: str) -> Written:
+        """Run `attempt` until it is not beaten by another writer; a retryable failure names the request id."""
+        try:
+            for n in range(self.max_attempts):
+                try:
+                    return await attempt(min_seq)
+                except WrongLastSequence as conflict:
+                    min_seq = max(min_seq, conflict.last_seq)
+                    await asyncio.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
+            raise ConcurrencyConflict(
+                f"gave up after {self.max_attempts} attempts: other writers keep changing this memory; retry"
+            )
+        except MnemeError as exc:
+            if exc.retryable:
+                exc.details["request_id"] = request_id
+            raise
 
     async def create(
         self, cmd: CreateMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
@@ -130,7 +136,7 @@ class CommandService:
                 return await self._replay_of(ns, memory_id, seq)
             return Written(evolve(None, env, seq), seq, event)
 
-        return await self._retrying(attempt, min_seq)
+        return await self._retrying(attempt, min_seq, request_id)
 
     async def _replay_of(self, ns: str, memory_id: str, seq: int) -> Written:
         state = await self._load(ns, memory_id, seq)
@@ -180,7 +186,7 @@ class CommandService:
                 return await self._replay_of(ns, memory_id, seq)
             return Written(evolve(state, env, seq), seq, event)
 
-        return await self._retrying(attempt, min_seq)
+        return await self._retrying(attempt, min_seq, request_id)
 
     async def update(self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                      correlation_id: str | None = None) -> Written:  # fmt: skip

@@ -74,6 +74,10 @@ class Gateway:
             query = GetMemory(namespace=ns, now=self.now(), min_seq=min_seq, store=v.store(store), path=v.path(path),
                               include_expired=True)  # fmt: skip
             ref = f"{store}:{path}"
+        elif store is not None:
+            raise InvalidInput("path", "give path with store (or give id)")
+        elif path is not None:
+            raise InvalidInput("store", "give store with path (or give id)")
         else:
             raise InvalidInput("id", "give id, or store and path")
         got = await self.queries.ask(query)

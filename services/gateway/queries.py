@@ -33,6 +33,12 @@ class QueryClient:
         delay = 0.02
         while True:
             left = deadline - time.monotonic()
+            if not self.nc.is_connected:
+                if left <= delay:
+                    raise Unavailable("NATS is unreachable; queries cannot reach a projector") from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.25)
+                continue
             try:
                 msg = await self.nc.request(subject, data, timeout=max(left, 0.05))
                 break

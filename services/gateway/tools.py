@@ -25,7 +25,15 @@ from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, RestoreMemo
 from schemas.queries import ExpiredMemories, ListMemories, MemoryStats
 from services.gateway.gateway import Gateway
 from services.gateway.models import (
-    AddResult, DeleteResult, Memory, MemoryPage, MoveResult, PruneResult, RecentEntry, RecentResult, Stats,
+    AddResult,
+    DeleteResult,
+    Memory,
+    MemoryPage,
+    MoveResult,
+    PruneResult,
+    RecentEntry,
+    RecentResult,
+    Stats,
     UpdateResult,
 )  # fmt: skip
 
@@ -49,6 +57,15 @@ class MnemeMCPServer(MCPServer):
     """Argument validation errors become the same structured JSON as domain errors."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:  # a misspelt argument fails loudly instead of being dropped
+            known = tool.parameters.get("properties", {})
+            unknown = sorted(k for k in arguments if k not in known)
+            if unknown:
+                raise ToolError(_error_text({
+                    "code": "INVALID_INPUT", "field": unknown[0],
+                    "message": f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known))}",
+                }))  # fmt: skip
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

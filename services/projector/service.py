@@ -68,8 +68,8 @@ class Projector:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001 - shutting down; the connection may be gone
                 pass
-        for t in list(self._tasks):
-            t.cancel()
+        if self._tasks:  # queries already running on worker threads finish before the view closes
+            await asyncio.wait(set(self._tasks), timeout=self.wait_timeout + 5)
         await self.follower.stop()
 
     def _spawn(self, coro: Any) -> None:
