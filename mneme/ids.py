@@ -4,15 +4,26 @@ create names the same memory; it is shaped as a UUID v4 (random-looking, version
 from __future__ import annotations
 
 import hashlib
+import random
 import uuid
 
 
-def memory_id_for(namespace: str, request_id: str) -> str:
-    digest = bytearray(hashlib.sha256(f"mneme/memory/{namespace}/{request_id}".encode()).digest()[:16])
+def _v4_from(text: str) -> str:
+    digest = bytearray(hashlib.sha256(text.encode()).digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x40  # version 4
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
     return str(uuid.UUID(bytes=bytes(digest)))
 
 
+def memory_id_for(namespace: str, request_id: str) -> str:
+    return _v4_from(f"mneme/memory/{namespace}/{request_id}")
+
+
+def event_id_for(msg_id: str) -> str:
+    """An event's id follows from its message id, so a retried append carries the very same event."""
+    return _v4_from(f"mneme/event/{msg_id}")
+
+
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A fresh request id: random (not secret), without a system call per id."""
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))

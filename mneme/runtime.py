@@ -118,14 +118,12 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
         view = open_view(core, ps)
         stack.callback(view.close)
-        projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout)
-        await projector.start()
-        stack.push_async_callback(projector.stop)
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
-        auditor = Auditor(nc, trail, batch_max=aus.batch_max)
-        await auditor.start()
-        stack.push_async_callback(auditor.stop)
+        # one follower feeds both the projection and the audit trail: one delivery, one decode
+        projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, also=(trail,))
+        await projector.start()
+        stack.push_async_callback(projector.stop)
         await until_stopped(run_mcp(make_gateway(nc, gs), gs))
 
 

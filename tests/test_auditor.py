@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 async def _writes(stack: Stack, n: int, prefix: str) -> None:
     for i in range(n):
-        mid = (await stack.call("memory_add", content=f"{prefix} {i}", store="s", path=f"{prefix}/{i}"))["memory"]["id"]
+        mid = (await stack.call("memory_add", content=f"{prefix} {i}", store="s", path=f"{prefix}/{i}"))["id"]
         if i % 3 == 0:
             await stack.call("memory_update", id=mid, tags=["x"])
 

@@ -48,7 +48,7 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tupl
         stack = await start_stack(base / "data", server)
         seed = await stack.call("memory_add", content="seed memory", store="s", path="seed/one", tags=["t"])
         await stack.call("memory_add", content="second memory", store="s", path="seed/two")
-        yield stack, seed["memory"]["id"]
+        yield stack, seed["id"]
     finally:
         if stack is not None:
             await stack.close()
@@ -297,8 +297,8 @@ async def test_content_at_the_limit_is_accepted_and_one_over_is_not(shared: tupl
     assert str(LIMIT) in err.value.error["message"]
     assert await stack.last_seq() == before
     added = await stack.call("memory_add", content="y" * LIMIT)
-    assert added["memory"]["seq"] == before + 1 == await stack.last_seq()
-    got = await stack.call("memory_get", id=added["memory"]["id"])
+    assert added["seq"] == before + 1 == await stack.last_seq()
+    got = await stack.call("memory_get", id=added["id"])
     assert len(got["content"]) == LIMIT
 
 
@@ -312,7 +312,7 @@ async def test_a_batch_of_bad_calls_then_a_good_write_works(shared: tuple[Stack,
             await stack.call(tool, **_fill(args, seed))
     assert await stack.last_seq() == before
     added = await stack.call("memory_add", content="after the storm", store="s", path="after/storm")
-    assert added["memory"]["seq"] == before + 1
+    assert added["seq"] == before + 1
     got = await stack.call("memory_get", store="s", path="after/storm")
     assert got["content"] == "after the storm"
 
@@ -356,7 +356,7 @@ async def test_bad_calls_over_stdio_do_not_kill_mneme_serve(tmp_path: Path) -> N
                 # the process survived all of that: a write and a read-back work
                 res = await session.call_tool("memory_add", {"content": "still here", "store": "s", "path": "ok"})
                 assert not res.is_error, res.content
-                mem = res.structured_content["memory"]
+                mem = res.structured_content
                 assert mem["seq"] == 1, "the bad calls must not have written anything"
                 res = await session.call_tool("memory_get", {"store": "s", "path": "ok"})
                 assert not res.is_error, res.content

@@ -43,7 +43,7 @@ async def two_gateways(stack: Stack, es: AsyncExitStack) -> tuple[Remote, Remote
 async def test_concurrent_updates_from_two_gateways_are_all_applied_once(stack: Stack) -> None:
     async with AsyncExitStack() as es:
         a, b = await two_gateways(stack, es)
-        mid = (await a("memory_add", content="counter", store="s", path="shared/counter"))["memory"]["id"]
+        mid = (await a("memory_add", content="counter", store="s", path="shared/counter"))["id"]
 
         async def writer(gw: Remote, name: str) -> list[int]:
             versions = []
@@ -77,7 +77,7 @@ async def test_racing_for_one_store_path_exactly_one_wins(stack: Stack) -> None:
 
         async def claim(gw: Remote, path: str, who: str) -> str | None:
             try:
-                return (await gw("memory_add", content=who, store="race", path=path))["memory"]["id"]
+                return (await gw("memory_add", content=who, store="race", path=path))["id"]
             except ToolFailure as err:
                 assert err.code == "ALREADY_EXISTS", err.error
                 return None
@@ -87,8 +87,8 @@ async def test_racing_for_one_store_path_exactly_one_wins(stack: Stack) -> None:
             wins = await asyncio.gather(claim(a, path, "a"), claim(b, path, "b"))
             assert sum(w is not None for w in wins) == 1, (path, wins)
         # moves race for a destination too
-        x = (await a("memory_add", content="x", store="race", path="move/x"))["memory"]["id"]
-        y = (await b("memory_add", content="y", store="race", path="move/y"))["memory"]["id"]
+        x = (await a("memory_add", content="x", store="race", path="move/x"))["id"]
+        y = (await b("memory_add", content="y", store="race", path="move/y"))["id"]
 
         async def move(gw: Remote, mid: str) -> bool:
             try:
@@ -112,15 +112,15 @@ async def test_same_request_id_creates_one_memory(stack: Stack) -> None:
     first = await stack.call("memory_add", content="once", request_id="req-1", store="s", path="a/once")
     before = await stack.last_seq()
     again = await stack.call("memory_add", content="once", request_id="req-1", store="s", path="a/once")
-    assert again["memory"]["id"] == first["memory"]["id"] and again["duplicate"] and not first["duplicate"]
+    assert again["id"] == first["id"] and again["duplicate"] and not first["duplicate"]
     assert await stack.last_seq() == before
     plain1 = await stack.call("memory_add", content="no path", request_id="req-2")
     plain2 = await stack.call("memory_add", content="no path", request_id="req-2")
-    assert plain1["memory"]["id"] == plain2["memory"]["id"] and plain2["duplicate"]
+    assert plain1["id"] == plain2["id"] and plain2["duplicate"]
     assert (await stack.call("memory_list"))["total"] == 2
 
-    up1 = await stack.call("memory_update", id=plain1["memory"]["id"], content="v2", request_id="req-3")
-    up2 = await stack.call("memory_update", id=plain1["memory"]["id"], content="v2", request_id="req-3")
+    up1 = await stack.call("memory_update", id=plain1["id"], content="v2", request_id="req-3")
+    up2 = await stack.call("memory_update", id=plain1["id"], content="v2", request_id="req-3")
     assert up1["memory"]["version"] == up2["memory"]["version"] == 2
 
 
@@ -133,7 +133,7 @@ async def test_retry_through_another_gateway_is_one_event(stack: Stack) -> None:
             res = await asyncio.gather(
                 a("memory_add", content=f"r{i}", request_id=rid), b("memory_add", content=f"r{i}", request_id=rid)
             )
-            assert res[0]["memory"]["id"] == res[1]["memory"]["id"]
+            assert res[0]["id"] == res[1]["id"]
             assert sorted([res[0]["duplicate"], res[1]["duplicate"]]) == [False, True]
     await stack.projector.follower.wait_for(await stack.last_seq(), 10)
     assert (await stack.call("memory_list", limit=100))["total"] == 10

@@ -51,12 +51,14 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         future = (datetime.now(timezone.utc) + timedelta(days=30)).isoformat()
         a = (await call("memory_add", content="Alice is vegetarian", store="fam", path="diet/alice", kind="fact",
                         category="diet", subject="  Alice ", tags=["Food", "family", "food"], importance=0.9,
-                        citations=["chat:2026-11-01"], metadata={"src": "chat"}, expires_at=future))["memory"]  # fmt: skip
-        assert a["tags"] == ["food", "family"] and a["subject"] == "Alice" and a["version"] == 1
+                        citations=["chat:2026-11-01"], metadata={"src": "chat"}, expires_at=future))  # fmt: skip
+        assert a["version"] == 1 and a["path"] == "diet/alice" and a["store"] == "fam"
+        stored = await call("memory_get", id=a["id"])
+        assert stored["tags"] == ["food", "family"] and stored["subject"] == "Alice" and stored["version"] == 1
         b = (await call("memory_add", content="Bob avoids peanuts", store="fam", path="diet/bob", kind="fact",
-                        tags=["food", "allergy"], importance=0.3))["memory"]  # fmt: skip
-        c = (await call("memory_add", content="Project uses pytest", kind="preference", tags=["python"]))["memory"]
-        assert c["store"] is None and c["citations"] == []
+                        tags=["food", "allergy"], importance=0.3))  # fmt: skip
+        c = (await call("memory_add", content="Project uses pytest", kind="preference", tags=["python"]))
+        assert c["store"] is None and (await call("memory_get", id=c["id"]))["citations"] == []
 
         got = await call("memory_get", store="fam", path="diet/alice")
         assert got["id"] == a["id"] and got["citations"] == ["chat:2026-11-01"] and got["metadata"] == {"src": "chat"}
@@ -101,7 +103,7 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
 
         # expiry: hidden unless asked; prune counts
         past = (datetime.now(timezone.utc) - timedelta(minutes=1)).isoformat()
-        e = (await call("memory_add", content="old promo code", store="fam", path="tmp/promo", expires_at=past))["memory"]
+        e = (await call("memory_add", content="old promo code", store="fam", path="tmp/promo", expires_at=past))
         assert (await call.fails("memory_get", id=e["id"])).code == "MEMORY_NOT_FOUND"
         assert (await call("memory_get", id=e["id"], include_expired=True))["expired"] is True
         assert (await call("memory_list", store="fam"))["total"] == 2
@@ -119,7 +121,7 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert (await call("memory_restore", id=b["id"]))["status"] == "active"
         await call("memory_delete", store="fam", path="diet/bob", permanent=True)
         assert (await call.fails("memory_get", id=b["id"])).code == "MEMORY_NOT_FOUND"
-        again = (await call("memory_add", content="Bob is fine with peanuts now", store="fam", path="diet/bob"))["memory"]
+        again = (await call("memory_add", content="Bob is fine with peanuts now", store="fam", path="diet/bob"))
         assert again["id"] != b["id"]
 
         st = await call("memory_stats")
@@ -136,7 +138,7 @@ async def test_read_your_writes_200_times(tmp_path: Path) -> None:
         await cs.initialize()
         call = Session(cs)
         for i in range(200):
-            added = (await call("memory_add", content=f"fact number {i}"))["memory"]
+            added = (await call("memory_add", content=f"fact number {i}"))
             got = await call("memory_get", id=added["id"])
             assert got["content"] == f"fact number {i}"
             if i % 20 == 0:
@@ -149,12 +151,15 @@ async def test_restart_finds_every_memory_and_leaves_no_orphan(tmp_path: Path) -
     async with stdio_client(serve_params(data)) as (r, w), ClientSession(r, w) as cs:
         await cs.initialize()
         call = Session(cs)
-        ids = [(await call("memory_add", content=f"m{i}", store="s", path=f"c/m{i}"))["memory"]["id"] for i in range(20)]
+        ids = [(await call("memory_add", content=f"m{i}", store="s", path=f"c/m{i}"))["id"] for i in range(20)]
         await call("memory_update", id=ids[0], content="m0 changed")
         pid = nats_pid(data)
         assert is_alive(pid)
     # the client closed stdin: the server and its nats-server child are gone
     assert wait_dead(pid), "nats-server outlived mneme serve"
+    # the audit trail that `mneme serve` keeps holds every event (20 adds, 1 update), chained
+    out = subprocess.run([MNEME, "audit", "verify", "--data-dir", str(data)], capture_output=True, timeout=60)
+    assert json.loads(out.stdout.splitlines()[-1]) == {"records": 21, "ok": True, "first_broken_seq": None}
     async with stdio_client(serve_params(data)) as (r, w), ClientSession(r, w) as cs:
         await cs.initialize()
         call = Session(cs)
@@ -190,7 +195,7 @@ def _add(proc: subprocess.Popen[bytes], n: int) -> str:
     reply = _rpc(proc, {"jsonrpc": "2.0", "id": n, "method": "tools/call",
                         "params": {"name": "memory_add", "arguments": {"content": f"acked {n}"}}})  # fmt: skip
     assert reply and not reply["result"].get("isError"), reply
-    return reply["result"]["structuredContent"]["memory"]["id"]
+    return reply["result"]["structuredContent"]["id"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])

@@ -40,7 +40,7 @@ async def test_tools_over_streamable_http_and_clean_stop(tmp_path: Path) -> None
             names = {t.name for t in (await client.list_tools()).tools}
             assert "memory_add" in names and "memory_stats" in names
             for i in range(20):  # read-your-writes over HTTP, request by request
-                added = result_of(await client.call_tool("memory_add", {"content": f"over http {i}"}))["memory"]
+                added = result_of(await client.call_tool("memory_add", {"content": f"over http {i}"}))
                 got = result_of(await client.call_tool("memory_get", {"id": added["id"]}))
                 assert got["content"] == f"over http {i}"
             with pytest.raises(ToolFailure) as err:

@@ -73,7 +73,7 @@ async def test_round_trip_against_the_official_nats_image(tmp_path: Path) -> Non
         stack = await start_stack(tmp_path / "data", broker)  # type: ignore[arg-type]
         try:
             added = await stack.call("memory_add", content="stored in a container", store="s", path="box/one")
-            mem = added["memory"]
+            mem = added
             assert mem["version"] == 1 and mem["seq"] == await stack.last_seq() == 1
             got = await stack.call("memory_get", store="s", path="box/one")
             assert got["id"] == mem["id"] and got["content"] == "stored in a container"

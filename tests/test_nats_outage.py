@@ -74,7 +74,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
     stack = await start_stack(tmp_path / "data", nats_server)
     try:
         before = await stack.call("memory_add", content="written before the outage", store="s", path="pre/one")
-        pre = before["memory"]
+        pre = before
         assert pre["seq"] == 1
 
         # -- NATS goes away ------------------------------------------------------------------------
@@ -125,7 +125,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         # may wait for the projector (PROJECTION_LAG is a clear, retryable answer), but it must
         # never claim the memory we were just told was written does not exist.
         added = (await _until_ok(stack, deadline, "memory_add", content="written after", store="s",
-                                 path="post/one"))["memory"]  # fmt: skip
+                                 path="post/one"))  # fmt: skip
         assert added["seq"] > pre["seq"]
         assert added["seq"] <= await stack.last_seq()
         read_deadline = time.monotonic() + RECOVER_WITHIN
@@ -144,8 +144,10 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
             f"{[q.min_seq for q in reads]}"
         )
 
-        # the projector has applied the new event (its checkpoint moved past it)
+        # the projector has staged the new event (point reads see it) and commits it with its
+        # checkpoint when asked (or after its linger)
         assert stack.projector.applied >= added["seq"]
+        assert await stack.projector.follower.wait_for(added["seq"], 5, committed=True)
         assert stack.view.checkpoint >= added["seq"]
 
         # the write that failed during the outage is retried with the same request id: it takes

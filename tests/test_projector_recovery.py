@@ -134,7 +134,7 @@ async def test_rebuild_from_the_log_equals_the_live_projection(stack: Stack, tmp
     ids = []
     for i in range(30):
         ids.append((await stack.call("memory_add", content=f"fact {i}", store="s", path=f"c{i % 3}/m{i}",
-                                     tags=[f"t{i % 4}"], metadata={"i": i}))["memory"]["id"])  # fmt: skip
+                                     tags=[f"t{i % 4}"], metadata={"i": i}))["id"])  # fmt: skip
     for mid in ids[:10]:
         await stack.call("memory_update", id=mid, content="changed", citations=["x:1"])
     await stack.call("memory_move", id=ids[10], to_path="moved/m10")

@@ -9,9 +9,9 @@ from services.auditor.trail import Trail
 
 
 class Auditor:
-    def __init__(self, nc: NATS, trail: Trail, *, batch_max: int = 5000):
+    def __init__(self, nc: NATS, trail: Trail, *, batch_max: int = 5000, linger: float = 0.5):
         self.trail = trail
-        self.follower = LogFollower(nc.jetstream(), trail.apply, start_after=trail.checkpoint, batch_max=batch_max)
+        self.follower = LogFollower(nc.jetstream(), trail, batch_max=batch_max, linger=linger)
 
     @property
     def applied(self) -> int:

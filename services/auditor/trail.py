@@ -1,8 +1,10 @@
 """The compliance trail: one record per logged event, hash-chained, in its own DuckDB file.
 
 Each record holds the SHA-256 of the previous record, so changing or removing one
-breaks the chain at that point. The checkpoint is written in the same transaction
-as the records (no gap, no duplicate across restarts).
+breaks the chain at that point. Records are chained in memory (`stage`) and written
+with the checkpoint in one transaction (`commit`): no gap, no duplicate across
+restarts. Nobody reads the trail for read-your-writes, so the auditor lingers longer
+before committing than the projector does.
 """
 
 from __future__ import annotations
@@ -41,39 +43,55 @@ class Trail:
         self.checkpoint: int = row[0] if row else 0
         last = self.con.execute("SELECT hash FROM audit_trail ORDER BY seq DESC LIMIT 1").fetchone()
         self.last_hash: str = last[0] if last else GENESIS
+        self.staged, self._staged_hash = self.checkpoint, self.last_hash
+        self._rows: list[tuple[Any, ...]] = []
 
     def close(self) -> None:
         self.con.close()
 
-    def apply(self, batch: list[Positioned]) -> int:
-        batch = [p for p in batch if p.seq > self.checkpoint]
-        if not batch:
-            return self.checkpoint
-        rows = []
-        prev = self.last_hash
+    def stage_reads_disk(self, batch: list[Positioned]) -> bool:
+        return False
+
+    def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
+        """Chain the records in memory; `commit` writes them."""
+        prev = self._staged_hash
         for p in batch:
+            if p.seq <= self.staged:
+                continue
             e = p.envelope
             fields = (p.seq, p.recorded_at, e.event_id, type(e.event).__struct_config__.tag, e.namespace,
                       e.aggregate_id, e.actor.agent_id, e.actor.role, e.request_id, e.occurred_at)  # fmt: skip
             h = record_hash(prev, fields)
-            rows.append((*fields, prev, h))
+            self._rows.append((*fields, prev, h))
             prev = h
+            self.staged = p.seq
+        self._staged_hash = prev
+        self.staged = max(self.staged, upto or 0)
+
+    def commit(self) -> int:
+        if self.staged == self.checkpoint:
+            return self.checkpoint
         c = self.con
         c.execute("BEGIN TRANSACTION")
         try:
-            ap = c.appender("audit_trail")
-            ap.append_rows(rows)
-            ap.flush()
+            if self._rows:
+                ap = c.appender("audit_trail")
+                ap.append_rows(self._rows)
+                ap.flush()
             c.execute(
                 "INSERT INTO checkpoints VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
-                [CHECKPOINT, batch[-1].seq],
+                [CHECKPOINT, self.staged],
             )
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
             raise
-        self.checkpoint, self.last_hash = batch[-1].seq, prev
+        self.checkpoint, self.last_hash, self._rows = self.staged, self._staged_hash, []
         return self.checkpoint
+
+    def apply(self, batch: list[Positioned]) -> int:
+        self.stage(batch)
+        return self.commit()
 
     def verify(self) -> tuple[int, int | None]:
         """Walk the chain. Returns (records checked, sequence of the first broken record or None)."""

@@ -19,7 +19,7 @@ from mneme.domain import decider
 from mneme.domain.state import MemoryState, evolve
 from mneme.errors import ConcurrencyConflict, MemoryNotFound, MnemeError
 from mneme.eventlog import EventLog, WrongLastSequence
-from mneme.ids import memory_id_for, new_id
+from mneme.ids import event_id_for, memory_id_for
 from schemas import subjects as S
 from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, RestoreMemory, UpdateMemory
 from schemas.events import Actor, AnyEvent, Envelope, encode_envelope
@@ -65,7 +65,7 @@ class CommandService:
 
     def _envelope(self, ns: str, event: AnyEvent, actor: Actor, request_id: str, correlation_id: str | None) -> Envelope:
         return Envelope(
-            event_id=new_id(),
+            event_id=event_id_for(f"{request_id}:{event.memory_id}:{event.version}"),
             schema_version=type(event).SCHEMA_VERSION,
             namespace=ns,
             aggregate_id=event.memory_id,

@@ -53,8 +53,21 @@ class Memory(BaseModel):
 
 
 class AddResult(BaseModel):
-    memory: Memory
+    """A receipt, not an echo: the content the agent just sent is not sent back (tokens, speed)."""
+
+    id: str
+    namespace: str
+    store: str | None = None
+    path: str | None = None
+    version: int
+    seq: int = Field(description="Log position of this version (stream sequence).")
+    created_at: datetime
     duplicate: bool = Field(description="True when this request_id had already created the memory (a retry).")
+
+    @classmethod
+    def of(cls, s: MemoryState, duplicate: bool) -> AddResult:
+        return cls(id=s.id, namespace=s.namespace, store=s.store, path=s.path, version=s.version, seq=s.last_seq,
+                   created_at=s.created_at, duplicate=duplicate)  # fmt: skip
 
 
 class UpdateResult(BaseModel):

@@ -123,7 +123,8 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
         request_id: RequestId = None,
     ) -> AddResult:
         """Add a memory. With store + path it is addressable by path (categories are created as needed;
-        an occupied path is an ALREADY_EXISTS error). Returns the stored memory with its version and log position."""
+        an occupied path is an ALREADY_EXISTS error). Returns a receipt: id, version and log position (read the
+        memory back with memory_get)."""
 
         async def go() -> AddResult:
             cmd = CreateMemory(
@@ -136,7 +137,7 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
                                          min_seq=await gw.min_seq())  # fmt: skip
             gw.noted(w.seq)
             assert w.memory is not None
-            return AddResult(memory=Memory.of(w.memory, gw.now()), duplicate=w.duplicate)
+            return AddResult.of(w.memory, w.duplicate)
 
         return await run(ctx, go)
 

@@ -1,4 +1,5 @@
-"""Answers to the memory queries, read from the DuckDB view (invariant 2: queries read projections)."""
+"""Answers to the memory queries, from the projection (invariant 2): point reads from staged state
+and DuckDB, everything else from DuckDB's committed rows."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import duckdb
 
+from mneme.domain.state import MemoryState
 from schemas.queries import (
     ExpiredMemories,
     GetMemory,
@@ -18,7 +20,7 @@ from schemas.queries import (
     PathOwnerResult,
     StatsResult,
 )
-from services.projector.memories_view import STATE_COLUMNS, row_state
+from services.projector.memories_view import STATE_COLUMNS, MemoriesView, row_state
 
 _SELECT = (
     f"SELECT {', '.join('m.' + c.strip() for c in STATE_COLUMNS.split(','))}, a.accessed_at, "
@@ -37,7 +39,30 @@ def _row(r: tuple[Any, ...]) -> MemoryRow:
     return MemoryRow(memory=row_state(r[:23]), accessed_at=r[23], access_count=r[24])
 
 
-def get(cur: duckdb.DuckDBPyConnection, q: GetMemory) -> GetResult:
+def _access(cur: duckdb.DuckDBPyConnection, memory_id: str) -> tuple[Any, int]:
+    r = cur.execute("SELECT accessed_at, access_count FROM access_stats WHERE id = ?", [memory_id]).fetchone()
+    return (r[0], r[1]) if r else (None, 0)
+
+
+def _visible(s: MemoryState | None, q: GetMemory) -> bool:
+    return s is not None and s.namespace == q.namespace and (q.include_expired or not s.is_expired(q.now))
+
+
+def get(view: MemoriesView, q: GetMemory) -> GetResult:
+    """Staged state first (read-your-writes without waiting for a commit), then DuckDB."""
+    cur = view.reader()
+    if q.memory_id is not None:
+        hit, state = view.staged_state(q.memory_id)
+    else:
+        assert q.store is not None and q.path is not None
+        staged_id = view.staged_path(q.namespace, q.store, q.path)
+        hit, state = view.staged_state(staged_id) if staged_id else (False, None)
+    if hit:
+        if not _visible(state, q):
+            return GetResult(item=None)
+        assert state is not None
+        accessed_at, count = _access(cur, state.id)
+        return GetResult(item=MemoryRow(memory=state, accessed_at=accessed_at, access_count=count))
     where = ["m.namespace = ?"]
     args: list[Any] = [q.namespace]
     if q.memory_id is not None:
@@ -50,7 +75,9 @@ def get(cur: duckdb.DuckDBPyConnection, q: GetMemory) -> GetResult:
         where.append("(m.expires_at IS NULL OR m.expires_at > ?)")
         args.append(q.now)
     r = cur.execute(f"{_SELECT} WHERE {' AND '.join(where)}", args).fetchone()
-    return GetResult(item=_row(r) if r else None)
+    if r is None or (q.memory_id is None and view.staged_state(r[0])[0]):
+        return GetResult(item=None)  # (by path) the committed holder has since moved away or gone
+    return GetResult(item=_row(r))
 
 
 def _filters(q: ListMemories) -> tuple[list[str], list[Any]]:
@@ -91,7 +118,8 @@ def _filters(q: ListMemories) -> tuple[list[str], list[Any]]:
     return where, args
 
 
-def list_(cur: duckdb.DuckDBPyConnection, q: ListMemories) -> ListResult:
+def list_(view: MemoriesView, q: ListMemories) -> ListResult:
+    cur = view.reader()
     where, args = _filters(q)
     order = f"{_SORT[q.sort_by]} {q.sort_order.upper()} NULLS LAST, m.id"
     sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
@@ -106,7 +134,8 @@ def list_(cur: duckdb.DuckDBPyConnection, q: ListMemories) -> ListResult:
     return ListResult(items=[_row(r) for r in rows], total=total)
 
 
-def expired(cur: duckdb.DuckDBPyConnection, q: ExpiredMemories) -> ListResult:
+def expired(view: MemoriesView, q: ExpiredMemories) -> ListResult:
+    cur = view.reader()
     where = ["m.namespace = ?", "m.expires_at IS NOT NULL", "m.expires_at <= ?"]
     args: list[Any] = [q.namespace, q.now]
     if q.store is not None:
@@ -116,13 +145,16 @@ def expired(cur: duckdb.DuckDBPyConnection, q: ExpiredMemories) -> ListResult:
     return ListResult(items=[_row(r) for r in rows], total=len(rows))
 
 
-def path_owner(cur: duckdb.DuckDBPyConnection, q: PathOwner) -> PathOwnerResult:
-    r = cur.execute(
+def path_owner(view: MemoriesView, q: PathOwner) -> PathOwnerResult:
+    r = view.reader().execute(
         "SELECT (SELECT id FROM memories WHERE namespace = ? AND store = ? AND path = ?), "
         "(SELECT last_seq FROM stores WHERE namespace = ? AND name = ?)",
         [q.namespace, q.store, q.path, q.namespace, q.store],
     ).fetchone()
-    return PathOwnerResult(memory_id=r[0], store_seq=r[1] or 0)
+    owner = view.staged_path(q.namespace, q.store, q.path)
+    if owner is None and r[0] is not None and not view.staged_state(r[0])[0]:
+        owner = r[0]  # the committed holder, unless it moved away or went since the commit
+    return PathOwnerResult(memory_id=owner, store_seq=max(r[1] or 0, view.staged_store_seq(q.namespace, q.store)))
 
 
 def _counts(cur: duckdb.DuckDBPyConnection, expr: str, scope: str, args: list[Any]) -> dict[str, int]:
@@ -133,7 +165,8 @@ def _counts(cur: duckdb.DuckDBPyConnection, expr: str, scope: str, args: list[An
     return {str(k) if k is not None else "(none)": n for k, n in rows}
 
 
-def stats(cur: duckdb.DuckDBPyConnection, q: MemoryStats) -> StatsResult:
+def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
+    cur = view.reader()
     scope = "m.namespace = ?" + (" AND m.store = ?" if q.store is not None else "")
     args: list[Any] = [q.namespace] + ([q.store] if q.store is not None else [])
     total, active, archived, expired_n, oldest, newest, size = cur.execute(
@@ -175,6 +208,9 @@ def stats(cur: duckdb.DuckDBPyConnection, q: MemoryStats) -> StatsResult:
         content_bytes=int(size),
     )
 
+
+# Answered from staged state: they do not wait for a commit.
+STAGED_READS = frozenset({GetMemory, PathOwner})
 
 HANDLERS = {
     GetMemory: get,

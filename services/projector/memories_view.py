@@ -1,14 +1,19 @@
 """The memories read model in DuckDB: current rows, every version, stores and categories.
 
-`apply` folds a batch of events and the checkpoint in ONE transaction (invariant 5):
-a crash anywhere leaves either the whole batch with its checkpoint, or neither.
-Rows are written in bulk through DuckDB's appender (row-by-row inserts cost ~1 ms each).
+Two steps (see mneme/follow.py). `stage` folds events into an overlay: the states of
+the memories touched since the last commit, indexed by id and by path, so point
+reads (read-your-writes) never wait for DuckDB. `commit` writes the overlay, the
+versions and the checkpoint in ONE transaction (invariant 5): a crash anywhere
+leaves either the whole batch with its checkpoint, or neither, and the overlay is
+re-staged from the log. Rows are written in bulk through DuckDB's appender
+(row-by-row inserts cost ~1 ms each).
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -91,6 +96,18 @@ def row_state(r: tuple[Any, ...]) -> MemoryState:
     )  # fmt: skip
 
 
+@dataclass
+class _Staged:
+    """What the commit will write: everything folded since the last one."""
+
+    states: dict[str, MemoryState | None] = field(default_factory=dict)  # None: deleted
+    in_db: set[str] = field(default_factory=set)  # ids that have a committed row to replace
+    paths: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, store, path) -> id, staged
+    versions: list[tuple[Any, ...]] = field(default_factory=list)
+    store_seq: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # first, last
+    categories: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+
 class MemoriesView:
     def __init__(self, path: str):
         self.path = path
@@ -99,8 +116,13 @@ class MemoriesView:
         self._write = self.con.cursor()
         self._write.execute("SET TimeZone = 'UTC'")
         self._local = threading.local()
+        self._lock = threading.Lock()
         row = self.con.execute("SELECT seq FROM checkpoints WHERE name = ?", [CHECKPOINT]).fetchone()
+        if row is None:
+            self.con.execute("INSERT INTO checkpoints VALUES (?, 0)", [CHECKPOINT])
         self.checkpoint: int = row[0] if row else 0
+        self.staged: int = self.checkpoint
+        self._st = _Staged()
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for the calling thread: readers run beside the writer (MVCC)."""
@@ -114,6 +136,23 @@ class MemoriesView:
     def close(self) -> None:
         self.con.close()
 
+    # -- staged state, for point reads -------------------------------------------------
+    def staged_state(self, memory_id: str) -> tuple[bool, MemoryState | None]:
+        """(True, state or None if deleted) when the memory changed since the last commit."""
+        with self._lock:
+            if memory_id in self._st.states:
+                return True, self._st.states[memory_id]
+        return False, None
+
+    def staged_path(self, namespace: str, store: str, path: str) -> str | None:
+        with self._lock:
+            return self._st.paths.get((namespace, store, path))
+
+    def staged_store_seq(self, namespace: str, store: str) -> int:
+        with self._lock:
+            return self._st.store_seq.get((namespace, store), (0, 0))[1]
+
+    # -- folding ------------------------------------------------------------------------
     def _load(self, ids: set[str]) -> dict[str, MemoryState]:
         if not ids:
             return {}
@@ -122,78 +161,96 @@ class MemoriesView:
         ).fetchall()
         return {r[0]: row_state(r) for r in rows}
 
-    def apply(self, batch: list[Positioned]) -> int:
-        """Fold a batch (in log order). Returns the new checkpoint. Positions already seen are skipped."""
-        batch = [p for p in batch if p.seq > self.checkpoint]
-        if not batch:
-            return self.checkpoint
-        states = self._load({p.envelope.aggregate_id for p in batch})
-        touched: set[str] = set(states)
-        versions: list[tuple[Any, ...]] = []
-        store_seq: dict[tuple[str, str], tuple[int, int]] = {}
-        categories: dict[tuple[str, str, str], int] = {}
-        for p in batch:
-            env = p.envelope
-            prev = states.get(env.aggregate_id)
-            new = evolve(prev, env, p.seq)
-            shown = new or prev
-            if shown is None:
-                continue  # an event about a memory this log never created: nothing to fold
-            touched.add(env.aggregate_id)
-            if new is None:
-                states.pop(env.aggregate_id, None)
-            else:
-                states[env.aggregate_id] = new
-            r = state_row(shown)
-            versions.append(
-                (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
-                 env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22])
-            )  # fmt: skip
-            if shown.store is not None:
-                key = (shown.namespace, shown.store)
-                first = store_seq.get(key, (p.seq, p.seq))[0]
-                store_seq[key] = (first, p.seq)
-                if new is not None and new.path:
-                    for c in categories_of(new.path):
-                        categories.setdefault((new.namespace, new.store, c), p.seq)  # type: ignore[arg-type]
+    def _to_load(self, batch: list[Positioned]) -> set[str]:
+        # a create names a new id (appended with expected subject sequence 0): nothing to load
+        return {p.envelope.aggregate_id for p in batch if p.envelope.event.version > 1} - self._st.states.keys()
+
+    def stage_reads_disk(self, batch: list[Positioned]) -> bool:
+        return bool(self._to_load(batch))
+
+    def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
+        """Fold a batch (in log order) into the overlay. Positions already staged are skipped."""
+        batch = [p for p in batch if p.seq > self.staged]
+        st = self._st
+        loaded = self._load(self._to_load(batch))
+        with self._lock:
+            st.in_db.update(loaded)
+            for p in batch:
+                env = p.envelope
+                mid = env.aggregate_id
+                prev = st.states[mid] if mid in st.states else loaded.get(mid)
+                new = evolve(prev, env, p.seq)
+                shown = new or prev
+                if shown is None:
+                    continue  # an event about a memory this log never created: nothing to fold
+                if prev is not None and prev.store is not None and prev.path is not None:
+                    key = (prev.namespace, prev.store, prev.path)
+                    if st.paths.get(key) == mid:  # it leaves its staged path (a committed one is
+                        del st.paths[key]  # recognised by readers: its id is in `states`)
+                st.states[mid] = new
+                if new is not None and new.store is not None and new.path is not None:
+                    st.paths[(new.namespace, new.store, new.path)] = mid
+                r = state_row(shown)
+                st.versions.append(
+                    (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
+                     env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22])
+                )  # fmt: skip
+                if shown.store is not None:
+                    key2 = (shown.namespace, shown.store)
+                    st.store_seq[key2] = (st.store_seq.get(key2, (p.seq, p.seq))[0], p.seq)
+                    if new is not None and new.path:
+                        for c in categories_of(new.path):
+                            st.categories.setdefault((new.namespace, new.store, c), p.seq)  # type: ignore[arg-type]
+            self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
+
+    def commit(self) -> int:
+        """Write everything staged and the checkpoint in one transaction. Returns the checkpoint."""
+        st, last = self._st, self.staged
+        if last == self.checkpoint:
+            return last
         w = self._write
-        last = batch[-1].seq
         w.execute("BEGIN TRANSACTION")
         try:
-            if touched:
-                w.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [list(touched)])
-            live = [state_row(states[i]) for i in touched if i in states]
+            replace = [i for i in st.states if i in st.in_db]
+            if replace:
+                w.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [replace])
+            live = [state_row(s) for s in st.states.values() if s is not None]
             if live:
                 ap = w.appender("memories")
                 ap.append_rows(live)
                 ap.flush()
-            if versions:
+            if st.versions:
                 ap = w.appender("memory_versions")
-                ap.append_rows(versions)
+                ap.append_rows(st.versions)
                 ap.flush()
-            if store_seq:
-                ks = list(store_seq)
+            if st.store_seq:
+                ks = list(st.store_seq)
                 w.execute(
                     "INSERT INTO stores SELECT unnest(?), unnest(?), unnest(?), unnest(?) "
                     "ON CONFLICT (namespace, name) DO UPDATE SET last_seq = greatest(stores.last_seq, excluded.last_seq)",
-                    [[k[0] for k in ks], [k[1] for k in ks], [store_seq[k][0] for k in ks], [store_seq[k][1] for k in ks]],
-                )
-            if categories:
-                ks3 = list(categories)
+                    [[k[0] for k in ks], [k[1] for k in ks], [st.store_seq[k][0] for k in ks],
+                     [st.store_seq[k][1] for k in ks]],
+                )  # fmt: skip
+            if st.categories:
+                ks3 = list(st.categories)
                 w.execute(
                     "INSERT INTO categories SELECT unnest(?), unnest(?), unnest(?), unnest(?) ON CONFLICT DO NOTHING",
-                    [[k[0] for k in ks3], [k[1] for k in ks3], [k[2] for k in ks3], [categories[k] for k in ks3]],
+                    [[k[0] for k in ks3], [k[1] for k in ks3], [k[2] for k in ks3], [st.categories[k] for k in ks3]],
                 )
-            w.execute(
-                "INSERT INTO checkpoints VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
-                [CHECKPOINT, last],
-            )
+            w.execute("UPDATE checkpoints SET seq = ? WHERE name = ?", [last, CHECKPOINT])
             w.execute("COMMIT")
         except BaseException:
             w.execute("ROLLBACK")
             raise
-        self.checkpoint = last
+        with self._lock:  # readers now find these rows in DuckDB
+            self._st = _Staged()
+            self.checkpoint = last
         return last
+
+    def apply(self, batch: list[Positioned]) -> int:
+        """Stage and commit in one go (tools and tests)."""
+        self.stage(batch)
+        return self.commit()
 
     def canonical_digest(self) -> dict[str, str]:
         """SHA-256 of each table's full contents in key order: equal digests, equal tables."""

@@ -23,22 +23,33 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from mneme.errors import MnemeError, ProjectionLag
-from mneme.follow import LogFollower
+from mneme.follow import FanOut, LogFollower, Sink
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, Reply, encoder
-from services.projector.memories_queries import HANDLERS
+from services.projector.memories_queries import HANDLERS, STAGED_READS
 from services.projector.memories_view import MemoriesView
 
 log = logging.getLogger("mneme.projector")
 
 
 class Projector:
-    def __init__(self, nc: NATS, view: MemoriesView, *, batch_max: int = 5000, wait_timeout: float = 5.0):
+    def __init__(
+        self,
+        nc: NATS,
+        view: MemoriesView,
+        *,
+        batch_max: int = 5000,
+        wait_timeout: float = 5.0,
+        linger: float = 0.1,
+        also: tuple[Sink, ...] = (),
+    ):
+        """`also`: more sinks fed by the same follower (in `mneme serve`, the audit trail)."""
         self.nc = nc
         self.js = nc.jetstream()
         self.view = view
         self.wait_timeout = wait_timeout
-        self.follower = LogFollower(self.js, view.apply, start_after=view.checkpoint, batch_max=batch_max)
+        sink: Sink = FanOut(view, *also) if also else view
+        self.follower = LogFollower(self.js, sink, batch_max=batch_max, linger=linger)
         self.serving = asyncio.Event()
         self._subs: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -84,7 +95,9 @@ class Projector:
         op = msg.subject[len(S.QUERY_PREFIX) + 1 :]
         try:
             query = self._decoders[op].decode(msg.data)
-            if not await self.follower.wait_for(query.min_seq, self.wait_timeout):
+            # point reads are answered from staged state; the rest need committed rows
+            committed = type(query) not in STAGED_READS
+            if not await self.follower.wait_for(query.min_seq, self.wait_timeout, committed=committed):
                 raise ProjectionLag(
                     f"the projection has applied sequence {self.applied}, not yet {query.min_seq}; retry shortly",
                     details={"applied_seq": self.applied, "min_seq": query.min_seq},
@@ -104,7 +117,7 @@ class Projector:
             log.debug("could not reply to %s", op)
 
     def run_query(self, query: Any) -> Any:
-        return HANDLERS[type(query)](self.view.reader(), query)
+        return HANDLERS[type(query)](self.view, query)
 
 
 async def catch_up(projector: Projector, *, progress: Callable[[int, int, float], None] | None = None) -> int:

