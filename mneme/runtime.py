@@ -121,7 +121,8 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
         # one follower feeds both the projection and the audit trail: one delivery, one decode
-        projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, also=(trail,))
+        projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
+                              also=(trail,))
         await projector.start()
         stack.push_async_callback(projector.stop)
         await until_stopped(run_mcp(make_gateway(nc, gs), gs))
@@ -140,7 +141,7 @@ async def projector(
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
         view = open_view(core, ps, fresh=rebuild)
         stack.callback(view.close)
-        proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout)
+        proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger)
         await proj.start()
         stack.push_async_callback(proj.stop)
         await until_stopped(_forever())
@@ -151,7 +152,7 @@ async def auditor(core: CoreSettings, aus: AuditorSettings) -> None:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-auditor", stack_embedded=False))
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
-        aud = Auditor(nc, trail, batch_max=aus.batch_max)
+        aud = Auditor(nc, trail, batch_max=aus.batch_max, linger=aus.linger)
         await aud.start()
         stack.push_async_callback(aud.stop)
         await until_stopped(_forever())

@@ -47,6 +47,7 @@ class ProjectorSettings(BaseSettings):
 
     batch_max: int = Field(5000, ge=1, description="Most events folded in one DuckDB transaction.")
     wait_timeout: float = Field(5.0, gt=0, description="Seconds a query waits for its min_seq before PROJECTION_LAG.")
+    linger: float = Field(0.1, ge=0, le=10, description="Seconds staged events may wait before a DuckDB commit.")
     db_name: str = "projector.duckdb"
 
 
@@ -54,4 +55,5 @@ class AuditorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEME_AUDITOR_", extra="ignore")
 
     batch_max: int = Field(5000, ge=1)
+    linger: float = Field(0.5, ge=0, le=60, description="Seconds staged records may wait before a commit.")
     db_name: str = "audit.duckdb"

@@ -31,6 +31,7 @@ class QueryClient:
         data = encoder.encode(query)
         deadline = time.monotonic() + self.timeout
         delay = 0.02
+        no_projector = False  # seen "no responders": nobody serves queries (yet), which is not lag
         while True:
             left = deadline - time.monotonic()
             if not self.nc.is_connected:
@@ -43,9 +44,12 @@ class QueryClient:
                 msg = await self.nc.request(subject, data, timeout=max(left, 0.05))
                 break
             except nats.errors.NoRespondersError:
+                no_projector = True
                 if left <= delay:
                     raise Unavailable("no projector is serving queries yet; retry shortly") from None
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                if no_projector:
+                    raise Unavailable("no projector is serving queries yet; retry shortly") from None
                 raise ProjectionLag(f"no projector answered {op} within {self.timeout:.0f} s") from None
             except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError,
                     nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError):  # fmt: skip
