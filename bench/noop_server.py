@@ -2,12 +2,19 @@
 
 One tool, `noop`, takes a string and returns a small pydantic model (so it has an outputSchema and
 structured content, like mneme's tools). Run: `python bench/noop_server.py` (stdio).
+
+With `--nats-url URL` the same tool also awaits one JetStream publish of the text (stream
+NOOP_BENCH): the floor of any tool that must wait for a durable write before it answers.
 """
 
 from __future__ import annotations
 
+import sys
+
+import nats
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
+from nats.js.api import StorageType, StreamConfig
 from pydantic import BaseModel
 
 
@@ -17,11 +24,26 @@ class Ack(BaseModel):
 
 
 server = MCPServer(name="noop")
+NATS_URL = sys.argv[sys.argv.index("--nats-url") + 1] if "--nats-url" in sys.argv else None
+_js = None
+_n = 0
+
+
+async def _publish(text: str) -> None:
+    global _js, _n
+    if _js is None:
+        nc = await nats.connect(NATS_URL)
+        _js = nc.jetstream()
+        await _js.add_stream(StreamConfig(name="NOOP_BENCH", subjects=["noopbench.>"], storage=StorageType.FILE))
+    _n += 1
+    await _js.publish(f"noopbench.{_n}", text.encode(), headers={"Nats-Msg-Id": f"m{_n}"})
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
 async def noop(text: str) -> Ack:
-    """Do nothing; say how long the text was."""
+    """Do nothing (or, with --nats-url, one JetStream publish); say how long the text was."""
+    if NATS_URL:
+        await _publish(text)
     return Ack(ok=True, length=len(text))
 
 

@@ -640,6 +640,13 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
             ("shipped", mneme, "memory_add", find_child(me, "serve", str(root / "serve"))),
         ]
         if breakdown:
+            # the floor of a tool that awaits one durable write: the no-op plus one JetStream publish
+            pub_nats = EmbeddedNats(root / "noop-publish-nats")
+            pub_url = await pub_nats.start()
+            stack.push_async_callback(pub_nats.stop)
+            pub_params = StdioServerParameters(command=sys.executable, args=[NOOP_SERVER, "--nats-url", pub_url])
+            session = await stack.enter_async_context(mcp_session(pub_params, errlog))
+            servers.append(("noop+publish", session, "noop", find_child(me, "noop_server.py", "--nats-url")))
             for variant in ("no-auditor", "no-auditor-no-fold"):
                 log(f"starting diagnostic `mneme serve` variant {variant}")
                 vdir = root / variant
@@ -899,7 +906,8 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], a: dict[str, Any], e
         rows = [["no-op MCPServer tool", cn["rate_per_s"], cn["p50_ms"], 1.0, *cpu(cn, "client", "server", "nats")],
                 ["memory_add, mneme serve as shipped", ca["rate_per_s"], ca["p50_ms"], rnd(c_ratio, 3),
                  *cpu(ca, "client", "server", "nats")]]  # fmt: skip
-        for variant, label in (("no-auditor", "memory_add, auditor off"),
+        for variant, label in (("noop+publish", "no-op tool + one awaited JetStream publish"),
+                               ("no-auditor", "memory_add, auditor off"),
                                ("no-auditor-no-fold", "memory_add, auditor off + no DuckDB fold")):  # fmt: skip
             if variant in bd:
                 va = bd[variant]["memory_add"]
