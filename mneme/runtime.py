@@ -27,7 +27,7 @@ from services.auditor.trail import Trail
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway, Principal
 from services.gateway.queries import QueryClient
-from services.gateway.tools import build_server
+from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
 

@@ -26,7 +26,7 @@ from mneme.settings import GatewaySettings
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
 from services.gateway.gateway import Gateway
-from services.gateway.tools import build_server
+from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
 

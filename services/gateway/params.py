@@ -1,0 +1,23 @@
+"""Argument types and annotations shared by the gateway's tools: the signature is the schema."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+Namespace = Annotated[str | None, Field(description="Namespace to act in (org/project/store or a user id); default: the caller's.", max_length=255)]  # noqa: E501
+Store = Annotated[str | None, Field(description="Store name (a collection of path-addressed memories).", max_length=64)]
+Path = Annotated[str | None, Field(description="Path inside the store: category segments then a name, e.g. 'project/decisions/db'.", max_length=512)]  # noqa: E501
+MemoryId = Annotated[str | None, Field(description="Memory id (UUID).", max_length=64)]
+RequestId = Annotated[str | None, Field(description="Idempotency key: a retried call with the same request_id is applied once.", min_length=1, max_length=128)]  # noqa: E501
+Tags = Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(max_length=50)]
+Citations = Annotated[list[Annotated[str, Field(min_length=1, max_length=2048)]], Field(max_length=100, description="Sources: file:line, URLs, ticket ids.")]  # noqa: E501
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+Label = Annotated[str, Field(min_length=1, max_length=128)]
+Kind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="Free vocabulary, e.g. note, fact, preference, decision, task, core, learning.")]  # noqa: E501
+
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
