@@ -89,10 +89,6 @@ class Trail:
         self.checkpoint, self.last_hash, self._rows = self.staged, self._staged_hash, []
         return self.checkpoint
 
-    def apply(self, batch: list[Positioned]) -> int:
-        self.stage(batch)
-        return self.commit()
-
     def verify(self) -> tuple[int, int | None]:
         """Walk the chain. Returns (records checked, sequence of the first broken record or None)."""
         prev, n = GENESIS, 0

@@ -247,11 +247,6 @@ class MemoriesView:
             self.checkpoint = last
         return last
 
-    def apply(self, batch: list[Positioned]) -> int:
-        """Stage and commit in one go (tools and tests)."""
-        self.stage(batch)
-        return self.commit()
-
     def canonical_digest(self) -> dict[str, str]:
         """SHA-256 of each table's full contents in key order: equal digests, equal tables."""
         out = {}
