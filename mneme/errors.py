@@ -53,6 +53,41 @@ class InvalidState(MnemeError):
     code = "INVALID_STATE"
 
 
+class MemoryIsLocked(MnemeError):
+    code = "MEMORY_LOCKED"
+
+    def __init__(self, memory_id: str):
+        super().__init__(f"Memory {memory_id} is locked: only an admin can change it", field="id")
+
+
+class WriteNotAllowed(MnemeError):
+    code = "WRITE_NOT_ALLOWED"
+
+    def __init__(self, kind: str):
+        super().__init__(f"Agents cannot write memories of the protected kind {kind!r}; an admin can", field="kind")
+
+
+class PermissionDenied(MnemeError):
+    code = "PERMISSION_ERROR"
+
+    def __init__(self, action: str):
+        super().__init__(f"Only an admin can {action}")
+
+
+class ScopeViolation(MnemeError):
+    code = "SCOPE_VIOLATION"
+
+    def __init__(self, message: str, field: str | None = "namespace"):
+        super().__init__(message, field=field)
+
+
+class InvalidContext(MnemeError):
+    code = "INVALID_CONTEXT"
+
+    def __init__(self, message: str, field: str | None = "context"):
+        super().__init__(message, field=field)
+
+
 class ConcurrencyConflict(MnemeError):
     code = "CONFLICT"
     retryable = True

@@ -61,4 +61,25 @@ class RestoreMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     memory_id: str
 
 
-AnyCommand = Union[CreateMemory, UpdateMemory, MoveMemory, DeleteMemory, RestoreMemory]
+class VerifyMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="verify_memory"):
+    memory_id: str
+
+
+class LockMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="lock_memory"):
+    memory_id: str
+    reason: str | None = None
+
+
+class UnlockMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="unlock_memory"):
+    memory_id: str
+
+
+class DeprecateMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="deprecate_memory"):
+    memory_id: str
+    reason: str
+
+
+AnyCommand = Union[
+    CreateMemory, UpdateMemory, MoveMemory, DeleteMemory, RestoreMemory, VerifyMemory, LockMemory, UnlockMemory,
+    DeprecateMemory,
+]  # fmt: skip

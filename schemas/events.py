@@ -46,6 +46,7 @@ class MemoryCreated(Event, frozen=True, kw_only=True, tag="memory_created"):
     valid_from: UtcTime | None = None
     valid_until: UtcTime | None = None
     status: str = "active"
+    verification: str = "unverified"  # an admin's writes start "verified"
 
 
 class MemoryUpdated(Event, frozen=True, kw_only=True, tag="memory_updated"):
@@ -84,7 +85,30 @@ class MemoryDeleted(Event, frozen=True, kw_only=True, tag="memory_deleted"):
     reason: str | None = None
 
 
-AnyEvent = Union[MemoryCreated, MemoryUpdated, MemoryMoved, MemoryArchived, MemoryRestored, MemoryDeleted]
+class MemoryVerified(Event, frozen=True, kw_only=True, tag="memory_verified"):
+    pass
+
+
+class MemoryLocked(Event, frozen=True, kw_only=True, tag="memory_locked"):
+    """Immutable to agents until an admin unlocks it."""
+
+    reason: str | None = None
+
+
+class MemoryUnlocked(Event, frozen=True, kw_only=True, tag="memory_unlocked"):
+    pass
+
+
+class MemoryDeprecated(Event, frozen=True, kw_only=True, tag="memory_deprecated"):
+    """Obsolete: still readable, marked, ranked below live memories."""
+
+    reason: str
+
+
+AnyEvent = Union[
+    MemoryCreated, MemoryUpdated, MemoryMoved, MemoryArchived, MemoryRestored, MemoryDeleted,
+    MemoryVerified, MemoryLocked, MemoryUnlocked, MemoryDeprecated,
+]  # fmt: skip
 
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(
     f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version")

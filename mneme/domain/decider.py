@@ -1,29 +1,83 @@
-"""decide: given the current state and a command, which events happen. Pure: no clock, no I/O."""
+"""decide: given the current state, a command and who asks, which events happen. Pure: no clock, no I/O.
+
+Governance lives here: agents write "unverified" memories, cannot write protected kinds
+(WRITE_NOT_ALLOWED), cannot change a locked memory (MEMORY_LOCKED), and cannot verify,
+lock or unlock (PERMISSION_ERROR). Admins can do all of it. A missing actor is an agent.
+"""
 
 from __future__ import annotations
 
 from msgspec import UNSET
 
 from mneme.domain import validation as v
-from mneme.domain.state import ACTIVE, ARCHIVED, MemoryState
-from mneme.errors import InvalidInput, InvalidState, MemoryNotFound, PathExists
-from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, RestoreMemory, UpdateMemory
+from mneme.domain.state import ACTIVE, ARCHIVED, DEPRECATED, UNVERIFIED, VERIFIED, MemoryState
+from mneme.errors import (
+    InvalidInput,
+    InvalidState,
+    MemoryIsLocked,
+    MemoryNotFound,
+    PathExists,
+    PermissionDenied,
+    WriteNotAllowed,
+)  # fmt: skip
+from schemas.commands import (
+    CreateMemory,
+    DeleteMemory,
+    DeprecateMemory,
+    LockMemory,
+    MoveMemory,
+    RestoreMemory,
+    UnlockMemory,
+    UpdateMemory,
+    VerifyMemory,
+)  # fmt: skip
 from schemas.events import (
     UPDATABLE_FIELDS,
+    Actor,
     MemoryArchived,
     MemoryCreated,
     MemoryDeleted,
+    MemoryDeprecated,
+    MemoryLocked,
     MemoryMoved,
     MemoryRestored,
+    MemoryUnlocked,
     MemoryUpdated,
-)
+    MemoryVerified,
+)  # fmt: skip
+
+ADMIN = "admin"
+PROTECTED_KINDS = frozenset({"business_rule", "system_constraint"})
+AN_AGENT = Actor(agent_id="unknown", role="agent")
+
+
+def is_admin(actor: Actor) -> bool:
+    return actor.role == ADMIN
+
+
+def _may_write_kind(kind: str, actor: Actor) -> None:
+    if kind in PROTECTED_KINDS and not is_admin(actor):
+        raise WriteNotAllowed(kind)
+
+
+def _may_change(st: MemoryState, actor: Actor) -> None:
+    """Locked memories and protected kinds are for admins to change."""
+    if st.locked and not is_admin(actor):
+        raise MemoryIsLocked(st.id)
+    _may_write_kind(st.kind, actor)
 
 
 def decide_create(
-    cmd: CreateMemory, *, memory_id: str, path_owner: str | None, max_content: int = v.MAX_CONTENT_CHARS
+    cmd: CreateMemory,
+    *,
+    memory_id: str,
+    path_owner: str | None,
+    max_content: int = v.MAX_CONTENT_CHARS,
+    actor: Actor = AN_AGENT,
 ) -> MemoryCreated:
     """`path_owner` is the id of the memory now at (store, path), if any."""
     v.namespace(cmd.namespace)
+    _may_write_kind(v.kind(cmd.kind), actor)
     if (cmd.store is None) != (cmd.path is None):
         raise InvalidInput("path" if cmd.store else "store", "store and path go together: give both or neither")
     if cmd.store is not None and cmd.path is not None:
@@ -50,6 +104,7 @@ def decide_create(
         expires_at=v.utc(cmd.expires_at, "expires_at"),
         valid_from=valid_from,
         valid_until=valid_until,
+        verification=VERIFIED if is_admin(actor) else UNVERIFIED,
     )
 
 
@@ -76,10 +131,11 @@ def _live(state: MemoryState | None, ref: str) -> MemoryState:
 
 
 def decide_update(
-    state: MemoryState | None, cmd: UpdateMemory, *, max_content: int = v.MAX_CONTENT_CHARS
+    state: MemoryState | None, cmd: UpdateMemory, *, max_content: int = v.MAX_CONTENT_CHARS, actor: Actor = AN_AGENT
 ) -> MemoryUpdated | None:
     """The changed fields only; None when nothing would change (an idempotent no-op)."""
     st = _live(state, cmd.memory_id)
+    _may_change(st, actor)
     given = {f: getattr(cmd, f) for f in UPDATABLE_FIELDS if getattr(cmd, f) is not UNSET}
     if not given:
         raise InvalidInput("fields", "give at least one field to change")
@@ -89,13 +145,18 @@ def decide_update(
         if value != getattr(st, field):
             changed[field] = value
     v.validity(changed.get("valid_from", st.valid_from), changed.get("valid_until", st.valid_until))
+    if "kind" in changed:
+        _may_write_kind(changed["kind"], actor)
     if not changed:
         return None
     return MemoryUpdated(memory_id=st.id, version=st.version + 1, **changed)
 
 
-def decide_move(state: MemoryState | None, cmd: MoveMemory, *, path_owner: str | None) -> MemoryMoved | None:
+def decide_move(
+    state: MemoryState | None, cmd: MoveMemory, *, path_owner: str | None, actor: Actor = AN_AGENT
+) -> MemoryMoved | None:
     st = _live(state, cmd.memory_id)
+    _may_change(st, actor)
     if st.store is None or st.path is None:
         raise InvalidState("this memory has no store path to move; add it with store and path", field="memory_id")
     v.path(cmd.to_path, "to_path")
@@ -106,8 +167,11 @@ def decide_move(state: MemoryState | None, cmd: MoveMemory, *, path_owner: str |
     return MemoryMoved(memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path)
 
 
-def decide_delete(state: MemoryState | None, cmd: DeleteMemory) -> MemoryArchived | MemoryDeleted | None:
+def decide_delete(
+    state: MemoryState | None, cmd: DeleteMemory, *, actor: Actor = AN_AGENT
+) -> MemoryArchived | MemoryDeleted | None:
     st = _live(state, cmd.memory_id)
+    _may_change(st, actor)
     reason = v.label(cmd.reason, "reason")
     if cmd.permanent:
         return MemoryDeleted(memory_id=st.id, version=st.version + 1, reason=reason)
@@ -116,8 +180,50 @@ def decide_delete(state: MemoryState | None, cmd: DeleteMemory) -> MemoryArchive
     return MemoryArchived(memory_id=st.id, version=st.version + 1, reason=reason)
 
 
-def decide_restore(state: MemoryState | None, cmd: RestoreMemory) -> MemoryRestored | None:
+def decide_restore(state: MemoryState | None, cmd: RestoreMemory, *, actor: Actor = AN_AGENT) -> MemoryRestored | None:
     st = _live(state, cmd.memory_id)
+    _may_change(st, actor)
     if st.status == ACTIVE:
         return None
     return MemoryRestored(memory_id=st.id, version=st.version + 1)
+
+
+def decide_verify(state: MemoryState | None, cmd: VerifyMemory, *, actor: Actor = AN_AGENT) -> MemoryVerified | None:
+    st = _live(state, cmd.memory_id)
+    if not is_admin(actor):
+        raise PermissionDenied("verify a memory")
+    if st.verification == VERIFIED:
+        return None
+    return MemoryVerified(memory_id=st.id, version=st.version + 1)
+
+
+def decide_lock(state: MemoryState | None, cmd: LockMemory, *, actor: Actor = AN_AGENT) -> MemoryLocked | None:
+    st = _live(state, cmd.memory_id)
+    if not is_admin(actor):
+        raise PermissionDenied("lock a memory")
+    if st.locked:
+        return None
+    return MemoryLocked(memory_id=st.id, version=st.version + 1, reason=v.label(cmd.reason, "reason"))
+
+
+def decide_unlock(state: MemoryState | None, cmd: UnlockMemory, *, actor: Actor = AN_AGENT) -> MemoryUnlocked | None:
+    st = _live(state, cmd.memory_id)
+    if not is_admin(actor):
+        raise PermissionDenied("unlock a memory")
+    if not st.locked:
+        return None
+    return MemoryUnlocked(memory_id=st.id, version=st.version + 1)
+
+
+def decide_deprecate(
+    state: MemoryState | None, cmd: DeprecateMemory, *, actor: Actor = AN_AGENT
+) -> MemoryDeprecated | None:
+    """Anyone who may write the memory can deprecate it, with a reason; it stays readable and marked."""
+    st = _live(state, cmd.memory_id)
+    _may_change(st, actor)
+    reason = v.label(cmd.reason, "reason")
+    if not reason:
+        raise InvalidInput("reason", "say why the memory is deprecated")
+    if st.status == DEPRECATED:
+        return None
+    return MemoryDeprecated(memory_id=st.id, version=st.version + 1, reason=reason)

@@ -14,13 +14,20 @@ from schemas.events import (
     MemoryArchived,
     MemoryCreated,
     MemoryDeleted,
+    MemoryDeprecated,
+    MemoryLocked,
     MemoryMoved,
     MemoryRestored,
+    MemoryUnlocked,
     MemoryUpdated,
+    MemoryVerified,
 )
 
 ACTIVE = "active"
 ARCHIVED = "archived"
+DEPRECATED = "deprecated"
+UNVERIFIED = "unverified"
+VERIFIED = "verified"
 
 
 class MemoryState(Struct, frozen=True, kw_only=True):
@@ -47,6 +54,9 @@ class MemoryState(Struct, frozen=True, kw_only=True):
     valid_from: datetime | None = None
     valid_until: datetime | None = None
     last_seq: int = 0
+    verification: str = UNVERIFIED
+    locked: bool = False
+    status_reason: str | None = None  # why it was deprecated, archived or locked
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -80,6 +90,7 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
             valid_from=ev.valid_from,
             valid_until=ev.valid_until,
             last_seq=seq,
+            verification=ev.verification,
         )
     if state is None:
         return None  # an event for a memory this projection never saw created: nothing to fold
@@ -90,9 +101,17 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
     if isinstance(ev, MemoryMoved):
         return msgspec.structs.replace(state, path=ev.to_path, **common)
     if isinstance(ev, MemoryArchived):
-        return msgspec.structs.replace(state, status=ARCHIVED, **common)
+        return msgspec.structs.replace(state, status=ARCHIVED, status_reason=ev.reason, **common)
     if isinstance(ev, MemoryRestored):
-        return msgspec.structs.replace(state, status=ACTIVE, **common)
+        return msgspec.structs.replace(state, status=ACTIVE, status_reason=None, **common)
+    if isinstance(ev, MemoryVerified):
+        return msgspec.structs.replace(state, verification=VERIFIED, **common)
+    if isinstance(ev, MemoryLocked):
+        return msgspec.structs.replace(state, locked=True, status_reason=ev.reason or state.status_reason, **common)
+    if isinstance(ev, MemoryUnlocked):
+        return msgspec.structs.replace(state, locked=False, **common)
+    if isinstance(ev, MemoryDeprecated):
+        return msgspec.structs.replace(state, status=DEPRECATED, status_reason=ev.reason, **common)
     if isinstance(ev, MemoryDeleted):
         return None
     raise TypeError(f"unknown event {type(ev).__name__}")

@@ -20,7 +20,7 @@ from schemas.queries import (
     PathOwnerResult,
     StatsResult,
 )
-from services.projector.memories_view import STATE_COLUMNS, MemoriesView, row_state
+from services.projector.memories_view import N_STATE, STATE_COLUMNS, MemoriesView, row_state
 
 _SELECT = (
     f"SELECT {', '.join('m.' + c.strip() for c in STATE_COLUMNS.split(','))}, a.accessed_at, "
@@ -36,7 +36,7 @@ _SORT = {
 
 
 def _row(r: tuple[Any, ...]) -> MemoryRow:
-    return MemoryRow(memory=row_state(r[:23]), accessed_at=r[23], access_count=r[24])
+    return MemoryRow(memory=row_state(r[:N_STATE]), accessed_at=r[N_STATE], access_count=r[N_STATE + 1])
 
 
 def _access(cur: duckdb.DuckDBPyConnection, memory_id: str) -> tuple[Any, int]:

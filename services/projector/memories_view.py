@@ -12,6 +12,7 @@ re-staged from the log. Rows are written in bulk through DuckDB's appender
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from mneme.domain.validation import categories_of
 from mneme.follow import Positioned
 
 CHECKPOINT = "memories"
+log = logging.getLogger("mneme.projector")
 
 SCHEMA = """
 SET TimeZone = 'UTC';
@@ -34,7 +36,8 @@ CREATE TABLE IF NOT EXISTS memories (
     citations VARCHAR[] NOT NULL, metadata VARCHAR NOT NULL, status VARCHAR NOT NULL,
     version INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL,
     created_by VARCHAR NOT NULL, updated_by VARCHAR NOT NULL, expires_at TIMESTAMPTZ,
-    valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ, last_seq BIGINT NOT NULL
+    valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ, last_seq BIGINT NOT NULL,
+    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR
 );
 CREATE TABLE IF NOT EXISTS memory_versions (
     id VARCHAR NOT NULL, version INTEGER NOT NULL, seq BIGINT NOT NULL, recorded_at TIMESTAMPTZ NOT NULL,
@@ -43,6 +46,7 @@ CREATE TABLE IF NOT EXISTS memory_versions (
     category VARCHAR, subject VARCHAR, tags VARCHAR[] NOT NULL, importance DOUBLE NOT NULL,
     confidence DOUBLE NOT NULL, citations VARCHAR[] NOT NULL, metadata VARCHAR NOT NULL, status VARCHAR NOT NULL,
     expires_at TIMESTAMPTZ, valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ,
+    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR,
     PRIMARY KEY (id, version)
 );
 CREATE TABLE IF NOT EXISTS stores (
@@ -57,14 +61,21 @@ CREATE TABLE IF NOT EXISTS access_stats (
     id VARCHAR PRIMARY KEY, accessed_at TIMESTAMPTZ, access_count BIGINT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 CREATE INDEX IF NOT EXISTS memories_ns_path ON memories (namespace, store, path);
 """
 
 STATE_COLUMNS = (
     "id, namespace, store, path, content, kind, category, subject, tags, importance, confidence, citations, "
     "metadata, status, version, created_at, updated_at, created_by, updated_by, expires_at, valid_from, "
-    "valid_until, last_seq"
+    "valid_until, last_seq, verification, locked, status_reason"
 )
+N_STATE = 26
+
+# The shape of the tables. A file written under another version is dropped and folded again
+# from the log when opened: a projection is always rebuildable (invariant 1).
+PROJECTION_VERSION = 2
+TABLES = ("memories", "memory_versions", "stores", "categories", "access_stats", "checkpoints", "meta")
 
 # Canonical dump: every table, every column, in a fixed order (the rebuild-equals-live proof).
 CANONICAL_TABLES = {
@@ -83,7 +94,7 @@ def state_row(s: MemoryState) -> tuple[Any, ...]:
         s.id, s.namespace, s.store, s.path, s.content, s.kind, s.category, s.subject, list(s.tags),
         s.importance, s.confidence, list(s.citations), _json.encode(s.metadata).decode(), s.status, s.version,
         s.created_at, s.updated_at, s.created_by, s.updated_by, s.expires_at, s.valid_from, s.valid_until,
-        s.last_seq,
+        s.last_seq, s.verification, s.locked, s.status_reason,
     )  # fmt: skip
 
 
@@ -93,6 +104,7 @@ def row_state(r: tuple[Any, ...]) -> MemoryState:
         tags=tuple(r[8]), importance=r[9], confidence=r[10], citations=tuple(r[11]),
         metadata=msgspec.json.decode(r[12]), status=r[13], version=r[14], created_at=r[15], updated_at=r[16],
         created_by=r[17], updated_by=r[18], expires_at=r[19], valid_from=r[20], valid_until=r[21], last_seq=r[22],
+        verification=r[23], locked=r[24], status_reason=r[25],
     )  # fmt: skip
 
 
@@ -112,7 +124,11 @@ class MemoriesView:
     def __init__(self, path: str):
         self.path = path
         self.con = duckdb.connect(path)
+        self._migrate()
         self.con.execute(SCHEMA)
+        self.con.execute(
+            "INSERT INTO meta VALUES ('projection_version', ?) ON CONFLICT (key) DO NOTHING", [str(PROJECTION_VERSION)]
+        )
         self._write = self.con.cursor()
         self._write.execute("SET TimeZone = 'UTC'")
         self._local = threading.local()
@@ -123,6 +139,21 @@ class MemoriesView:
         self.checkpoint: int = row[0] if row else 0
         self.staged: int = self.checkpoint
         self._st = _Staged()
+
+    def _migrate(self) -> None:
+        """Drop tables written under another projection version; they refold from the log."""
+        have = {r[0] for r in self.con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        if not have & set(TABLES):
+            return
+        version = None
+        if "meta" in have:
+            row = self.con.execute("SELECT value FROM meta WHERE key = 'projection_version'").fetchone()
+            version = int(row[0]) if row else None
+        if version != PROJECTION_VERSION:
+            log.warning("projection %s is version %s, not %s: rebuilding it from the log", self.path, version,
+                        PROJECTION_VERSION)  # fmt: skip
+            for t in TABLES:
+                self.con.execute(f"DROP TABLE IF EXISTS {t}")
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for the calling thread: readers run beside the writer (MVCC)."""
@@ -193,7 +224,7 @@ class MemoriesView:
                 r = state_row(shown)
                 st.versions.append(
                     (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
-                     env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22])
+                     env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22], *r[23:26])
                 )  # fmt: skip
                 if shown.store is not None:
                     key2 = (shown.namespace, shown.store)

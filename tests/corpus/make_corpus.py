@@ -115,3 +115,32 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def v2_lines() -> list[bytes]:
+    """events_v2.jsonl: the governance events (verify, lock, unlock, deprecate) and a created
+    memory carrying `verification`, as this version writes them.
+
+        .venv/bin/python -c "from tests.corpus.make_corpus import v2_lines; import sys; \\
+            sys.stdout.buffer.write(b''.join(l + b'\\n' for l in v2_lines()))" > tests/corpus/events_v2.jsonl
+    """
+    from schemas.events import MemoryDeprecated, MemoryLocked, MemoryUnlocked, MemoryVerified
+
+    gov = "9c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5"
+    admin = Actor(agent_id="alice", role="admin")
+    agent = Actor(agent_id="agent-7", role="agent")
+    events: list[tuple[AnyEvent, Actor]] = [
+        (MemoryCreated(memory_id=gov, version=1, content="Deploys need two approvals", kind="business_rule",
+                       verification="verified"), admin),
+        (MemoryVerified(memory_id=gov, version=2), admin),
+        (MemoryLocked(memory_id=gov, version=3, reason="org rule"), admin),
+        (MemoryUnlocked(memory_id=gov, version=4), admin),
+        (MemoryDeprecated(memory_id=gov, version=5, reason="superseded by the 2026 policy"), agent),
+    ]  # fmt: skip
+    out = []
+    for i, (ev, actor) in enumerate(events):
+        env = Envelope(event_id=f"00000000-0000-4000-8000-0000000002{i:02d}", schema_version=type(ev).SCHEMA_VERSION,
+                       namespace=NS, aggregate_id=gov, occurred_at=_at(30 + i), actor=actor,
+                       request_id=f"req-v2-{i}", event=ev)  # fmt: skip
+        out.append(encode_envelope(env))
+    return out
