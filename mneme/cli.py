@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rebuild", help="fold the whole log into a fresh projection file, then swap it in")
     _common(p)
     p.add_argument("--output", type=Path, help="write the rebuilt file here instead of replacing the live one")
+    p = sub.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the principals file")
+    p.add_argument("token")
     p = sub.add_parser("audit", help="the compliance trail")
     _common(p)
     p.add_argument("action", choices=["verify"])
@@ -77,6 +79,11 @@ def _progress(done: int, total: int, seconds: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.command == "hash-token":
+        from mneme.principals import hash_token
+
+        print(hash_token(args.token))
+        return
     s = _settings(args)
     logging.basicConfig(level=s["core"].log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     from mneme import runtime

@@ -40,11 +40,20 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
         duplicate_window=120.0,
         description="mneme: the event log, system of record (no expiry)",
     )
-    try:
-        await js.add_stream(config)
-    except APIError as exc:
-        if exc.err_code != 10058:  # stream name already in use: keep the existing stream
-            raise
+    access = StreamConfig(
+        name=S.ACCESS_STREAM,
+        subjects=[S.ACCESS_SUBJECTS],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        duplicate_window=120.0,
+        description="mneme: read and denied-access records (audit trail, access statistics)",
+    )
+    for cfg in (config, access):
+        try:
+            await js.add_stream(cfg)
+        except APIError as exc:
+            if exc.err_code != 10058:  # stream name already in use: keep the existing stream
+                raise
 
 
 class EventLog:

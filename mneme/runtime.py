@@ -18,14 +18,17 @@ from pathlib import Path
 
 import nats
 from nats.aio.client import Client as NATS
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import EventLog, ensure_streams
+from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
+from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
-from services.gateway.gateway import Gateway, Principal
+from services.gateway.gateway import Gateway
 from services.gateway.queries import QueryClient
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
@@ -82,16 +85,48 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
     elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
     queries = QueryClient(nc, timeout=gs.query_timeout)
     commands = CommandService(elog, queries, max_content=gs.max_content_chars)
-    principal = Principal(agent_id=gs.agent_id, role=gs.role, default_namespace=gs.namespace)
-    return Gateway(commands=commands, queries=queries, log=elog, principal=principal, consistency=gs.consistency)
+    principal = Principal(agent_id=gs.agent_id, role=gs.role, organization=gs.organization,
+                          namespaces=tuple(gs.namespaces), read_only=tuple(gs.read_only),
+                          default_namespace=gs.namespace)  # fmt: skip
+    directory = Directory.load(gs.principals_file) if gs.principals_file else None
+    return Gateway(commands=commands, queries=queries, log=elog, access=AccessLog(nc.jetstream()),
+                   principal=principal, directory=directory, require_context=gs.require_context,
+                   consistency=gs.consistency)  # fmt: skip
+
+
+def bearer_auth(app: ASGIApp, directory: Directory) -> ASGIApp:
+    """Refuse HTTP requests without a known bearer token (401) before they reach MCP."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            if directory.for_headers(headers) is None:
+                body = b'{"error": {"code": "UNAUTHORIZED", "message": "a valid bearer token is required"}}'
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="mneme"')]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 async def run_mcp(gw: Gateway, gs: GatewaySettings) -> None:
     server = build_server(gw)
-    if gs.transport == "stdio":
-        await server.run_stdio_async()
-    else:
-        await server.run_streamable_http_async(host=gs.host, port=gs.port)
+    try:
+        if gs.transport == "stdio":
+            await server.run_stdio_async()
+            return
+        if gw.directory is None and gs.host not in ("127.0.0.1", "localhost", "::1"):
+            raise SystemExit(f"refusing to serve HTTP on {gs.host} without MNEME_GATEWAY_PRINCIPALS_FILE (bearer tokens)")
+        import uvicorn
+
+        app: ASGIApp = server.streamable_http_app(host=gs.host)
+        if gw.directory is not None:
+            app = bearer_auth(app, gw.directory)
+        await uvicorn.Server(uvicorn.Config(app, host=gs.host, port=gs.port, log_level="warning")).serve()
+    finally:
+        await gw.access.flush()
 
 
 async def until_stopped(main: Awaitable[None]) -> None:

@@ -30,8 +30,17 @@ class GatewaySettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=1, le=65535)
     agent_id: str = Field("local-agent", description="Principal that stdio tool calls run as.")
-    role: str = "agent"
+    role: Literal["agent", "admin"] = "agent"
+    organization: str | None = Field(None, description="The stdio principal's organization (its <org>/_system rules).")
     namespace: str = Field("default", description="Namespace used when a tool call names none.")
+    namespaces: list[str] = Field(
+        default_factory=lambda: ["*"], description="Namespace patterns the stdio principal may read and write."
+    )
+    read_only: list[str] = Field(default_factory=list, description="Namespace patterns it may only read.")
+    principals_file: Path | None = Field(
+        None, description="JSON file of bearer-token hashes to principals; required for HTTP beyond loopback."
+    )
+    require_context: bool = Field(False, description="Refuse calls without a context object (INVALID_CONTEXT).")
     consistency: Literal["gateway", "linearizable"] = Field(
         "gateway",
         description="gateway: every read waits for every write made through this gateway (read-your-writes); "

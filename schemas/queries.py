@@ -15,7 +15,7 @@ from mneme.domain.state import MemoryState
 from schemas.events import UtcTime
 
 SortBy = Literal["created_at", "updated_at", "accessed_at", "importance", "access_count"]
-StatusFilter = Literal["active", "archived", "any"]
+StatusFilter = Literal["live", "active", "deprecated", "archived", "any"]
 
 
 class Query(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,6 +31,8 @@ class GetMemory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     store: str | None = None
     path: str | None = None
     include_expired: bool = False
+    history: int = 0  # how many recent versions to list with the memory
+    version: int | None = None  # read this version instead of the latest
 
 
 class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -44,7 +46,7 @@ class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True)
     subject: str | None = None
     importance_min: float | None = None
     importance_max: float | None = None
-    status: StatusFilter = "active"
+    status: StatusFilter = "live"
     include_expired: bool = False
     limit: int = 50
     offset: int = 0
@@ -78,8 +80,19 @@ class MemoryRow(Struct, frozen=True, kw_only=True):
     access_count: int = 0
 
 
+class VersionInfo(Struct, frozen=True, kw_only=True):
+    version: int
+    seq: int
+    recorded_at: UtcTime
+    event_type: str
+    agent_id: str
+    request_id: str
+    deleted: bool = False
+
+
 class GetResult(Struct, frozen=True, kw_only=True):
     item: MemoryRow | None
+    history: list[VersionInfo] = []
 
 
 class ListResult(Struct, frozen=True, kw_only=True):
@@ -91,6 +104,7 @@ class StatsResult(Struct, frozen=True, kw_only=True):
     total: int
     active: int
     archived: int
+    deprecated: int
     expired: int
     by_kind: dict[str, int]
     by_importance: dict[str, int]

@@ -12,8 +12,13 @@ EVENTS_STREAM = "MNEME_EVENTS"
 EVENTS_PREFIX = "mneme.evt"
 EVENTS_SUBJECTS = f"{EVENTS_PREFIX}.>"
 
+ACCESS_STREAM = "MNEME_ACCESS"
+ACCESS_PREFIX = "mneme.audit"
+ACCESS_SUBJECTS = f"{ACCESS_PREFIX}.>"
+
 QUERY_PREFIX = "mneme.qry"
 PROJECTOR_QUEUE = "mneme-projectors"
+AUDITOR_QUEUE = "mneme-auditors"
 
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
@@ -51,3 +56,8 @@ def store_filter(namespace: str, store: str) -> str:
 
 def query_subject(operation: str) -> str:
     return f"{QUERY_PREFIX}.{operation}"
+
+
+def access_subject(kind: str, namespace: str) -> str:
+    """`mneme.audit.read.<ns>` or `mneme.audit.denied.<ns>`."""
+    return f"{ACCESS_PREFIX}.{kind}.{token(namespace)}"

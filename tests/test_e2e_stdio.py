@@ -22,6 +22,7 @@ pytestmark = pytest.mark.anyio
 TOOLS = {
     "memory_add", "memory_get", "memory_update", "memory_move", "memory_delete", "memory_restore",
     "memory_list", "memory_recent", "memory_prune_expired", "memory_stats",
+    "memory_verify", "memory_lock", "memory_unlock", "memory_deprecate",
 }  # fmt: skip
 
 

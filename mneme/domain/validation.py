@@ -33,7 +33,9 @@ def namespace(value: str, field: str = "namespace") -> str:
     segments = value.split("/")
     if not value or len(value) > 255 or len(segments) > 4:
         raise InvalidInput(field, "must be 1-4 segments joined by '/', at most 255 characters")
-    for seg in segments:
+    for i, seg in enumerate(segments):
+        if i > 0 and i == len(segments) - 1 and seg == "_system":  # an organization's rules: <org>/_system
+            continue
         if not _NAMESPACE_SEGMENT.fullmatch(seg) or seg in (".", ".."):
             raise InvalidInput(field, f"segment {seg!r} must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}")
     return value

@@ -21,7 +21,17 @@ from mneme.errors import ConcurrencyConflict, MemoryNotFound, MnemeError
 from mneme.eventlog import EventLog, WrongLastSequence
 from mneme.ids import event_id_for, memory_id_for
 from schemas import subjects as S
-from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, RestoreMemory, UpdateMemory
+from schemas.commands import (
+    CreateMemory,
+    DeleteMemory,
+    DeprecateMemory,
+    LockMemory,
+    MoveMemory,
+    RestoreMemory,
+    UnlockMemory,
+    UpdateMemory,
+    VerifyMemory,
+)  # fmt: skip
 from schemas.events import Actor, AnyEvent, Envelope, encode_envelope
 from schemas.queries import GetMemory, PathOwner
 from services.gateway.queries import QueryClient
@@ -114,14 +124,16 @@ class CommandService:
         async def attempt(min_seq: int) -> Written:
             owner, expected, expected_subject = None, 0, None
             if cmd.store is not None and cmd.path is not None:
-                decider.decide_create(cmd, memory_id=memory_id, path_owner=None, max_content=self.max_content)
+                decider.decide_create(cmd, memory_id=memory_id, path_owner=None, max_content=self.max_content,
+                                      actor=actor)  # fmt: skip
                 po = await self.queries.ask(
                     PathOwner(namespace=ns, now=self.clock(), min_seq=min_seq, store=cmd.store, path=cmd.path)
                 )
                 if po.memory_id == memory_id:  # this very request landed before: answer as a retry
                     return await self._replay_of(ns, memory_id, min_seq)
                 owner, expected, expected_subject = po.memory_id, po.store_seq, S.store_filter(ns, cmd.store)
-            event = decider.decide_create(cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content)
+            event = decider.decide_create(cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content,
+                                          actor=actor)  # fmt: skip
             env = self._envelope(ns, event, actor, request_id, correlation_id)
             try:
                 seq, dup = await self.log.append(
@@ -191,27 +203,39 @@ class CommandService:
     async def update(self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                      correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content),
+            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content, actor=actor),
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip
 
     async def move(self, cmd: MoveMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                    correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, owner: decider.decide_move(st, cmd, path_owner=owner),
+            cmd.namespace, cmd.memory_id, lambda st, owner: decider.decide_move(st, cmd, path_owner=owner, actor=actor),
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id, new_path=cmd.to_path,
         )  # fmt: skip
 
     async def delete(self, cmd: DeleteMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                      correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_delete(st, cmd),
+            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_delete(st, cmd, actor=actor),
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip
 
     async def restore(self, cmd: RestoreMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                       correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_restore(st, cmd),
+            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_restore(st, cmd, actor=actor),
+            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
+        )  # fmt: skip
+
+    async def govern(self, cmd: VerifyMemory | LockMemory | UnlockMemory | DeprecateMemory, *, actor: Actor,
+                     request_id: str, min_seq: int = 0, correlation_id: str | None = None) -> Written:  # fmt: skip
+        """verify / lock / unlock / deprecate: the lifecycle changes that governance adds."""
+        decide = {
+            VerifyMemory: decider.decide_verify, LockMemory: decider.decide_lock,
+            UnlockMemory: decider.decide_unlock, DeprecateMemory: decider.decide_deprecate,
+        }[type(cmd)]  # fmt: skip
+        return await self._change(
+            cmd.namespace, cmd.memory_id, lambda st, _: decide(st, cmd, actor=actor),  # type: ignore[operator]
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip

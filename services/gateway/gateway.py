@@ -1,34 +1,48 @@
-"""The gateway's state-free core: who is calling, which log position they have seen, and the
-two sides (commands, queries). Tools call it; it owns no read model."""
+"""The gateway's state-free core: who is calling, what they may touch, which log position they
+have seen, and the two sides (commands, queries). Tools call `run`; it owns no read model.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
+from mcp.server.mcpserver.exceptions import ToolError
 
 from mneme.domain import validation as v
-from mneme.errors import InvalidInput, MemoryNotFound
+from mneme.errors import InvalidContext, InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
 from mneme.eventlog import EventLog
-from schemas.events import Actor
+from mneme.ids import event_id_for, new_id
+from mneme.principals import Directory, Principal
+from schemas.access import AccessDenied, ReadRecorded
 from schemas.queries import GetMemory, MemoryRow
+from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, utc_now
+from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
+from services.gateway.server import error_text
 
 Consistency = Literal["gateway", "linearizable"]
+T = TypeVar("T")
+# refusals the trail must show (a wrong id or bad input is not an attempt on someone's memory)
+DENIALS = frozenset({"SCOPE_VIOLATION", "INVALID_CONTEXT", "WRITE_NOT_ALLOWED", "MEMORY_LOCKED", "PERMISSION_ERROR"})
 
 
 @dataclass
-class Principal:
-    agent_id: str = "local-agent"
-    role: str = "agent"
-    default_namespace: str = "default"
+class Call:
+    """One tool call, authorized: the principal, the namespace it acts in, its request id."""
 
-    @property
-    def actor(self) -> Actor:
-        return Actor(agent_id=self.agent_id, role=self.role)
+    principal: Principal
+    tool: str
+    namespace: str
+    request_id: str
+    read_ids: list[str] = field(default_factory=list)
+
+    def read(self, ids: list[str]) -> None:
+        self.read_ids.extend(ids)
 
 
 @dataclass
@@ -36,7 +50,10 @@ class Gateway:
     commands: CommandService
     queries: QueryClient
     log: EventLog
-    principal: Principal = field(default_factory=Principal)
+    access: AccessLog
+    principal: Principal = field(default_factory=lambda: Principal(agent_id="local-agent"))
+    directory: Directory | None = None
+    require_context: bool = False
     consistency: Consistency = "gateway"
     clock: Clock = utc_now
     _high_water: int = 0
@@ -55,13 +72,80 @@ class Gateway:
             return await self.log.last_seq()
         return self._high_water
 
-    # -- helpers shared by tools ---------------------------------------------------------
-    def namespace(self, ns: str | None) -> str:
-        return v.namespace(ns if ns is not None else self.principal.default_namespace)
-
     def now(self) -> datetime:
         return self.clock()
 
+    # -- authorization -------------------------------------------------------------------
+    def principal_for(self, headers: Mapping[str, str] | None) -> Principal:
+        """The bearer token's principal over HTTP (the HTTP app already refused unknown tokens),
+        else the configured one (stdio)."""
+        if self.directory is not None and headers:
+            found = self.directory.for_headers(headers)
+            if found is None:
+                raise ScopeViolation("unknown or missing bearer token", field=None)
+            return found
+        return self.principal
+
+    def authorize(
+        self, principal: Principal, tool: str, intent: Intent, context: RequestContext | None, namespace: str | None
+    ) -> Call:
+        if context is None and self.require_context:
+            raise InvalidContext("this server requires a context object (agent_id, repository_id, intent, request_id)")
+        ctx = context or RequestContext()
+        if ctx.agent_id is not None and ctx.agent_id != principal.agent_id:
+            raise ScopeViolation(f"context.agent_id {ctx.agent_id!r} is not the authenticated agent", "context.agent_id")
+        if ctx.organization_id is not None and principal.organization not in (None, ctx.organization_id):
+            raise ScopeViolation("context.organization_id is not the principal's organization", "context.organization_id")
+        if ctx.intent is not None and _rank(ctx.intent) < _rank(intent):
+            raise InvalidContext(f"intent {ctx.intent!r} does not allow {tool} (needs {intent!r})", "context.intent")
+        if namespace is None and ctx.repository_id is not None:
+            org = ctx.organization_id or principal.organization
+            namespace = f"{org}/{ctx.repository_id}" if org else ctx.repository_id
+        ns = v.namespace(namespace if namespace is not None else principal.default_namespace)
+        allowed = principal.can_read(ns) if intent == "read" else principal.can_write(ns)
+        if not allowed:
+            what = "read" if intent == "read" else "write"
+            raise ScopeViolation(f"{principal.agent_id} may not {what} namespace {ns!r}")
+        if self.require_context and ctx.repository_id is None:
+            raise InvalidContext("context.repository_id is required", "context.repository_id")
+        return Call(principal=principal, tool=tool, namespace=ns, request_id=ctx.request_id or new_id())
+
+    # -- running a tool ------------------------------------------------------------------
+    async def run(
+        self,
+        headers: Mapping[str, str] | None,
+        tool: str,
+        intent: Intent,
+        context: RequestContext | None,
+        namespace: str | None,
+        body: Callable[[Call], Awaitable[T]],
+    ) -> T:
+        """Authorize, run the body, record the read (or the refusal); domain errors become JSON tool errors."""
+        principal = self.principal
+        call: Call | None = None
+        try:
+            principal = self.principal_for(headers)
+            call = self.authorize(principal, tool, intent, context, namespace)
+            result = await body(call)
+            if intent == "read":
+                await self.access.record(ReadRecorded(
+                    record_id=event_id_for(f"access:{call.request_id}:{tool}"), at=self.now(),
+                    agent_id=principal.agent_id, role=principal.role, request_id=call.request_id,
+                    namespace=call.namespace, operation=tool, memory_ids=tuple(call.read_ids),
+                ))  # fmt: skip
+            return result
+        except MnemeError as exc:
+            if exc.code in DENIALS:
+                rid = call.request_id if call else (context.request_id if context and context.request_id else new_id())
+                ns = call.namespace if call else (namespace or principal.default_namespace)
+                await self.access.record(AccessDenied(
+                    record_id=event_id_for(f"denied:{rid}:{tool}"), at=self.now(), agent_id=principal.agent_id,
+                    role=principal.role, request_id=rid, namespace=ns, operation=tool, code=exc.code,
+                    message=exc.message, memory_id=exc.details.get("memory_id"),
+                ))  # fmt: skip
+            raise ToolError(error_text(exc.to_dict())) from None
+
+    # -- helpers shared by tools ---------------------------------------------------------
     async def resolve(
         self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int
     ) -> MemoryRow:
@@ -90,3 +174,7 @@ class Gateway:
         if got.item is None:
             raise MemoryNotFound(ref)
         return got.item
+
+
+def _rank(intent: Intent) -> int:
+    return {"read": 0, "write": 1, "admin": 2}[intent]

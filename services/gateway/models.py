@@ -8,7 +8,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from mneme.domain.state import MemoryState
-from schemas.queries import MemoryRow, StatsResult
+from schemas.queries import MemoryRow, StatsResult, VersionInfo
+
+
+class Version(BaseModel):
+    version: int
+    seq: int
+    recorded_at: datetime
+    event_type: str = Field(description="memory_created, memory_updated, memory_locked, …")
+    agent_id: str
+    request_id: str
+
+    @classmethod
+    def of(cls, v: VersionInfo) -> Version:
+        return cls(version=v.version, seq=v.seq, recorded_at=v.recorded_at, event_type=v.event_type,
+                   agent_id=v.agent_id, request_id=v.request_id)  # fmt: skip
 
 
 class Memory(BaseModel):
@@ -25,7 +39,10 @@ class Memory(BaseModel):
     confidence: float
     citations: list[str] = Field(description="Always present; [] when none.")
     metadata: dict[str, Any]
-    status: Literal["active", "archived"] | str
+    status: Literal["active", "deprecated", "archived"] | str
+    verification: Literal["unverified", "verified"] | str = "unverified"
+    locked: bool = False
+    status_reason: str | None = Field(None, description="Why it was deprecated, archived or locked.")
     version: int
     created_at: datetime
     updated_at: datetime
@@ -38,9 +55,12 @@ class Memory(BaseModel):
     accessed_at: datetime | None = None
     access_count: int = 0
     seq: int = Field(description="Log position of this version (stream sequence).")
+    history: list[Version] = Field(default_factory=list, description="Recent versions, newest first (memory_get).")
 
     @classmethod
-    def of(cls, s: MemoryState, now: datetime, row: MemoryRow | None = None) -> Memory:
+    def of(
+        cls, s: MemoryState, now: datetime, row: MemoryRow | None = None, history: list[VersionInfo] | None = None
+    ) -> Memory:
         return cls(
             id=s.id, namespace=s.namespace, store=s.store, path=s.path, content=s.content, kind=s.kind,
             category=s.category, subject=s.subject, tags=list(s.tags), importance=s.importance,
@@ -48,7 +68,8 @@ class Memory(BaseModel):
             version=s.version, created_at=s.created_at, updated_at=s.updated_at, created_by=s.created_by,
             updated_by=s.updated_by, expires_at=s.expires_at, expired=s.is_expired(now), valid_from=s.valid_from,
             valid_until=s.valid_until, accessed_at=row.accessed_at if row else None,
-            access_count=row.access_count if row else 0, seq=s.last_seq,
+            access_count=row.access_count if row else 0, seq=s.last_seq, verification=s.verification,
+            locked=s.locked, status_reason=s.status_reason, history=[Version.of(v) for v in history or ()],
         )  # fmt: skip
 
 
@@ -79,6 +100,16 @@ class MoveResult(BaseModel):
     memory: Memory
     from_path: str
     to_path: str
+
+
+class LifecycleResult(BaseModel):
+    id: str
+    version: int
+    status: str
+    verification: str
+    locked: bool
+    changed: bool = Field(description="False when the memory already was in that state.")
+    at: datetime
 
 
 class DeleteResult(BaseModel):
@@ -126,9 +157,10 @@ class Stats(BaseModel):
     total: int
     active: int
     archived: int
+    deprecated: int
     expired: int
     by_kind: dict[str, int]
-    by_importance: dict[str, int] = Field(description="high ≥ 0.7, medium ≥ 0.4, low below (active memories).")
+    by_importance: dict[str, int] = Field(description="high ≥ 0.7, medium ≥ 0.4, low below (memories not archived).")
     by_category: dict[str, int]
     by_subject: dict[str, int]
     top_tags: list[TagCount]
@@ -141,7 +173,7 @@ class Stats(BaseModel):
     @classmethod
     def of(cls, r: StatsResult) -> Stats:
         return cls(
-            total=r.total, active=r.active, archived=r.archived, expired=r.expired, by_kind=r.by_kind,
+            total=r.total, active=r.active, archived=r.archived, deprecated=r.deprecated, expired=r.expired, by_kind=r.by_kind,
             by_importance=r.by_importance, by_category=r.by_category, by_subject=r.by_subject,
             top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags], oldest=r.oldest, newest=r.newest,
             stores=r.stores, categories=r.categories, storage_bytes=r.content_bytes,

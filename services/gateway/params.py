@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 Namespace = Annotated[str | None, Field(description="Namespace to act in (org/project/store or a user id); default: the caller's.", max_length=255)]  # noqa: E501
 Store = Annotated[str | None, Field(description="Store name (a collection of path-addressed memories).", max_length=64)]
@@ -21,3 +21,22 @@ Kind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="Fre
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+Intent = Literal["read", "write", "admin"]
+
+
+class RequestContext(BaseModel):
+    """Who is asking and for what, as the caller states it; checked against the authenticated principal."""
+
+    agent_id: str | None = Field(None, max_length=128)
+    organization_id: str | None = Field(None, max_length=128)
+    repository_id: str | None = Field(None, max_length=128)
+    intent: Intent | None = None
+    request_id: str | None = Field(None, min_length=1, max_length=128)
+
+
+ContextArg = Annotated[
+    RequestContext | None,
+    Field(description="Who asks and why: agent_id, organization_id, repository_id (sets the namespace "
+                      "<organization>/<repository> when namespace is not given), intent, request_id."),
+]  # fmt: skip

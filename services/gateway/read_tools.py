@@ -1,7 +1,7 @@
 """The native read tools: get, list, recent, stats, answered by a projector.
 
-Every read carries the gateway's `min_seq` (read-your-writes). Domain errors leave as
-a ToolError whose text is JSON: {"error": {"code", "message", "field"?}}.
+Every read carries the gateway's `min_seq` (read-your-writes), is authorized by `gw.run`
+(namespaces the principal may read) and leaves one access record with the ids returned.
 """
 
 from __future__ import annotations
@@ -9,41 +9,52 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from mneme.domain import validation as v
 from mneme.errors import MemoryNotFound
-from schemas.queries import ListMemories, MemoryStats
-from services.gateway.gateway import Gateway
+from schemas.queries import GetMemory, ListMemories, MemoryStats
+from services.gateway.gateway import Call, Gateway
 from services.gateway.models import Memory, MemoryPage, RecentEntry, RecentResult, Stats
-from services.gateway.params import READ, Kind, Label, MemoryId, Namespace, Path, Store, Tags, Unit
-from services.gateway.server import guarded
+from services.gateway.params import READ, ContextArg, Kind, Label, MemoryId, Namespace, Path, Store, Tags, Unit
+
+HISTORY = 5
 
 
 def register(mcp: MCPServer, gw: Gateway) -> None:
     @mcp.tool(annotations=READ)
     async def memory_get(
+        ctx: Context,
         id: MemoryId = None,
         namespace: Namespace = None,
         store: Store = None,
         path: Path = None,
         include_expired: bool = False,
+        version: Annotated[int | None, Field(ge=1, description="Read this version instead of the latest.")] = None,
+        context: ContextArg = None,
     ) -> Memory:
-        """Get one memory by id, or by store + path. Expired memories are hidden unless include_expired."""
+        """Get one memory by id, or by store + path, with its recent version history. Expired memories are
+        hidden unless include_expired; deprecated ones are returned and marked."""
 
-        async def go() -> Memory:
-            ns = gw.namespace(namespace)
-            row = await gw.resolve(ns, id, store, path, await gw.min_seq())
+        async def go(call: Call) -> Memory:
+            row = await gw.resolve(call.namespace, id, store, path, await gw.min_seq())
             now = gw.now()
             if row.memory.is_expired(now) and not include_expired:
                 raise MemoryNotFound(id or f"{store}:{path}")
-            return Memory.of(row.memory, now, row)
+            got = await gw.queries.ask(GetMemory(namespace=call.namespace, now=now, memory_id=row.memory.id,
+                                                 min_seq=row.memory.last_seq, include_expired=True,
+                                                 history=HISTORY, version=version))  # fmt: skip
+            if got.item is None:
+                raise MemoryNotFound(f"{row.memory.id} version {version}")
+            call.read([row.memory.id])
+            return Memory.of(got.item.memory, now, got.item, got.history)
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_get", "read", context, namespace, go)
 
     @mcp.tool(annotations=READ)
     async def memory_list(
+        ctx: Context,
         namespace: Namespace = None,
         store: Store = None,
         category_path: Annotated[str | None, Field(max_length=512, description="Only memories under this category path of the store.")] = None,  # noqa: E501
@@ -54,18 +65,20 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         subject: Annotated[str | None, Field(max_length=128)] = None,
         importance_min: Unit | None = None,
         importance_max: Unit | None = None,
-        status: Literal["active", "archived", "any"] = "active",
+        status: Literal["live", "active", "deprecated", "archived", "any"] = "live",
         include_expired: bool = False,
         limit: Annotated[int, Field(ge=1, le=500)] = 50,
         offset: Annotated[int, Field(ge=0)] = 0,
         sort_by: Literal["created_at", "updated_at", "accessed_at", "importance", "access_count"] = "updated_at",
         sort_order: Literal["asc", "desc"] = "desc",
+        context: ContextArg = None,
     ) -> MemoryPage:
-        """List memories by store/category or by filters, with pagination (total, has_more) and sorting."""
+        """List memories by store/category or by filters, with pagination (total, has_more) and sorting.
+        status 'live' (default) is everything not archived: active and deprecated."""
 
-        async def go() -> MemoryPage:
+        async def go(call: Call) -> MemoryPage:
             q = ListMemories(
-                namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(),
+                namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
                 store=v.store(store) if store is not None else None,
                 category_path=v.category_path(category_path) if category_path is not None else None,
                 recursive=recursive, kind=kind, tags=tuple(tags), category=category, subject=subject,
@@ -75,24 +88,27 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
             got = await gw.queries.ask(q)
             now = gw.now()
             items = [Memory.of(r.memory, now, r) for r in got.items]
+            call.read([m.id for m in items])
             return MemoryPage(items=items, total=got.total, limit=limit, offset=offset,
                               has_more=offset + len(items) < got.total)  # fmt: skip
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_list", "read", context, namespace, go)
 
     @mcp.tool(annotations=READ)
     async def memory_recent(
+        ctx: Context,
         namespace: Namespace = None,
         store: Store = None,
         category_path: Annotated[str | None, Field(max_length=512, description="Only this category and its subcategories.")] = None,  # noqa: E501
         limit: Annotated[int, Field(ge=1, le=100)] = 5,
         include_expired: bool = False,
+        context: ContextArg = None,
     ) -> RecentResult:
         """The most recently updated memories with full content and a token estimate (newest first)."""
 
-        async def go() -> RecentResult:
+        async def go(call: Call) -> RecentResult:
             q = ListMemories(
-                namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(),
+                namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
                 store=v.store(store) if store is not None else None,
                 category_path=v.category_path(category_path) if category_path is not None else None,
                 include_expired=include_expired, limit=limit, sort_by="updated_at", sort_order="desc",
@@ -104,22 +120,25 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                             token_estimate=math.ceil(len(r.memory.content) / 4))  # fmt: skip
                 for r in got.items
             ]
+            call.read([e.id for e in entries])
             return RecentResult(category=category_path or "all", count=len(entries), memories=entries)
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_recent", "read", context, namespace, go)
 
     @mcp.tool(annotations=READ)
     async def memory_stats(
+        ctx: Context,
         namespace: Namespace = None,
         store: Store = None,
         top_tags: Annotated[int, Field(ge=1, le=100)] = 10,
+        context: ContextArg = None,
     ) -> Stats:
-        """Totals by kind, importance, category and subject; archived and expired counts; oldest/newest;
-        top tags; stores, categories and storage size."""
+        """Totals by kind, importance, category and subject; archived, deprecated and expired counts;
+        oldest/newest; top tags; stores, categories and storage size."""
 
-        async def go() -> Stats:
-            q = MemoryStats(namespace=gw.namespace(namespace), now=gw.now(), min_seq=await gw.min_seq(),
+        async def go(call: Call) -> Stats:
+            q = MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
                             store=v.store(store) if store is not None else None, top_tags=top_tags)  # fmt: skip
             return Stats.of(await gw.queries.ask(q))
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_stats", "read", context, namespace, go)

@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
-
-from mneme.errors import MnemeError
-from services.gateway.gateway import Gateway
-
-T = TypeVar("T")
 
 
 class MnemeMCPServer(MCPServer):
@@ -49,16 +43,8 @@ def error_text(err: dict[str, Any]) -> str:
     return json.dumps({"error": err}, ensure_ascii=False)
 
 
-async def guarded(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run a tool body; a domain error leaves as a ToolError with the JSON error text."""
-    try:
-        return await fn()
-    except MnemeError as exc:
-        raise ToolError(error_text(exc.to_dict())) from None
-
-
-def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
-    from services.gateway import read_tools, write_tools
+def build_server(gw: Any, *, name: str = "mneme") -> MnemeMCPServer:
+    from services.gateway import governance_tools, read_tools, write_tools
 
     mcp = MnemeMCPServer(
         name=name,
@@ -70,4 +56,5 @@ def build_server(gw: Gateway, *, name: str = "mneme") -> MnemeMCPServer:
     )
     write_tools.register(mcp, gw)
     read_tools.register(mcp, gw)
+    governance_tools.register(mcp, gw)
     return mcp

@@ -1,8 +1,8 @@
 """The native write tools: add, update, move, delete, restore, prune, over the event log.
 
-Each tool is thin: validate (the signature is the schema), build a command, let the
-gateway's write side decide and append, shape the result. Domain errors leave as a
-ToolError whose text is JSON: {"error": {"code", "message", "field"?}}.
+Each tool is thin: the signature is the schema; `gw.run` authorizes the call (principal,
+namespace, context), the body builds a command and lets the write side decide and append,
+and the result is shaped here. Domain errors leave as JSON tool errors.
 """
 
 from __future__ import annotations
@@ -10,21 +10,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from msgspec import UNSET
 from pydantic import Field
 
 from mneme.domain import validation as v
 from mneme.errors import InvalidInput, MnemeError
-from mneme.ids import new_id
 from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, RestoreMemory, UpdateMemory
 from schemas.queries import ExpiredMemories
-from services.gateway.gateway import Gateway
+from services.gateway.gateway import Call, Gateway
 from services.gateway.models import AddResult, DeleteResult, Memory, MoveResult, PruneResult, UpdateResult
 from services.gateway.params import (
     DESTRUCTIVE,
     WRITE,
     Citations,
+    ContextArg,
     Kind,
     Label,
     MemoryId,
@@ -35,12 +35,12 @@ from services.gateway.params import (
     Tags,
     Unit,
 )  # fmt: skip
-from services.gateway.server import guarded
 
 
 def register(mcp: MCPServer, gw: Gateway) -> None:
     @mcp.tool(annotations=WRITE)
     async def memory_add(
+        ctx: Context,
         content: Annotated[str, Field(min_length=1, description="The memory text.")],
         namespace: Namespace = None,
         store: Store = None,
@@ -57,28 +57,31 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         valid_from: datetime | None = None,
         valid_until: datetime | None = None,
         request_id: RequestId = None,
+        context: ContextArg = None,
     ) -> AddResult:
         """Add a memory. With store + path it is addressable by path (categories are created as needed;
-        an occupied path is an ALREADY_EXISTS error). Returns a receipt: id, version and log position (read the
-        memory back with memory_get)."""
+        an occupied path is an ALREADY_EXISTS error). An agent's memory starts 'unverified'; the protected
+        kinds business_rule and system_constraint are for admins. Returns a receipt: id, version and log
+        position (read the memory back with memory_get)."""
 
-        async def go() -> AddResult:
+        async def go(call: Call) -> AddResult:
             cmd = CreateMemory(
-                namespace=gw.namespace(namespace), store=store, path=path, content=content, kind=kind,
+                namespace=call.namespace, store=store, path=path, content=content, kind=kind,
                 category=category, subject=subject, tags=tuple(tags), importance=importance, confidence=confidence,
                 citations=tuple(citations), metadata=metadata, expires_at=expires_at, valid_from=valid_from,
                 valid_until=valid_until,
             )  # fmt: skip
-            w = await gw.commands.create(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
+            w = await gw.commands.create(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
                                          min_seq=await gw.min_seq())  # fmt: skip
             gw.noted(w.seq)
             assert w.memory is not None
             return AddResult.of(w.memory, w.duplicate)
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_add", "write", context, namespace, go)
 
     @mcp.tool(annotations=WRITE)
     async def memory_update(
+        ctx: Context,
         id: MemoryId = None,
         namespace: Namespace = None,
         store: Store = None,
@@ -97,16 +100,16 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         valid_from: datetime | None = None,
         valid_until: datetime | None = None,
         request_id: RequestId = None,
+        context: ContextArg = None,
     ) -> UpdateResult:
         """Change some fields of a memory (by id, or store + path). Omitted fields keep their value.
-        Returns the new version and which fields changed."""
+        Returns the new version and which fields changed. A locked memory is for admins to change."""
 
-        async def go() -> UpdateResult:
+        async def go(call: Call) -> UpdateResult:
             if clear_expiry and expires_at is not None:
                 raise InvalidInput("clear_expiry", "give expires_at or clear_expiry, not both")
-            ns = gw.namespace(namespace)
             min_seq = await gw.min_seq()
-            row = await gw.resolve(ns, id, store, path, min_seq)
+            row = await gw.resolve(call.namespace, id, store, path, min_seq)
             given = {
                 "content": content, "kind": kind, "category": category, "subject": subject,
                 "tags": tuple(tags) if tags is not None else None, "importance": importance, "confidence": confidence,
@@ -116,42 +119,44 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
             fields = {k: (UNSET if val is None else val) for k, val in given.items()}
             if clear_expiry:
                 fields["expires_at"] = None
-            cmd = UpdateMemory(namespace=ns, memory_id=row.memory.id, **fields)
-            w = await gw.commands.update(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
+            cmd = UpdateMemory(namespace=call.namespace, memory_id=row.memory.id, **fields)
+            w = await gw.commands.update(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
                                          min_seq=min_seq)  # fmt: skip
             gw.noted(w.seq)
             assert w.memory is not None
             changed = [f for f in fields if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]
             return UpdateResult(memory=Memory.of(w.memory, gw.now()), updated_fields=changed)
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_update", "write", context, namespace, go)
 
     @mcp.tool(annotations=WRITE)
     async def memory_move(
+        ctx: Context,
         to_path: Annotated[str, Field(min_length=1, max_length=512, description="New path in the same store.")],
         id: MemoryId = None,
         namespace: Namespace = None,
         store: Store = None,
         path: Path = None,
         request_id: RequestId = None,
+        context: ContextArg = None,
     ) -> MoveResult:
         """Move or rename a memory inside its store. An occupied destination is an ALREADY_EXISTS error."""
 
-        async def go() -> MoveResult:
-            ns = gw.namespace(namespace)
+        async def go(call: Call) -> MoveResult:
             min_seq = await gw.min_seq()
-            row = await gw.resolve(ns, id, store, path, min_seq)
-            cmd = MoveMemory(namespace=ns, memory_id=row.memory.id, to_path=to_path)
-            w = await gw.commands.move(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
+            row = await gw.resolve(call.namespace, id, store, path, min_seq)
+            cmd = MoveMemory(namespace=call.namespace, memory_id=row.memory.id, to_path=to_path)
+            w = await gw.commands.move(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
                                        min_seq=min_seq)  # fmt: skip
             gw.noted(w.seq)
             assert w.memory is not None
             return MoveResult(memory=Memory.of(w.memory, gw.now()), from_path=row.memory.path or "", to_path=to_path)
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_move", "write", context, namespace, go)
 
     @mcp.tool(annotations=DESTRUCTIVE)
     async def memory_delete(
+        ctx: Context,
         id: MemoryId = None,
         namespace: Namespace = None,
         store: Store = None,
@@ -159,61 +164,63 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         permanent: Annotated[bool, Field(description="False (default): archive, restorable. True: remove from every read model (history stays in the log).")] = False,  # noqa: E501
         reason: Annotated[str | None, Field(max_length=128)] = None,
         request_id: RequestId = None,
+        context: ContextArg = None,
     ) -> DeleteResult:
         """Delete a memory: archive it (default) or remove it permanently, which frees its path."""
 
-        async def go() -> DeleteResult:
-            ns = gw.namespace(namespace)
+        async def go(call: Call) -> DeleteResult:
             min_seq = await gw.min_seq()
-            row = await gw.resolve(ns, id, store, path, min_seq)
-            cmd = DeleteMemory(namespace=ns, memory_id=row.memory.id, permanent=permanent, reason=reason)
-            w = await gw.commands.delete(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
+            row = await gw.resolve(call.namespace, id, store, path, min_seq)
+            cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=permanent, reason=reason)
+            w = await gw.commands.delete(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
                                          min_seq=min_seq)  # fmt: skip
             gw.noted(w.seq)
             version = w.event.version if w.event is not None else row.memory.version
             return DeleteResult(id=row.memory.id, mode="deleted" if permanent else "archived", version=version)
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_delete", "write", context, namespace, go)
 
     @mcp.tool(annotations=WRITE)
     async def memory_restore(
+        ctx: Context,
         id: MemoryId = None,
         namespace: Namespace = None,
         store: Store = None,
         path: Path = None,
         request_id: RequestId = None,
+        context: ContextArg = None,
     ) -> Memory:
         """Bring an archived memory back to active."""
 
-        async def go() -> Memory:
-            ns = gw.namespace(namespace)
+        async def go(call: Call) -> Memory:
             min_seq = await gw.min_seq()
-            row = await gw.resolve(ns, id, store, path, min_seq)
-            cmd = RestoreMemory(namespace=ns, memory_id=row.memory.id)
-            w = await gw.commands.restore(cmd, actor=gw.principal.actor, request_id=request_id or new_id(),
+            row = await gw.resolve(call.namespace, id, store, path, min_seq)
+            cmd = RestoreMemory(namespace=call.namespace, memory_id=row.memory.id)
+            w = await gw.commands.restore(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
                                           min_seq=min_seq)  # fmt: skip
             gw.noted(w.seq)
             assert w.memory is not None
             return Memory.of(w.memory, gw.now())
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_restore", "write", context, namespace, go)
 
     @mcp.tool(annotations=DESTRUCTIVE)
     async def memory_prune_expired(
+        ctx: Context,
         namespace: Namespace = None,
         store: Store = None,
         request_id: RequestId = None,
+        context: ContextArg = None,
     ) -> PruneResult:
         """Permanently delete every expired memory in the namespace (or one store). Returns the count (0 when none)."""
 
-        async def go() -> PruneResult:
-            ns = gw.namespace(namespace)
-            rid = request_id or new_id()
+        async def go(call: Call) -> PruneResult:
+            rid = request_id or call.request_id
             ids: list[str] = []
             seen: set[str] = set()
             while True:
                 got = await gw.queries.ask(ExpiredMemories(
-                    namespace=ns, now=gw.now(), min_seq=await gw.min_seq(),
+                    namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
                     store=v.store(store) if store is not None else None, limit=500,
                 ))  # fmt: skip
                 batch = [r.memory.id for r in got.items if r.memory.id not in seen]
@@ -221,16 +228,16 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                     break
                 seen.update(batch)
                 for mid in batch:
-                    cmd = DeleteMemory(namespace=ns, memory_id=mid, permanent=True, reason="expired")
+                    cmd = DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=True, reason="expired")
                     try:
-                        w = await gw.commands.delete(cmd, actor=gw.principal.actor, request_id=rid,
+                        w = await gw.commands.delete(cmd, actor=call.principal.actor, request_id=rid,
                                                      min_seq=await gw.min_seq())  # fmt: skip
                     except MnemeError as exc:
-                        if exc.code == "MEMORY_NOT_FOUND":  # pruned by someone else meanwhile
-                            continue
+                        if exc.code in ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED"):
+                            continue  # pruned by someone else meanwhile, or not this caller's to prune
                         raise
                     gw.noted(w.seq)
                     ids.append(mid)
             return PruneResult(pruned=len(ids), ids=ids)
 
-        return await guarded(go)
+        return await gw.run(ctx.headers, "memory_prune_expired", "write", context, namespace, go)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+import msgspec
 
 from mneme.domain.state import MemoryState
 from schemas.queries import (
@@ -19,8 +20,9 @@ from schemas.queries import (
     PathOwner,
     PathOwnerResult,
     StatsResult,
+    VersionInfo,
 )
-from services.projector.memories_view import N_STATE, STATE_COLUMNS, MemoriesView, row_state
+from services.projector.memories_view import N_STATE, STATE_COLUMNS, VERSION_COLUMNS, MemoriesView, row_state
 
 _SELECT = (
     f"SELECT {', '.join('m.' + c.strip() for c in STATE_COLUMNS.split(','))}, a.accessed_at, "
@@ -48,7 +50,54 @@ def _visible(s: MemoryState | None, q: GetMemory) -> bool:
     return s is not None and s.namespace == q.namespace and (q.include_expired or not s.is_expired(q.now))
 
 
+def _versions(view: MemoriesView, memory_id: str, newest: int) -> list[tuple[Any, ...]]:
+    """The newest versions of a memory, committed and staged, newest first."""
+    rows = view.reader().execute(
+        f"SELECT {VERSION_COLUMNS} FROM memory_versions WHERE id = ? ORDER BY version DESC LIMIT ?", [memory_id, newest]
+    ).fetchall()
+    by_version = {r[1]: r for r in rows}
+    by_version.update({r[1]: r for r in view.staged_versions(memory_id)})
+    return [by_version[k] for k in sorted(by_version, reverse=True)[:newest]]
+
+
+def _history(view: MemoriesView, memory_id: str, newest: int) -> list[VersionInfo]:
+    return [VersionInfo(version=r[1], seq=r[2], recorded_at=r[3], event_type=r[4], request_id=r[5], agent_id=r[6],
+                        deleted=r[7]) for r in _versions(view, memory_id, newest)]  # fmt: skip
+
+
+def _version_state(view: MemoriesView, current: MemoryState, version: int) -> MemoryState | None:
+    """The memory as it was at `version` (None if there is no such version, or it was the deletion)."""
+    rows = view.reader().execute(
+        f"SELECT {VERSION_COLUMNS} FROM memory_versions WHERE id = ? AND version = ?", [current.id, version]
+    ).fetchall() or [r for r in view.staged_versions(current.id) if r[1] == version]
+    if not rows or rows[0][7]:
+        return None
+    r = rows[0]
+    return MemoryState(
+        id=r[0], namespace=r[8], store=r[9], path=r[10], content=r[11], kind=r[12], category=r[13], subject=r[14],
+        tags=tuple(r[15]), importance=r[16], confidence=r[17], citations=tuple(r[18]),
+        metadata=msgspec.json.decode(r[19]), status=r[20], version=r[1], created_at=current.created_at,
+        updated_at=r[3], created_by=current.created_by, updated_by=r[6], expires_at=r[21], valid_from=r[22],
+        valid_until=r[23], last_seq=r[2], verification=r[24], locked=r[25], status_reason=r[26],
+    )  # fmt: skip
+
+
 def get(view: MemoriesView, q: GetMemory) -> GetResult:
+    """The memory (a given version of it, on request) with its recent history."""
+    found = _get_current(view, q)
+    if found.item is None or (q.version is None and not q.history):
+        return found
+    row = found.item
+    history = _history(view, row.memory.id, q.history) if q.history else []
+    if q.version is not None and q.version != row.memory.version:
+        past = _version_state(view, row.memory, q.version)
+        if past is None:
+            return GetResult(item=None)
+        row = MemoryRow(memory=past, accessed_at=row.accessed_at, access_count=row.access_count)
+    return GetResult(item=row, history=history)
+
+
+def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
     """Staged state first (read-your-writes without waiting for a commit), then DuckDB."""
     cur = view.reader()
     if q.memory_id is not None:
@@ -109,7 +158,9 @@ def _filters(q: ListMemories) -> tuple[list[str], list[Any]]:
     if q.importance_max is not None:
         where.append("m.importance <= ?")
         args.append(q.importance_max)
-    if q.status != "any":
+    if q.status == "live":
+        where.append("m.status <> 'archived'")
+    elif q.status != "any":
         where.append("m.status = ?")
         args.append(q.status)
     if not q.include_expired:
@@ -159,7 +210,7 @@ def path_owner(view: MemoriesView, q: PathOwner) -> PathOwnerResult:
 
 def _counts(cur: duckdb.DuckDBPyConnection, expr: str, scope: str, args: list[Any]) -> dict[str, int]:
     rows = cur.execute(
-        f"SELECT {expr} AS k, count(*) FROM memories m WHERE {scope} AND m.status = 'active' GROUP BY k ORDER BY k",
+        f"SELECT {expr} AS k, count(*) FROM memories m WHERE {scope} AND m.status <> 'archived' GROUP BY k ORDER BY k",
         args,
     ).fetchall()
     return {str(k) if k is not None else "(none)": n for k, n in rows}
@@ -169,8 +220,9 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
     cur = view.reader()
     scope = "m.namespace = ?" + (" AND m.store = ?" if q.store is not None else "")
     args: list[Any] = [q.namespace] + ([q.store] if q.store is not None else [])
-    total, active, archived, expired_n, oldest, newest, size = cur.execute(
+    total, active, archived, deprecated, expired_n, oldest, newest, size = cur.execute(
         "SELECT count(*), count(*) FILTER (m.status = 'active'), count(*) FILTER (m.status = 'archived'), "
+        "count(*) FILTER (m.status = 'deprecated'), "
         "count(*) FILTER (m.expires_at IS NOT NULL AND m.expires_at <= ?), min(m.created_at), max(m.created_at), "
         f"coalesce(sum(octet_length(m.content::BLOB) + octet_length(m.metadata::BLOB)), 0) FROM memories m WHERE {scope}",
         [q.now, *args],
@@ -180,7 +232,7 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
     )
     tags = cur.execute(
         f"SELECT t, count(*) AS n FROM (SELECT unnest(m.tags) AS t FROM memories m WHERE {scope} "
-        "AND m.status = 'active') GROUP BY t ORDER BY n DESC, t LIMIT ?",
+        "AND m.status <> 'archived') GROUP BY t ORDER BY n DESC, t LIMIT ?",
         [*args, q.top_tags],
     ).fetchall()
     ns_store = [q.namespace] + ([q.store] if q.store is not None else [])
@@ -195,6 +247,7 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         total=total,
         active=active,
         archived=archived,
+        deprecated=deprecated,
         expired=expired_n,
         by_kind=_counts(cur, "m.kind", scope, args),
         by_importance=_counts(cur, importance, scope, args),

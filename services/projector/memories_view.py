@@ -78,6 +78,12 @@ PROJECTION_VERSION = 2
 TABLES = ("memories", "memory_versions", "stores", "categories", "access_stats", "checkpoints", "meta")
 
 # Canonical dump: every table, every column, in a fixed order (the rebuild-equals-live proof).
+VERSION_COLUMNS = (
+    "id, version, seq, recorded_at, event_type, request_id, agent_id, deleted, namespace, store, path, content, "
+    "kind, category, subject, tags, importance, confidence, citations, metadata, status, expires_at, valid_from, "
+    "valid_until, verification, locked, status_reason"
+)
+
 CANONICAL_TABLES = {
     "memories": "id",
     "memory_versions": "id, version",
@@ -116,6 +122,7 @@ class _Staged:
     in_db: set[str] = field(default_factory=set)  # ids that have a committed row to replace
     paths: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, store, path) -> id, staged
     versions: list[tuple[Any, ...]] = field(default_factory=list)
+    versions_of: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)  # id -> its staged versions
     store_seq: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # first, last
     categories: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
@@ -179,6 +186,10 @@ class MemoriesView:
         with self._lock:
             return self._st.paths.get((namespace, store, path))
 
+    def staged_versions(self, memory_id: str) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._st.versions_of.get(memory_id, ()))
+
     def staged_store_seq(self, namespace: str, store: str) -> int:
         with self._lock:
             return self._st.store_seq.get((namespace, store), (0, 0))[1]
@@ -222,10 +233,10 @@ class MemoriesView:
                 if new is not None and new.store is not None and new.path is not None:
                     st.paths[(new.namespace, new.store, new.path)] = mid
                 r = state_row(shown)
-                st.versions.append(
-                    (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
-                     env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22], *r[23:26])
-                )  # fmt: skip
+                vrow = (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
+                        env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22], *r[23:26])  # fmt: skip
+                st.versions.append(vrow)
+                st.versions_of.setdefault(mid, []).append(vrow)
                 if shown.store is not None:
                     key2 = (shown.namespace, shown.store)
                     st.store_seq[key2] = (st.store_seq.get(key2, (p.seq, p.seq))[0], p.seq)
