@@ -46,9 +46,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write the rebuilt file here instead of replacing the live one")
     p = sub.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the principals file")
     p.add_argument("token")
-    p = sub.add_parser("audit", help="the compliance trail")
+    p = sub.add_parser("audit", help="the compliance trail: verify the hash chain, or export records")
     _common(p)
-    p.add_argument("action", choices=["verify"])
+    p.add_argument("action", choices=["verify", "export"])
+    p.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="export: file format")
+    p.add_argument("--out", type=Path, help="export: the file to write")
+    for name in ("since", "until", "agent", "memory", "action-prefix"):
+        p.add_argument(f"--{name}", help=f"export: only records matching this {name} (times ISO 8601)")
     return ap
 
 
@@ -104,10 +108,22 @@ def main(argv: list[str] | None = None) -> None:
         from services.auditor.trail import Trail
 
         trail = Trail(str(s["core"].data_dir / s["aus"].db_name))
-        checked, broken = trail.verify()
-        trail.close()
-        print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken}))
-        code = 0 if broken is None else 1
+        try:
+            if args.action == "verify":
+                checked, broken = trail.verify()
+                print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken}))
+                code = 0 if broken is None else 1
+            else:
+                from services.auditor.trail_queries import export
+
+                if args.out is None:
+                    raise SystemExit("audit export needs --out FILE")
+                filters = {"since": args.since, "until": args.until, "agent_id": args.agent,
+                           "memory_id": args.memory, "action": args.action_prefix}  # fmt: skip
+                n = export(trail, args.out, args.format, filters)
+                print(json.dumps({"records": n, "format": args.format, "path": str(args.out)}))
+        finally:
+            trail.close()
     sys.stdout.flush()
     sys.stderr.flush()
     # The stdio transport reads stdin on a worker thread that cannot be interrupted;

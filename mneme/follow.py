@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 from nats.aio.msg import Msg
@@ -30,18 +31,18 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from schemas import subjects as S
-from schemas.events import Envelope, decode_envelope
+from schemas.events import decode_envelope
 
 log = logging.getLogger("mneme.follow")
 
 
 @dataclass(frozen=True, slots=True)
 class Positioned:
-    """An event with where and when the log recorded it."""
+    """A decoded message with where and when its stream recorded it (an Envelope for the event log)."""
 
     seq: int
     recorded_at: datetime
-    envelope: Envelope
+    envelope: Any
 
 
 class Sink(Protocol):
@@ -63,8 +64,12 @@ class LogFollower:
         batch_max: int = 5000,
         linger: float = 0.1,
         queue_max: int = 20000,
+        stream: str = S.EVENTS_STREAM,
+        subjects: str = S.EVENTS_SUBJECTS,
+        decode: Callable[[bytes], Any] = decode_envelope,
     ):
         self.js = js
+        self.stream, self.subjects, self.decode = stream, subjects, decode
         self.sink = sink
         self.staged = self.committed = sink.checkpoint
         self.batch_max = batch_max
@@ -89,9 +94,8 @@ class LogFollower:
         # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
         # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
         self._sub = await self.js.subscribe(
-            S.EVENTS_SUBJECTS, stream=S.EVENTS_STREAM, cb=self._on_msg, ordered_consumer=True, config=cfg,
-            idle_heartbeat=1.0,
-        )  # fmt: skip
+            self.subjects, stream=self.stream, cb=self._on_msg, ordered_consumer=True, config=cfg, idle_heartbeat=1.0,
+        )
 
     async def _on_msg(self, msg: Msg) -> None:
         await self._queue.put(msg)
@@ -186,7 +190,7 @@ class LogFollower:
         for m in batch:
             md = m.metadata
             try:
-                positioned.append(Positioned(md.sequence.stream, md.timestamp, decode_envelope(m.data)))
+                positioned.append(Positioned(md.sequence.stream, md.timestamp, self.decode(m.data)))
             except msgspec.DecodeError as exc:  # a poison message must not stop the consumer
                 log.error("skipping undecodable event at sequence %d: %s", md.sequence.stream, exc)
         upto = batch[-1].metadata.sequence.stream
@@ -218,3 +222,11 @@ class FanOut:
     def commit(self) -> int:
         self.checkpoint = min(s.commit() for s in self.sinks)
         return self.checkpoint
+
+
+def access_follower(js: JetStreamContext, sink: Sink, *, batch_max: int = 5000, linger: float = 0.1) -> LogFollower:
+    """A follower of the access stream (read and denied records) instead of the event log."""
+    from schemas.access import decode_access
+
+    return LogFollower(js, sink, batch_max=batch_max, linger=linger, stream=S.ACCESS_STREAM,
+                       subjects=S.ACCESS_SUBJECTS, decode=decode_access)  # fmt: skip

@@ -25,7 +25,7 @@ from mneme.eventlog import EventLog, ensure_streams
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
-from services.auditor.trail import Trail
+from services.auditor.trail import ACCESS, EVENTS, Trail
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
@@ -155,11 +155,14 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
         stack.callback(view.close)
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
-        # one follower feeds both the projection and the audit trail: one delivery, one decode
+        # the projector's followers also feed the audit trail: one delivery, one decode per message
         projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
-                              also=(trail,))
+                              also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),))  # fmt: skip
         await projector.start()
         stack.push_async_callback(projector.stop)
+        auditor = Auditor(nc, trail, follow=False)  # answers audit queries
+        await auditor.start()
+        stack.push_async_callback(auditor.stop)
         await until_stopped(run_mcp(make_gateway(nc, gs), gs))
 
 

@@ -123,6 +123,42 @@ class PathOwnerResult(Struct, frozen=True, kw_only=True):
     store_seq: int
 
 
+class AuditQuery(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Served by the auditor: who touched a memory, what an agent did, in a time window."""
+
+    OPERATION: ClassVar[str] = "audit.query"
+    namespaces: tuple[str, ...] = ()  # the namespaces the asking admin may read; empty: `namespace` only
+    memory_id: str | None = None
+    agent_id: str | None = None
+    action: str | None = None  # prefix: "memory_", "read:", "denied:"
+    outcome: str | None = None
+    since: UtcTime | None = None
+    until: UtcTime | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+class AuditRow(Struct, frozen=True, kw_only=True):
+    trail_seq: int
+    source: str
+    source_seq: int
+    recorded_at: UtcTime
+    action: str
+    outcome: str
+    namespace: str
+    agent_id: str
+    role: str
+    request_id: str
+    memory_ids: list[str]
+    code: str | None
+    occurred_at: UtcTime
+
+
+class AuditResult(Struct, frozen=True, kw_only=True):
+    records: list[AuditRow]
+    total: int
+
+
 class Reply(Struct, frozen=True, kw_only=True):
     applied_seq: int
     result: msgspec.Raw = msgspec.Raw(b"\xc0")  # msgpack nil until a result is set
@@ -135,6 +171,7 @@ RESULT_TYPES: dict[str, type] = {
     MemoryStats.OPERATION: StatsResult,
     PathOwner.OPERATION: PathOwnerResult,
     ExpiredMemories.OPERATION: ListResult,
+    AuditQuery.OPERATION: AuditResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
     q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories)

@@ -38,7 +38,9 @@ async def test_every_event_is_recorded_once_across_a_restart(stack: Stack, tmp_p
     await auditor.start()
     try:
         assert await auditor.follower.wait_for(head, 10)
-        rows = trail.con.execute("SELECT seq, agent_id, request_id, action FROM audit_trail ORDER BY seq").fetchall()
+        rows = trail.con.execute(
+            "SELECT source_seq, agent_id, request_id, action FROM audit_trail WHERE source = 'events' ORDER BY trail_seq"
+        ).fetchall()
         assert [r[0] for r in rows] == list(range(1, head + 1)), "gap or duplicate in the trail"
         assert all(r[1] == "local-agent" and r[2] for r in rows)
         assert {r[3] for r in rows} == {"memory_created", "memory_updated"}
@@ -62,12 +64,12 @@ async def test_tampering_is_named_by_audit_verify(stack: Stack) -> None:
 
     assert verify() == {"records": 14, "ok": True, "first_broken_seq": None, "exit": 0}
     con = duckdb.connect(db)
-    con.execute("UPDATE audit_trail SET agent_id = 'mallory' WHERE seq = 7")
+    con.execute("UPDATE audit_trail SET agent_id = 'mallory' WHERE trail_seq = 7")
     con.close()
     assert verify() == {"records": 6, "ok": False, "first_broken_seq": 7, "exit": 1}
     con = duckdb.connect(db)
-    con.execute("UPDATE audit_trail SET agent_id = 'local-agent' WHERE seq = 7")
+    con.execute("UPDATE audit_trail SET agent_id = 'local-agent' WHERE trail_seq = 7")
     assert con.execute("SELECT count(*) FROM audit_trail").fetchone()[0] == 14
-    con.execute("DELETE FROM audit_trail WHERE seq = 9")
+    con.execute("DELETE FROM audit_trail WHERE trail_seq = 9")
     con.close()
     assert verify() == {"records": 8, "ok": False, "first_broken_seq": 10, "exit": 1}

@@ -1,100 +1,185 @@
-"""The compliance trail: one record per logged event, hash-chained, in its own DuckDB file.
+"""The compliance trail: one record per action, hash-chained, in the auditor's own DuckDB file.
 
-Each record holds the SHA-256 of the previous record, so changing or removing one
-breaks the chain at that point. Records are chained in memory (`stage`) and written
-with the checkpoint in one transaction (`commit`): no gap, no duplicate across
-restarts. Nobody reads the trail for read-your-writes, so the auditor lingers longer
-before committing than the projector does.
+Two sources feed it: the event log (every change: who, which memory, which request) and the
+access stream (every read with the ids it returned, every denied attempt). Each record gets
+the next trail sequence and holds the SHA-256 of the previous record and of its own fields,
+so changing or removing a record breaks the chain there (`verify` names it).
+
+Records are chained as they are staged; one `commit` writes everything staged from both
+sources with both checkpoints in one transaction, so what is committed is always a prefix
+of one chain: no gap, no duplicate across restarts or crashes. Nobody reads the trail for
+read-your-writes, so the auditor lingers before committing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
 from mneme.follow import Positioned
+from schemas.access import AccessDenied, AnyAccess
+from schemas.events import Envelope
 
-CHECKPOINT = "trail"
+log = logging.getLogger("mneme.auditor")
 GENESIS = "0" * 64
+EVENTS, ACCESS = "events", "access"
 
 SCHEMA = """
 SET TimeZone = 'UTC';
 CREATE TABLE IF NOT EXISTS audit_trail (
-    seq BIGINT PRIMARY KEY, recorded_at TIMESTAMPTZ NOT NULL, event_id VARCHAR NOT NULL, action VARCHAR NOT NULL,
-    namespace VARCHAR NOT NULL, memory_id VARCHAR NOT NULL, agent_id VARCHAR NOT NULL, role VARCHAR NOT NULL,
-    request_id VARCHAR NOT NULL, occurred_at TIMESTAMPTZ NOT NULL, prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL
+    trail_seq BIGINT PRIMARY KEY, source VARCHAR NOT NULL, source_seq BIGINT NOT NULL,
+    recorded_at TIMESTAMPTZ NOT NULL, record_id VARCHAR NOT NULL, action VARCHAR NOT NULL, outcome VARCHAR NOT NULL,
+    namespace VARCHAR NOT NULL, agent_id VARCHAR NOT NULL, role VARCHAR NOT NULL, request_id VARCHAR NOT NULL,
+    memory_ids VARCHAR[] NOT NULL, code VARCHAR, occurred_at TIMESTAMPTZ NOT NULL,
+    prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL
 );
 CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL);
 """
+COLUMNS = ("trail_seq", "source", "source_seq", "recorded_at", "record_id", "action", "outcome", "namespace",
+           "agent_id", "role", "request_id", "memory_ids", "code", "occurred_at")  # fmt: skip
 
 
 def record_hash(prev_hash: str, fields: tuple[Any, ...]) -> str:
-    body = "\x1f".join("" if f is None else (f.isoformat() if hasattr(f, "isoformat") else str(f)) for f in fields)
+    def text(f: Any) -> str:
+        if f is None:
+            return ""
+        if isinstance(f, (list, tuple)):
+            return ",".join(map(str, f))
+        return f.isoformat() if hasattr(f, "isoformat") else str(f)
+
+    body = "\x1f".join(text(f) for f in fields)
     return hashlib.sha256(f"{prev_hash}\x1e{body}".encode()).hexdigest()
+
+
+def _event_fields(p: Positioned) -> tuple[Any, ...]:
+    e: Envelope = p.envelope
+    return (EVENTS, p.seq, p.recorded_at, e.event_id, type(e.event).__struct_config__.tag, "ok", e.namespace,
+            e.actor.agent_id, e.actor.role, e.request_id, [e.aggregate_id], None, e.occurred_at)  # fmt: skip
+
+
+def _access_fields(p: Positioned) -> tuple[Any, ...]:
+    r: AnyAccess = p.envelope
+    if isinstance(r, AccessDenied):
+        return (ACCESS, p.seq, p.recorded_at, r.record_id, f"denied:{r.operation}", "denied", r.namespace,
+                r.agent_id, r.role, r.request_id, [r.memory_id] if r.memory_id else [], r.code, r.at)  # fmt: skip
+    return (ACCESS, p.seq, p.recorded_at, r.record_id, f"read:{r.operation}", "ok", r.namespace, r.agent_id,
+            r.role, r.request_id, list(r.memory_ids), None, r.at)  # fmt: skip
 
 
 class Trail:
     def __init__(self, path: str):
+        self.path = path
         self.con = duckdb.connect(path)
+        self._migrate()
         self.con.execute(SCHEMA)
-        row = self.con.execute("SELECT seq FROM checkpoints WHERE name = ?", [CHECKPOINT]).fetchone()
-        self.checkpoint: int = row[0] if row else 0
-        last = self.con.execute("SELECT hash FROM audit_trail ORDER BY seq DESC LIMIT 1").fetchone()
-        self.last_hash: str = last[0] if last else GENESIS
-        self.staged, self._staged_hash = self.checkpoint, self.last_hash
+        self._lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        cps = dict(self.con.execute("SELECT name, seq FROM checkpoints").fetchall())
+        self.checkpoints = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
+        last = self.con.execute("SELECT trail_seq, hash FROM audit_trail ORDER BY trail_seq DESC LIMIT 1").fetchone()
+        self.last_seq, self.last_hash = (last[0], last[1]) if last else (0, GENESIS)
+        self.staged = dict(self.checkpoints)
+        self._staged_seq, self._staged_hash = self.last_seq, self.last_hash
         self._rows: list[tuple[Any, ...]] = []
+
+    def _migrate(self) -> None:
+        cols = {r[0] for r in self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_trail'").fetchall()}  # fmt: skip
+        if cols and "trail_seq" not in cols:  # the spine's one-source trail: kept aside, verifiable as it was
+            log.warning("audit trail %s has the old shape: kept as audit_trail_v1, a new chain starts", self.path)
+            self.con.execute("ALTER TABLE audit_trail RENAME TO audit_trail_v1")
+            self.con.execute("DROP TABLE IF EXISTS checkpoints")
 
     def close(self) -> None:
         self.con.close()
 
+    def source(self, name: str) -> TrailSource:
+        return TrailSource(self, name)
+
+    def stage(self, source: str, batch: list[Positioned], upto: int | None) -> None:
+        fields_of = _event_fields if source == EVENTS else _access_fields
+        with self._lock:
+            prev, seq = self._staged_hash, self._staged_seq
+            for p in batch:
+                if p.seq <= self.staged[source]:
+                    continue
+                seq += 1
+                fields = (seq, *fields_of(p))
+                h = record_hash(prev, fields)
+                self._rows.append((*fields, prev, h))
+                prev = h
+                self.staged[source] = p.seq
+            self._staged_hash, self._staged_seq = prev, seq
+            self.staged[source] = max(self.staged[source], upto or 0)
+
+    def commit(self) -> None:
+        """Write every staged record (both sources) and both checkpoints in one transaction.
+
+        The staged rows are taken under a short lock (staging runs on the event loop and must
+        not wait for DuckDB); commits themselves are serialized. If the write fails, the rows go
+        back in front of whatever was staged meanwhile, so the chain never skips a record.
+        """
+        with self._commit_lock:
+            with self._lock:
+                if self.staged == self.checkpoints:
+                    return
+                rows, staged = self._rows, dict(self.staged)
+                last_seq, last_hash = self._staged_seq, self._staged_hash
+                self._rows = []
+            c = self.con
+            try:
+                c.execute("BEGIN TRANSACTION")
+                if rows:
+                    ap = c.appender("audit_trail")
+                    ap.append_rows(rows)
+                    ap.flush()
+                c.execute(
+                    "INSERT INTO checkpoints SELECT unnest(?), unnest(?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
+                    [list(staged), list(staged.values())],
+                )
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                with self._lock:
+                    self._rows = rows + self._rows
+                raise
+            self.checkpoints = staged
+            self.last_seq, self.last_hash = last_seq, last_hash
+
+    def verify(self) -> tuple[int, int | None]:
+        """Walk the chain. Returns (records checked, trail sequence of the first broken record or None)."""
+        prev, n, expected = GENESIS, 0, 1
+        cur = self.con.cursor()
+        for row in cur.execute(f"SELECT {', '.join(COLUMNS)}, prev_hash, hash FROM audit_trail ORDER BY trail_seq").fetchall():
+            fields, stored_prev, stored = row[:14], row[14], row[15]
+            if row[0] != expected or stored_prev != prev or record_hash(prev, fields) != stored:
+                return n, row[0]
+            prev, n, expected = stored, n + 1, expected + 1
+        return n, None
+
+
+@dataclass
+class TrailSource:
+    """One source's view of the trail, as a follower's sink."""
+
+    trail: Trail
+    name: str
+
+    @property
+    def checkpoint(self) -> int:
+        return self.trail.checkpoints[self.name]
+
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
         return False
 
-    def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
-        """Chain the records in memory; `commit` writes them."""
-        prev = self._staged_hash
-        for p in batch:
-            if p.seq <= self.staged:
-                continue
-            e = p.envelope
-            fields = (p.seq, p.recorded_at, e.event_id, type(e.event).__struct_config__.tag, e.namespace,
-                      e.aggregate_id, e.actor.agent_id, e.actor.role, e.request_id, e.occurred_at)  # fmt: skip
-            h = record_hash(prev, fields)
-            self._rows.append((*fields, prev, h))
-            prev = h
-            self.staged = p.seq
-        self._staged_hash = prev
-        self.staged = max(self.staged, upto or 0)
+    def stage(self, batch: list[Positioned], upto: int) -> None:
+        self.trail.stage(self.name, batch, upto)
 
     def commit(self) -> int:
-        if self.staged == self.checkpoint:
-            return self.checkpoint
-        c = self.con
-        c.execute("BEGIN TRANSACTION")
-        try:
-            if self._rows:
-                ap = c.appender("audit_trail")
-                ap.append_rows(self._rows)
-                ap.flush()
-            c.execute(
-                "INSERT INTO checkpoints VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
-                [CHECKPOINT, self.staged],
-            )
-            c.execute("COMMIT")
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        self.checkpoint, self.last_hash, self._rows = self.staged, self._staged_hash, []
-        return self.checkpoint
-
-    def verify(self) -> tuple[int, int | None]:
-        """Walk the chain. Returns (records checked, sequence of the first broken record or None)."""
-        prev, n = GENESIS, 0
-        for row in self.con.execute("SELECT * FROM audit_trail ORDER BY seq").fetchall():
-            fields, stored_prev, stored = row[:10], row[10], row[11]
-            if stored_prev != prev or record_hash(prev, fields) != stored:
-                return n, row[0]
-            prev, n = stored, n + 1
-        return n, None
+        self.trail.commit()
+        return self.trail.checkpoints[self.name]

@@ -84,12 +84,12 @@ VERSION_COLUMNS = (
     "valid_until, verification, locked, status_reason"
 )
 
-CANONICAL_TABLES = {
-    "memories": "id",
-    "memory_versions": "id, version",
-    "stores": "namespace, name",
-    "categories": "namespace, store, path",
-    "checkpoints": "name",
+CANONICAL_TABLES = {  # table -> (order, rows): what a rebuild from the event log must reproduce
+    "memories": ("id", "TRUE"),
+    "memory_versions": ("id, version", "TRUE"),
+    "stores": ("namespace, name", "TRUE"),
+    "categories": ("namespace, store, path", "TRUE"),
+    "checkpoints": ("name", f"name = '{CHECKPOINT}'"),
 }
 
 _json = msgspec.json.Encoder(order="sorted")
@@ -293,9 +293,9 @@ class MemoriesView:
         """SHA-256 of each table's full contents in key order: equal digests, equal tables."""
         out = {}
         cur = self.reader()
-        for table, key in CANONICAL_TABLES.items():
+        for table, (key, rows) in CANONICAL_TABLES.items():
             h = hashlib.sha256()
-            for row in cur.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall():
+            for row in cur.execute(f"SELECT * FROM {table} WHERE {rows} ORDER BY {key}").fetchall():
                 h.update(repr(row).encode())
             out[table] = h.hexdigest()
         return out

@@ -23,9 +23,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from mneme.errors import MnemeError, ProjectionLag
-from mneme.follow import FanOut, LogFollower, Sink
+from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, Reply, encoder
+from services.projector.access_view import AccessView
 from services.projector.memories_queries import HANDLERS, STAGED_READS
 from services.projector.memories_view import MemoriesView
 
@@ -42,14 +43,19 @@ class Projector:
         wait_timeout: float = 5.0,
         linger: float = 0.1,
         also: tuple[Sink, ...] = (),
+        also_access: tuple[Sink, ...] = (),
     ):
-        """`also`: more sinks fed by the same follower (in `mneme serve`, the audit trail)."""
+        """`also` / `also_access`: more sinks fed by the same followers of the event log and of the
+        access stream (in `mneme serve`, the audit trail): one delivery, one decode."""
         self.nc = nc
         self.js = nc.jetstream()
         self.view = view
         self.wait_timeout = wait_timeout
         sink: Sink = FanOut(view, *also) if also else view
         self.follower = LogFollower(self.js, sink, batch_max=batch_max, linger=linger)
+        access: Sink = AccessView(view)
+        access = FanOut(access, *also_access) if also_access else access
+        self.access_follower = access_follower(self.js, access, batch_max=batch_max, linger=linger)
         self.serving = asyncio.Event()
         self._subs: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -62,6 +68,7 @@ class Projector:
     async def start(self, *, serve_queries: bool = True) -> None:
         target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
         await self.follower.start()
+        await self.access_follower.start()
         if serve_queries:
             self._spawn(self._join_when_caught_up(target))
 
@@ -81,6 +88,7 @@ class Projector:
                 pass
         if self._tasks:  # queries already running on worker threads finish before the view closes
             await asyncio.wait(set(self._tasks), timeout=self.wait_timeout + 5)
+        await self.access_follower.stop()
         await self.follower.stop()
 
     def _spawn(self, coro: Any) -> None:

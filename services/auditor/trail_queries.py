@@ -1,0 +1,72 @@
+"""Questions to the trail: who touched memory X, what did agent Y do between T1 and T2, exports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from schemas.queries import AuditQuery, AuditResult, AuditRow
+from services.auditor.trail import COLUMNS, Trail
+
+
+def _where(q: AuditQuery) -> tuple[str, list[Any]]:
+    namespaces = list(q.namespaces) or [q.namespace]
+    where, args = ["namespace IN (SELECT unnest(?))"], [namespaces]
+    if q.memory_id is not None:
+        where.append("list_contains(memory_ids, ?)")
+        args.append(q.memory_id)
+    for col, val in (("agent_id", q.agent_id), ("outcome", q.outcome)):
+        if val is not None:
+            where.append(f"{col} = ?")
+            args.append(val)
+    if q.action is not None:
+        where.append("starts_with(action, ?)")
+        args.append(q.action)
+    if q.since is not None:
+        where.append("occurred_at >= ?")
+        args.append(q.since)
+    if q.until is not None:
+        where.append("occurred_at < ?")
+        args.append(q.until)
+    return " AND ".join(where), args
+
+
+def query(trail: Trail, q: AuditQuery) -> AuditResult:
+    where, args = _where(q)
+    cur = trail.con.cursor()
+    total = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
+    rows = cur.execute(
+        f"SELECT {', '.join(COLUMNS)} FROM audit_trail WHERE {where} ORDER BY trail_seq LIMIT ? OFFSET ?",
+        [*args, q.limit, q.offset],
+    ).fetchall()
+    records = [AuditRow(trail_seq=r[0], source=r[1], source_seq=r[2], recorded_at=r[3], action=r[5], outcome=r[6],
+                        namespace=r[7], agent_id=r[8], role=r[9], request_id=r[10], memory_ids=list(r[11]),
+                        code=r[12], occurred_at=r[13]) for r in rows]  # fmt: skip
+    return AuditResult(records=records, total=total)
+
+
+def export(trail: Trail, out: Path, fmt: str, filters: dict[str, Any]) -> int:
+    """Write the matching records (with their hashes) as JSON Lines or Parquet. Returns the count."""
+    clauses, args = ["TRUE"], []
+    if filters.get("agent_id"):
+        clauses.append("agent_id = ?")
+        args.append(filters["agent_id"])
+    if filters.get("memory_id"):
+        clauses.append("list_contains(memory_ids, ?)")
+        args.append(filters["memory_id"])
+    if filters.get("action"):
+        clauses.append("starts_with(action, ?)")
+        args.append(filters["action"])
+    if filters.get("since"):
+        clauses.append("occurred_at >= ?::TIMESTAMPTZ")
+        args.append(filters["since"])
+    if filters.get("until"):
+        clauses.append("occurred_at < ?::TIMESTAMPTZ")
+        args.append(filters["until"])
+    where = " AND ".join(clauses)
+    cur = trail.con.cursor()
+    n = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
+    option = "(FORMAT PARQUET)" if fmt == "parquet" else "(FORMAT JSON)"
+    target = str(out).replace("'", "''")
+    cur.execute(f"COPY (SELECT * FROM audit_trail WHERE {where} ORDER BY trail_seq) TO '{target}' {option}", args)
+    return n
