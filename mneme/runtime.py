@@ -188,6 +188,7 @@ async def projector(
 async def auditor(core: CoreSettings, aus: AuditorSettings) -> None:
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-auditor", stack_embedded=False))
+        core.data_dir.mkdir(parents=True, exist_ok=True)
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
         aud = Auditor(nc, trail, batch_max=aus.batch_max, linger=aus.linger)

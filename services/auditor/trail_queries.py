@@ -9,9 +9,24 @@ from schemas.queries import AuditQuery, AuditResult, AuditRow
 from services.auditor.trail import COLUMNS, Trail
 
 
+def _namespace_clause(patterns: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """Namespace patterns as the principals use them: exact, `base/*` (it and below), `*`."""
+    ors, args = [], []
+    for p in patterns:
+        if p == "*":
+            return "TRUE", []
+        if p.endswith("/*"):
+            ors.append("(namespace = ? OR starts_with(namespace, ?))")
+            args += [p[:-2], p[:-1]]
+        else:
+            ors.append("namespace = ?")
+            args.append(p)
+    return "(" + " OR ".join(ors or ["FALSE"]) + ")", args
+
+
 def _where(q: AuditQuery) -> tuple[str, list[Any]]:
-    namespaces = list(q.namespaces) or [q.namespace]
-    where, args = ["namespace IN (SELECT unnest(?))"], [namespaces]
+    clause, args = _namespace_clause(q.namespaces or (q.namespace,))
+    where = [clause]
     if q.memory_id is not None:
         where.append("list_contains(memory_ids, ?)")
         args.append(q.memory_id)

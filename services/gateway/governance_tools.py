@@ -3,15 +3,19 @@ write the memory, with a reason). Each is one event; refusals are recorded as de
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
+from mneme.domain import validation as v
+from mneme.errors import PermissionDenied
 from schemas.commands import DeprecateMemory, LockMemory, UnlockMemory, VerifyMemory
+from schemas.queries import AuditQuery
 from services.gateway.gateway import Call, Gateway, Intent
-from services.gateway.models import LifecycleResult
-from services.gateway.params import WRITE, ContextArg, MemoryId, Namespace, Path, RequestId, Store
+from services.gateway.models import AuditPage, AuditRecord, LifecycleResult
+from services.gateway.params import READ, WRITE, ContextArg, MemoryId, Namespace, Path, RequestId, Store
 
 Reason = Annotated[str | None, Field(max_length=128)]
 
@@ -68,3 +72,40 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         """Mark a memory obsolete, with a reason. It stays readable, marked 'deprecated'."""
         return await change(ctx.headers, "memory_deprecate", "write", context, namespace, id, store, path, request_id,
                             lambda ns, mid: DeprecateMemory(namespace=ns, memory_id=mid, reason=reason))  # fmt: skip
+
+    @mcp.tool(annotations=READ)
+    async def audit_query(
+        ctx: Context,
+        namespace: Namespace = None,
+        memory_id: Annotated[str | None, Field(max_length=64, description="Who touched this memory.")] = None,
+        agent_id: Annotated[str | None, Field(max_length=128, description="What this agent did.")] = None,
+        action: Annotated[str | None, Field(max_length=64, description="Action prefix: memory_, read:, denied:")] = None,
+        outcome: Literal["ok", "denied"] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        all_readable: Annotated[bool, Field(description="Search every namespace you may read, not just one.")] = False,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        context: ContextArg = None,
+    ) -> AuditPage:
+        """The compliance trail, for admins: who touched memory X, what agent Y did between two times,
+        which attempts were denied. Every change, read and refusal is one hash-chained record."""
+
+        async def go(call: Call) -> AuditPage:
+            if not call.principal.is_admin:
+                raise PermissionDenied("query the audit trail")
+            p = call.principal
+            spaces = (*p.namespaces, *p.read_only, *([p.system_namespace] if p.system_namespace else []))
+            q = AuditQuery(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
+                           namespaces=spaces if all_readable else (call.namespace,), memory_id=memory_id,
+                           agent_id=agent_id, action=action, outcome=outcome,
+                           since=v.utc(since, "since"), until=v.utc(until, "until"), limit=limit,
+                           offset=offset)  # fmt: skip
+            got = await gw.queries.ask(q)
+            records = [AuditRecord(trail_seq=r.trail_seq, action=r.action, outcome=r.outcome, at=r.occurred_at,
+                                   agent_id=r.agent_id, role=r.role, request_id=r.request_id,
+                                   namespace=r.namespace, memory_ids=r.memory_ids, code=r.code)
+                       for r in got.records]  # fmt: skip
+            return AuditPage(records=records, total=got.total, has_more=offset + len(records) < got.total)
+
+        return await gw.run(ctx.headers, "audit_query", "read", context, namespace, go)

@@ -178,3 +178,22 @@ class Stats(BaseModel):
             top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags], oldest=r.oldest, newest=r.newest,
             stores=r.stores, categories=r.categories, storage_bytes=r.content_bytes,
         )  # fmt: skip
+
+
+class AuditRecord(BaseModel):
+    trail_seq: int
+    action: str = Field(description="memory_created, memory_updated, … for changes; read:<tool>; denied:<tool>")
+    outcome: Literal["ok", "denied"] | str
+    at: datetime
+    agent_id: str
+    role: str
+    request_id: str
+    namespace: str
+    memory_ids: list[str]
+    code: str | None = Field(None, description="The error code of a denied attempt.")
+
+
+class AuditPage(BaseModel):
+    records: list[AuditRecord]
+    total: int
+    has_more: bool
