@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 TOOLS = {
     "memory_add", "memory_get", "memory_update", "memory_move", "memory_delete", "memory_restore",
     "memory_list", "memory_recent", "memory_prune_expired", "memory_stats",
-    "memory_verify", "memory_lock", "memory_unlock", "memory_deprecate",
+    "memory_verify", "memory_lock", "memory_unlock", "memory_deprecate", "audit_query",
 }  # fmt: skip
 
 
