@@ -64,5 +64,5 @@ class AuditorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEME_AUDITOR_", extra="ignore")
 
     batch_max: int = Field(5000, ge=1)
-    linger: float = Field(0.5, ge=0, le=60, description="Seconds staged records may wait before a commit.")
+    linger: float = Field(0.1, ge=0, le=60, description="Seconds staged records may wait before a commit.")
     db_name: str = "audit.duckdb"

@@ -22,7 +22,7 @@ log = logging.getLogger("mneme.auditor")
 
 
 class Auditor:
-    def __init__(self, nc: NATS, trail: Trail, *, batch_max: int = 5000, linger: float = 0.5, follow: bool = True):
+    def __init__(self, nc: NATS, trail: Trail, *, batch_max: int = 5000, linger: float = 0.1, follow: bool = True):
         """`follow=False`: the trail is fed by another follower (mneme serve); only answer queries."""
         self.nc = nc
         self.trail = trail
