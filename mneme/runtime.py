@@ -91,6 +91,7 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
     directory = Directory.load(gs.principals_file) if gs.principals_file else None
     return Gateway(commands=commands, queries=queries, log=elog, access=AccessLog(nc.jetstream()),
                    principal=principal, directory=directory, require_context=gs.require_context,
+                   trim_for_agents=gs.trim_for_agents,
                    consistency=gs.consistency)  # fmt: skip
 
 

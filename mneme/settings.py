@@ -41,6 +41,9 @@ class GatewaySettings(BaseSettings):
         None, description="JSON file of bearer-token hashes to principals; required for HTTP beyond loopback."
     )
     require_context: bool = Field(False, description="Refuse calls without a context object (INVALID_CONTEXT).")
+    trim_for_agents: bool = Field(
+        False, description="Send agents (not admins) no log positions, request ids or access statistics."
+    )
     consistency: Literal["gateway", "linearizable"] = Field(
         "gateway",
         description="gateway: every read waits for every write made through this gateway (read-your-writes); "

@@ -79,3 +79,25 @@ async def test_denied_attempts_are_recorded_and_agents_cannot_query(tmp_path: Pa
         ]
     finally:
         await stack.close()
+
+
+async def test_a_trimmed_surface_hides_internal_fields_from_agents_not_admins(
+    tmp_path: Path, nats_server: EmbeddedNats
+) -> None:
+    agent = GatewaySettings(agent_id="bot", role="agent", namespace="acme/web", trim_for_agents=True)
+    stack = await start_stack(tmp_path / "d", nats_server, agent)
+    try:
+        mid = (await stack.call("memory_add", content="x"))["id"]
+        await stack.call("memory_update", id=mid, content="y")
+        got = await stack.call("memory_get", id=mid)
+        assert got["seq"] is None and got["access_count"] is None and got["version"] == 2
+        assert [h["version"] for h in got["history"]] == [2, 1]
+        assert all(h["seq"] is None and h["request_id"] is None for h in got["history"])
+        listed = await stack.call("memory_list")
+        assert listed["items"][0]["seq"] is None
+        stack.gateway.principal = stack.gateway.principal.__class__(agent_id="root", role="admin",
+                                                                    default_namespace="acme/web")  # fmt: skip
+        full = await stack.call("memory_get", id=mid)
+        assert full["seq"] > 0 and full["history"][0]["request_id"]
+    finally:
+        await stack.close()

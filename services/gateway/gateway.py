@@ -21,6 +21,7 @@ from schemas.access import AccessDenied, ReadRecorded
 from schemas.queries import GetMemory, MemoryRow
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, utc_now
+from services.gateway.models import Memory
 from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
 from services.gateway.server import error_text
@@ -54,6 +55,7 @@ class Gateway:
     principal: Principal = field(default_factory=lambda: Principal(agent_id="local-agent"))
     directory: Directory | None = None
     require_context: bool = False
+    trim_for_agents: bool = False
     consistency: Consistency = "gateway"
     clock: Clock = utc_now
     _high_water: int = 0
@@ -74,6 +76,10 @@ class Gateway:
 
     def now(self) -> datetime:
         return self.clock()
+
+    def shown(self, call: Call, memory: Memory) -> Memory:
+        """A memory as this caller may see it: trimmed for agents when the surface says so."""
+        return memory.trimmed() if self.trim_for_agents and not call.principal.trusted_view() else memory
 
     # -- authorization -------------------------------------------------------------------
     def principal_for(self, headers: Mapping[str, str] | None) -> Principal:

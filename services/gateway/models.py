@@ -13,11 +13,11 @@ from schemas.queries import MemoryRow, StatsResult, VersionInfo
 
 class Version(BaseModel):
     version: int
-    seq: int
+    seq: int | None = Field(None, description="Log position (omitted for agents on a trimmed surface).")
     recorded_at: datetime
     event_type: str = Field(description="memory_created, memory_updated, memory_locked, …")
     agent_id: str
-    request_id: str
+    request_id: str | None = None
 
     @classmethod
     def of(cls, v: VersionInfo) -> Version:
@@ -53,9 +53,17 @@ class Memory(BaseModel):
     valid_from: datetime | None = None
     valid_until: datetime | None = None
     accessed_at: datetime | None = None
-    access_count: int = 0
-    seq: int = Field(description="Log position of this version (stream sequence).")
+    access_count: int | None = 0
+    seq: int | None = Field(description="Log position of this version (stream sequence); omitted for agents on a "
+                            "trimmed surface.")
     history: list[Version] = Field(default_factory=list, description="Recent versions, newest first (memory_get).")
+
+    def trimmed(self) -> Memory:
+        """Without internal positions, request ids and access statistics (what a trimmed surface sends agents)."""
+        return self.model_copy(update={
+            "seq": None, "accessed_at": None, "access_count": None,
+            "history": [h.model_copy(update={"seq": None, "request_id": None}) for h in self.history],
+        })  # fmt: skip
 
     @classmethod
     def of(

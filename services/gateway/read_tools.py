@@ -48,7 +48,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
             if got.item is None:
                 raise MemoryNotFound(f"{row.memory.id} version {version}")
             call.read([row.memory.id])
-            return Memory.of(got.item.memory, now, got.item, got.history)
+            return gw.shown(call, Memory.of(got.item.memory, now, got.item, got.history))
 
         return await gw.run(ctx.headers, "memory_get", "read", context, namespace, go)
 
@@ -87,7 +87,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
             )  # fmt: skip
             got = await gw.queries.ask(q)
             now = gw.now()
-            items = [Memory.of(r.memory, now, r) for r in got.items]
+            items = [gw.shown(call, Memory.of(r.memory, now, r)) for r in got.items]
             call.read([m.id for m in items])
             return MemoryPage(items=items, total=got.total, limit=limit, offset=offset,
                               has_more=offset + len(items) < got.total)  # fmt: skip
