@@ -111,6 +111,7 @@ class StatsResult(Struct, frozen=True, kw_only=True):
     by_category: dict[str, int]
     by_subject: dict[str, int]
     top_tags: list[tuple[str, int]]
+    most_accessed: list[tuple[str, int]] = []
     oldest: UtcTime | None
     newest: UtcTime | None
     stores: int

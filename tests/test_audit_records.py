@@ -48,6 +48,7 @@ async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path:
             (await stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq, 10, committed=True)
         got = await stack.call("memory_get", id=a["id"])
         assert got["access_count"] == 2 and got["version"] == 3
+        assert (await stack.call("memory_stats"))["most_accessed"] == [{"id": a["id"], "count": 2}]
         assert stack.trail.verify()[1] is None
     finally:
         await stack.close()

@@ -161,6 +161,11 @@ class TagCount(BaseModel):
     count: int
 
 
+class AccessCount(BaseModel):
+    id: str
+    count: int
+
+
 class Stats(BaseModel):
     total: int
     active: int
@@ -172,6 +177,7 @@ class Stats(BaseModel):
     by_category: dict[str, int]
     by_subject: dict[str, int]
     top_tags: list[TagCount]
+    most_accessed: list[AccessCount] = Field(default_factory=list, description="The most read memories (top 5).")
     oldest: datetime | None
     newest: datetime | None
     stores: int
@@ -184,6 +190,7 @@ class Stats(BaseModel):
             total=r.total, active=r.active, archived=r.archived, deprecated=r.deprecated, expired=r.expired, by_kind=r.by_kind,
             by_importance=r.by_importance, by_category=r.by_category, by_subject=r.by_subject,
             top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags], oldest=r.oldest, newest=r.newest,
+            most_accessed=[AccessCount(id=i, count=n) for i, n in r.most_accessed],
             stores=r.stores, categories=r.categories, storage_bytes=r.content_bytes,
         )  # fmt: skip
 

@@ -235,6 +235,11 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         "AND m.status <> 'archived') GROUP BY t ORDER BY n DESC, t LIMIT ?",
         [*args, q.top_tags],
     ).fetchall()
+    most = cur.execute(
+        f"SELECT m.id, a.access_count FROM memories m JOIN access_stats a ON a.id = m.id WHERE {scope} "
+        "ORDER BY a.access_count DESC, m.id LIMIT 5",
+        args,
+    ).fetchall()
     ns_store = [q.namespace] + ([q.store] if q.store is not None else [])
     stores_n = cur.execute(
         "SELECT count(*) FROM stores WHERE namespace = ?" + (" AND name = ?" if q.store is not None else ""), ns_store
@@ -254,6 +259,7 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         by_category=_counts(cur, "m.category", scope, args),
         by_subject=_counts(cur, "lower(m.subject)", scope, args),
         top_tags=[(t, n) for t, n in tags],
+        most_accessed=[(i, n) for i, n in most],
         oldest=oldest,
         newest=newest,
         stores=stores_n,
