@@ -161,7 +161,7 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
                               also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),))  # fmt: skip
         await projector.start()
         stack.push_async_callback(projector.stop)
-        auditor = Auditor(nc, trail, follow=False)  # answers audit queries
+        auditor = Auditor(nc, trail, fed_by=[projector.follower, projector.access_follower])  # audit queries
         await auditor.start()
         stack.push_async_callback(auditor.stop)
         await until_stopped(run_mcp(make_gateway(nc, gs), gs))

@@ -218,3 +218,15 @@ async def test_signal_stops_everything_and_keeps_acknowledged_writes(tmp_path: P
         for mid in ids:
             assert (await call("memory_get", id=mid))["id"] == mid
         await asyncio.sleep(0)
+
+
+async def test_serve_audits_every_call_and_answers_admin_queries_at_once(tmp_path: Path) -> None:
+    env = {**os.environ, "MNEME_GATEWAY_ROLE": "admin", "MNEME_GATEWAY_AGENT_ID": "root"}
+    async with stdio_client(serve_params(tmp_path / "d", env=env)) as (r, w), ClientSession(r, w) as cs:
+        await cs.initialize()
+        call = Session(cs)
+        a = await call("memory_add", content="audited", context={"request_id": "w-1"})
+        await call("memory_get", id=a["id"], context={"request_id": "r-1"})
+        page = await call("audit_query", memory_id=a["id"])
+        assert [(r["action"], r["request_id"], r["agent_id"]) for r in page["records"]] == [
+            ("memory_created", "w-1", "root"), ("read:memory_get", "r-1", "root")]

@@ -22,17 +22,25 @@ log = logging.getLogger("mneme.auditor")
 
 
 class Auditor:
-    def __init__(self, nc: NATS, trail: Trail, *, batch_max: int = 5000, linger: float = 0.1, follow: bool = True):
-        """`follow=False`: the trail is fed by another follower (mneme serve); only answer queries."""
+    def __init__(
+        self,
+        nc: NATS,
+        trail: Trail,
+        *,
+        batch_max: int = 5000,
+        linger: float = 0.1,
+        fed_by: list[LogFollower] | None = None,
+    ):
+        """`fed_by`: the followers (events first, then access) that already feed this trail as extra
+        sinks (mneme serve); the auditor then only answers queries, committing through them."""
         self.nc = nc
         self.trail = trail
         js = nc.jetstream()
-        self.followers: list[LogFollower] = []
-        if follow:
-            self.followers = [
-                LogFollower(js, trail.source(EVENTS), batch_max=batch_max, linger=linger),
-                access_follower(js, trail.source(ACCESS), batch_max=batch_max, linger=linger),
-            ]
+        self.own = fed_by is None
+        self.followers: list[LogFollower] = fed_by or [
+            LogFollower(js, trail.source(EVENTS), batch_max=batch_max, linger=linger),
+            access_follower(js, trail.source(ACCESS), batch_max=batch_max, linger=linger),
+        ]
         self._sub: Any = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._decode = msgspec.msgpack.Decoder(AuditQuery)
@@ -46,8 +54,9 @@ class Auditor:
         return self.followers[0].applied
 
     async def start(self) -> None:
-        for f in self.followers:
-            await f.start()
+        if self.own:
+            for f in self.followers:
+                await f.start()
         self._sub = await self.nc.subscribe(S.query_subject(AuditQuery.OPERATION), queue=S.AUDITOR_QUEUE,
                                             cb=self._on_query)  # fmt: skip
 
@@ -59,8 +68,9 @@ class Auditor:
                 pass
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=10)
-        for f in self.followers:
-            await f.stop()
+        if self.own:
+            for f in self.followers:
+                await f.stop()
 
     async def _on_query(self, msg: Msg) -> None:
         task = asyncio.create_task(self._answer(msg))
