@@ -249,3 +249,47 @@ def log(msg: str) -> None:
     """Progress goes to stderr so stdout stays the table plus the JSON line."""
     sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
     sys.stderr.flush()
+
+
+# -- child processes ------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def spawn(args: Sequence[str], *, log_path: Path, cwd: Path | None = None,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+    """Start a child (stdin closed, stdout and stderr appended to `log_path`) that is sent SIGTERM if
+    this process dies, even by SIGKILL (Linux). Call it from the main thread: the signal follows the
+    thread that forked."""
+    with open(log_path, "ab") as out:
+        return subprocess.Popen(list(args), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=cwd, env=env, preexec_fn=_die_with_parent)  # fmt: skip
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int | None:
+    """SIGTERM, then SIGKILL after `timeout` seconds. Returns the exit code; safe to call again."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def system_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine so far, all cores (/proc/stat: all but idle and iowait).
+    Minus the CPU of a benchmark's own processes over the same block, it is what others used."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except OSError:
+        return math.nan
+    return (sum(vals) - vals[3] - vals[4]) / _TICK
