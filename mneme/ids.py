@@ -4,8 +4,15 @@ create names the same memory; it is shaped as a UUID v4 (random-looking, version
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import uuid
+
+# Request ids come from a generator of our own, seeded from the OS: code that seeds the global
+# `random` (tests, simulations, hypothesis) must never make two calls share an idempotency key.
+_rng = random.Random(os.urandom(32))
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(32)))
 
 
 def _v4_from(text: str) -> str:
@@ -26,4 +33,4 @@ def event_id_for(msg_id: str) -> str:
 
 def new_id() -> str:
     """A fresh request id: random (not secret), without a system call per id."""
-    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+    return str(uuid.UUID(int=_rng.getrandbits(128), version=4))

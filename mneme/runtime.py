@@ -118,8 +118,11 @@ async def run_mcp(gw: Gateway, gs: GatewaySettings) -> None:
         if gs.transport == "stdio":
             await server.run_stdio_async()
             return
-        if gw.directory is None and gs.host not in ("127.0.0.1", "localhost", "::1"):
-            raise SystemExit(f"refusing to serve HTTP on {gs.host} without MNEME_GATEWAY_PRINCIPALS_FILE (bearer tokens)")
+        if gw.directory is None and not (gs.http_anonymous and gs.host in ("127.0.0.1", "localhost", "::1")):
+            raise SystemExit(
+                "refusing to serve HTTP without bearer tokens: set MNEME_GATEWAY_PRINCIPALS_FILE "
+                "(or MNEME_GATEWAY_HTTP_ANONYMOUS=true for local development on loopback)"
+            )
         import uvicorn
 
         app: ASGIApp = server.streamable_http_app(host=gs.host)

@@ -40,6 +40,9 @@ class GatewaySettings(BaseSettings):
     principals_file: Path | None = Field(
         None, description="JSON file of bearer-token hashes to principals; required for HTTP beyond loopback."
     )
+    http_anonymous: bool = Field(
+        False, description="Serve HTTP without bearer tokens, as the stdio principal (local development, loopback only)."
+    )
     require_context: bool = Field(False, description="Refuse calls without a context object (INVALID_CONTEXT).")
     trim_for_agents: bool = Field(
         False, description="Send agents (not admins) no log positions, request ids or access statistics."

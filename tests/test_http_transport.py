@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -25,7 +26,8 @@ async def test_tools_over_streamable_http_and_clean_stop(tmp_path: Path) -> None
     port = free_port()
     proc = subprocess.Popen([MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--transport", "http",
                              "--host", "127.0.0.1", "--port", str(port)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "MNEME_GATEWAY_HTTP_ANONYMOUS": "true"})  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -56,7 +56,8 @@ class MemoryState(Struct, frozen=True, kw_only=True):
     last_seq: int = 0
     verification: str = UNVERIFIED
     locked: bool = False
-    status_reason: str | None = None  # why it was deprecated, archived or locked
+    status_reason: str | None = None  # why it was deprecated or archived
+    lock_reason: str | None = None
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -107,9 +108,9 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
     if isinstance(ev, MemoryVerified):
         return msgspec.structs.replace(state, verification=VERIFIED, **common)
     if isinstance(ev, MemoryLocked):
-        return msgspec.structs.replace(state, locked=True, status_reason=ev.reason or state.status_reason, **common)
+        return msgspec.structs.replace(state, locked=True, lock_reason=ev.reason, **common)
     if isinstance(ev, MemoryUnlocked):
-        return msgspec.structs.replace(state, locked=False, **common)
+        return msgspec.structs.replace(state, locked=False, lock_reason=None, **common)
     if isinstance(ev, MemoryDeprecated):
         return msgspec.structs.replace(state, status=DEPRECATED, status_reason=ev.reason, **common)
     if isinstance(ev, MemoryDeleted):

@@ -104,9 +104,19 @@ class Gateway:
             raise ScopeViolation("context.organization_id is not the principal's organization", "context.organization_id")
         if ctx.intent is not None and _rank(ctx.intent) < _rank(intent):
             raise InvalidContext(f"intent {ctx.intent!r} does not allow {tool} (needs {intent!r})", "context.intent")
-        if namespace is None and ctx.repository_id is not None:
+        if ctx.repository_id is not None:  # the repository the caller says it works in must be its own
             org = ctx.organization_id or principal.organization
-            namespace = f"{org}/{ctx.repository_id}" if org else ctx.repository_id
+            repo_ns = v.namespace(f"{org}/{ctx.repository_id}" if org else ctx.repository_id,
+                                  "context.repository_id")  # fmt: skip
+            if not (principal.can_read(repo_ns) if intent == "read" else principal.can_write(repo_ns)):
+                raise ScopeViolation(f"{principal.agent_id} is not bound to repository {repo_ns!r}",
+                                     "context.repository_id")  # fmt: skip
+            if namespace is None:
+                namespace = repo_ns
+            elif not (namespace == repo_ns or namespace.startswith(repo_ns + "/")
+                      or (intent == "read" and namespace == principal.system_namespace)):  # fmt: skip
+                raise InvalidContext(f"namespace {namespace!r} is outside context.repository_id {repo_ns!r}",
+                                     "namespace")  # fmt: skip
         ns = v.namespace(namespace if namespace is not None else principal.default_namespace)
         allowed = principal.can_read(ns) if intent == "read" else principal.can_write(ns)
         if not allowed:

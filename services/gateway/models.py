@@ -42,7 +42,8 @@ class Memory(BaseModel):
     status: Literal["active", "deprecated", "archived"] | str
     verification: Literal["unverified", "verified"] | str = "unverified"
     locked: bool = False
-    status_reason: str | None = Field(None, description="Why it was deprecated, archived or locked.")
+    status_reason: str | None = Field(None, description="Why it was deprecated or archived.")
+    lock_reason: str | None = Field(None, description="Why an admin locked it.")
     version: int
     created_at: datetime
     updated_at: datetime
@@ -77,7 +78,7 @@ class Memory(BaseModel):
             updated_by=s.updated_by, expires_at=s.expires_at, expired=s.is_expired(now), valid_from=s.valid_from,
             valid_until=s.valid_until, accessed_at=row.accessed_at if row else None,
             access_count=row.access_count if row else 0, seq=s.last_seq, verification=s.verification,
-            locked=s.locked, status_reason=s.status_reason, history=[Version.of(v) for v in history or ()],
+            locked=s.locked, status_reason=s.status_reason, lock_reason=s.lock_reason, history=[Version.of(v) for v in history or ()],
         )  # fmt: skip
 
 

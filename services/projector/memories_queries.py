@@ -78,7 +78,7 @@ def _version_state(view: MemoriesView, current: MemoryState, version: int) -> Me
         tags=tuple(r[15]), importance=r[16], confidence=r[17], citations=tuple(r[18]),
         metadata=msgspec.json.decode(r[19]), status=r[20], version=r[1], created_at=current.created_at,
         updated_at=r[3], created_by=current.created_by, updated_by=r[6], expires_at=r[21], valid_from=r[22],
-        valid_until=r[23], last_seq=r[2], verification=r[24], locked=r[25], status_reason=r[26],
+        valid_until=r[23], last_seq=r[2], verification=r[24], locked=r[25], status_reason=r[26], lock_reason=r[27],
     )  # fmt: skip
 
 

@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS memories (
     version INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL,
     created_by VARCHAR NOT NULL, updated_by VARCHAR NOT NULL, expires_at TIMESTAMPTZ,
     valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ, last_seq BIGINT NOT NULL,
-    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR
+    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR, lock_reason VARCHAR
 );
 CREATE TABLE IF NOT EXISTS memory_versions (
     id VARCHAR NOT NULL, version INTEGER NOT NULL, seq BIGINT NOT NULL, recorded_at TIMESTAMPTZ NOT NULL,
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS memory_versions (
     category VARCHAR, subject VARCHAR, tags VARCHAR[] NOT NULL, importance DOUBLE NOT NULL,
     confidence DOUBLE NOT NULL, citations VARCHAR[] NOT NULL, metadata VARCHAR NOT NULL, status VARCHAR NOT NULL,
     expires_at TIMESTAMPTZ, valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ,
-    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR,
+    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR, lock_reason VARCHAR,
     PRIMARY KEY (id, version)
 );
 CREATE TABLE IF NOT EXISTS stores (
@@ -68,20 +68,20 @@ CREATE INDEX IF NOT EXISTS memories_ns_path ON memories (namespace, store, path)
 STATE_COLUMNS = (
     "id, namespace, store, path, content, kind, category, subject, tags, importance, confidence, citations, "
     "metadata, status, version, created_at, updated_at, created_by, updated_by, expires_at, valid_from, "
-    "valid_until, last_seq, verification, locked, status_reason"
+    "valid_until, last_seq, verification, locked, status_reason, lock_reason"
 )
-N_STATE = 26
+N_STATE = 27
 
 # The shape of the tables. A file written under another version is dropped and folded again
 # from the log when opened: a projection is always rebuildable (invariant 1).
-PROJECTION_VERSION = 2
+PROJECTION_VERSION = 3
 TABLES = ("memories", "memory_versions", "stores", "categories", "access_stats", "checkpoints", "meta")
 
 # Canonical dump: every table, every column, in a fixed order (the rebuild-equals-live proof).
 VERSION_COLUMNS = (
     "id, version, seq, recorded_at, event_type, request_id, agent_id, deleted, namespace, store, path, content, "
     "kind, category, subject, tags, importance, confidence, citations, metadata, status, expires_at, valid_from, "
-    "valid_until, verification, locked, status_reason"
+    "valid_until, verification, locked, status_reason, lock_reason"
 )
 
 CANONICAL_TABLES = {  # table -> (order, rows): what a rebuild from the event log must reproduce
@@ -100,7 +100,7 @@ def state_row(s: MemoryState) -> tuple[Any, ...]:
         s.id, s.namespace, s.store, s.path, s.content, s.kind, s.category, s.subject, list(s.tags),
         s.importance, s.confidence, list(s.citations), _json.encode(s.metadata).decode(), s.status, s.version,
         s.created_at, s.updated_at, s.created_by, s.updated_by, s.expires_at, s.valid_from, s.valid_until,
-        s.last_seq, s.verification, s.locked, s.status_reason,
+        s.last_seq, s.verification, s.locked, s.status_reason, s.lock_reason,
     )  # fmt: skip
 
 
@@ -110,7 +110,7 @@ def row_state(r: tuple[Any, ...]) -> MemoryState:
         tags=tuple(r[8]), importance=r[9], confidence=r[10], citations=tuple(r[11]),
         metadata=msgspec.json.decode(r[12]), status=r[13], version=r[14], created_at=r[15], updated_at=r[16],
         created_by=r[17], updated_by=r[18], expires_at=r[19], valid_from=r[20], valid_until=r[21], last_seq=r[22],
-        verification=r[23], locked=r[24], status_reason=r[25],
+        verification=r[23], locked=r[24], status_reason=r[25], lock_reason=r[26],
     )  # fmt: skip
 
 
@@ -234,7 +234,7 @@ class MemoriesView:
                     st.paths[(new.namespace, new.store, new.path)] = mid
                 r = state_row(shown)
                 vrow = (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
-                        env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22], *r[23:26])  # fmt: skip
+                        env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22], *r[23:27])  # fmt: skip
                 st.versions.append(vrow)
                 st.versions_of.setdefault(mid, []).append(vrow)
                 if shown.store is not None:
