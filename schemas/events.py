@@ -64,6 +64,9 @@ class MemoryUpdated(Event, frozen=True, kw_only=True, tag="memory_updated"):
     expires_at: UtcTime | None | UnsetType = UNSET
     valid_from: UtcTime | None | UnsetType = UNSET
     valid_until: UtcTime | None | UnsetType = UNSET
+    # set by the domain, not by callers: an agent's change to a verified memory's content or kind
+    # makes it "unverified" again (added after v1; absent in older events)
+    verification: str | UnsetType = UNSET
 
 
 class MemoryMoved(Event, frozen=True, kw_only=True, tag="memory_moved"):
@@ -110,8 +113,8 @@ AnyEvent = Union[
     MemoryVerified, MemoryLocked, MemoryUnlocked, MemoryDeprecated,
 ]  # fmt: skip
 
-UPDATABLE_FIELDS: tuple[str, ...] = tuple(
-    f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version")
+UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)
+    f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version", "verification")
 )
 
 

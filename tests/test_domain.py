@@ -489,3 +489,20 @@ def test_folding_updates_gives_the_last_value_given_per_field(updates: list[dict
     assert state.version == initial.version + emitted
     assert {f: getattr(state, f) for f in UPDATABLE_FIELDS} == expected
     assert (state.id, state.namespace, state.status, state.created_at) == (MID, NS, ACTIVE, T0)
+
+
+def test_an_agent_changing_a_verified_memory_makes_it_unverified_an_admin_does_not() -> None:
+    from mneme.domain.state import evolve as fold
+    from schemas.events import Actor, Envelope
+
+    verified = msgspec.structs.replace(stored(), verification="verified")
+    agent, admin = Actor(agent_id="bot", role="agent"), Actor(agent_id="root", role="admin")
+    ev = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, content="edited"), actor=agent)
+    assert ev is not None and ev.verification == "unverified"
+    env = Envelope(event_id="e", schema_version=1, namespace=NS, aggregate_id=MID, occurred_at=verified.updated_at,
+                   actor=agent, request_id="r", event=ev)  # fmt: skip
+    assert fold(verified, env, 99).verification == "unverified"
+    tags_only = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, tags=("new",)), actor=agent)
+    assert tags_only is not None and tags_only.verification is UNSET
+    by_admin = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, content="edited"), actor=admin)
+    assert by_admin is not None and by_admin.verification is UNSET

@@ -149,6 +149,8 @@ def decide_update(
         _may_write_kind(changed["kind"], actor)
     if not changed:
         return None
+    if st.verification == VERIFIED and not is_admin(actor) and ("content" in changed or "kind" in changed):
+        changed["verification"] = UNVERIFIED  # what an admin verified is no longer what it says
     return MemoryUpdated(memory_id=st.id, version=st.version + 1, **changed)
 
 

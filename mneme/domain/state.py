@@ -98,6 +98,8 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
     common = {"version": ev.version, "updated_at": env.occurred_at, "updated_by": env.actor.agent_id, "last_seq": seq}
     if isinstance(ev, MemoryUpdated):
         changes = {f: getattr(ev, f) for f in UPDATABLE_FIELDS if getattr(ev, f) is not UNSET}
+        if ev.verification is not UNSET:
+            changes["verification"] = ev.verification
         return msgspec.structs.replace(state, **changes, **common)
     if isinstance(ev, MemoryMoved):
         return msgspec.structs.replace(state, path=ev.to_path, **common)

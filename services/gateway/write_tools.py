@@ -124,7 +124,8 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                                          min_seq=min_seq)  # fmt: skip
             gw.noted(w.seq)
             assert w.memory is not None
-            changed = [f for f in fields if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]
+            changed = [f for f in (*fields, "verification")
+                       if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]  # fmt: skip
             return UpdateResult(memory=Memory.of(w.memory, gw.now()), updated_fields=changed)
 
         return await gw.run(ctx.headers, "memory_update", "write", context, namespace, go)
