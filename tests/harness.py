@@ -103,6 +103,13 @@ class Stack:
     async def call(self, tool: str, **args: Any) -> dict[str, Any]:
         return result_of(await self.client.call_tool(tool, args))
 
+    async def settle(self) -> None:
+        """Wait until every access record is published and both trail sources have committed it all."""
+        await self.gateway.access.flush()
+        for f in self.auditor.followers:
+            head = (await self.nc.jetstream().stream_info(f.stream)).state.last_seq
+            assert await f.wait_for(head, 10, committed=True), f"trail did not commit {f.stream} up to {head}"
+
     async def last_seq(self) -> int:
         return (await self.nc.jetstream().stream_info("MNEME_EVENTS")).state.last_seq
 

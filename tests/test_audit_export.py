@@ -33,6 +33,7 @@ async def test_export_and_query_by_agent_and_time(tmp_path: Path, nats_server: E
         assert (await stack.call("audit_query", agent_id="someone-else"))["total"] == 0
         stats = await stack.call("memory_stats")
         assert stats["total"] == 3
+        await stack.settle()  # the stats call's read record, published in the background, is in the trail
     finally:
         await stack.close()
 

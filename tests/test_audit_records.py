@@ -10,16 +10,9 @@ import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.settings import GatewaySettings
-from tests.harness import Stack, ToolFailure, start_stack
+from tests.harness import ToolFailure, start_stack
 
 pytestmark = pytest.mark.anyio
-
-
-async def _settle(stack: Stack) -> None:
-    await stack.gateway.access.flush()
-    for f in stack.auditor.followers:
-        info = await stack.nc.jetstream().stream_info(f.stream)
-        assert await f.wait_for(info.state.last_seq, 10, committed=True)
 
 
 async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path: Path, nats_server: EmbeddedNats) -> None:
@@ -32,7 +25,7 @@ async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path:
         await stack.call("memory_get", id=a["id"], context=ctx("r1"))
         await stack.call("memory_list", context=ctx("r2"))
         await stack.call("memory_lock", id=a["id"], context=ctx("w3"))
-        await _settle(stack)
+        await stack.settle()
         page = await stack.call("audit_query", namespace="acme/web", limit=100)
         by_request = Counter(r["request_id"] for r in page["records"])
         assert by_request == {"w1": 1, "w2": 1, "r1": 1, "r2": 1, "w3": 1}, page["records"]
@@ -68,7 +61,7 @@ async def test_denied_attempts_are_recorded_and_agents_cannot_query(tmp_path: Pa
             with pytest.raises(ToolFailure) as err:
                 await stack.call(tool, **args, context={"request_id": f"deny-{tool}"})
             assert err.value.code == code
-        await _settle(stack)
+        await stack.settle()
         rows = stack.trail.con.execute(
             "SELECT request_id, action, outcome, code, agent_id FROM audit_trail WHERE outcome = 'denied' ORDER BY trail_seq"
         ).fetchall()
