@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import RawStreamMsg, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
 from mneme.errors import ConcurrencyConflict, Unavailable
@@ -86,19 +86,24 @@ class EventLog:
             ) from None
         return ack.seq, bool(ack.duplicate)
 
-    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> int | None:
-        """The sequence of our own message on `subject_filter` after `after_seq`, if it is there."""
+    async def after(self, subject_filter: str, after_seq: int, limit: int = 64) -> AsyncIterator[RawStreamMsg]:
+        """The messages on `subject_filter` after `after_seq`, oldest first, at most `limit` (direct gets)."""
         seq = after_seq
-        for _ in range(64):  # bounded: conflicts are a handful of messages
+        for _ in range(limit):
             try:
                 msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq + 1, subject=subject_filter, next=True, direct=True)
             except NotFoundError:
-                return None
+                return
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
                 raise Unavailable("the event log (NATS JetStream) did not answer") from None
+            yield msg
+            seq = msg.seq
+
+    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> int | None:
+        """The sequence of our own message on `subject_filter` after `after_seq`, if it is there."""
+        async for msg in self.after(subject_filter, after_seq):  # bounded: conflicts are a handful of messages
             if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:
                 return msg.seq
-            seq = msg.seq
         return None
 
     async def last_seq(self) -> int:

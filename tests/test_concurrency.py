@@ -138,3 +138,52 @@ async def test_retry_through_another_gateway_is_one_event(stack: Stack) -> None:
     await stack.projector.follower.wait_for(await stack.last_seq(), 10)
     assert (await stack.call("memory_list", limit=100))["total"] == 10
     assert await stack.last_seq() == 10
+
+
+async def test_path_claims_succeed_under_unrelated_writes_to_the_same_store(stack: Stack) -> None:
+    """Every write in a store moves the store's last sequence, which path claims check. A claim that
+    lost only to writes that cannot matter to its path retries at once, so claims do not starve, and
+    a contested path still has exactly one winner."""
+    async with AsyncExitStack() as es:
+        a, b = await two_gateways(stack, es)
+        busy = [(await a("memory_add", content=f"busy {i}", store="hot", path=f"busy/{i}"))["id"] for i in range(5)]
+        stop = asyncio.Event()
+
+        async def churn() -> int:
+            n = 0
+            while not stop.is_set():
+                await a("memory_update", id=busy[n % 5], content=f"churn {n}")
+                n += 1
+            return n
+
+        async def claims() -> list[str]:
+            out = []
+            for i in range(40):
+                out.append((await b("memory_add", content=f"claim {i}", store="hot", path=f"claims/{i}"))["id"])
+            return out
+
+        churner = asyncio.create_task(churn())
+        claimed = await claims()
+        stop.set()
+        churned = await churner
+        assert len(set(claimed)) == 40 and churned > 0
+
+        async def contest(gw: Remote, who: str) -> str | None:
+            try:
+                return (await gw("memory_add", content=who, store="hot", path="contested/one"))["id"]
+            except ToolFailure as err:
+                assert err.code == "ALREADY_EXISTS", err.error
+                return None
+
+        stop.clear()
+        churner = asyncio.create_task(churn())
+        wins = await asyncio.gather(contest(a, "a"), contest(b, "b"))
+        stop.set()
+        await churner
+        assert sum(w is not None for w in wins) == 1
+
+    await stack.projector.follower.wait_for(await stack.last_seq(), 10)
+    dupes = stack.view.reader().execute(
+        "SELECT path, count(*) FROM memories WHERE store = 'hot' GROUP BY path HAVING count(*) > 1"
+    ).fetchall()
+    assert dupes == []

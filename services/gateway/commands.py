@@ -32,7 +32,7 @@ from schemas.commands import (
     UpdateMemory,
     VerifyMemory,
 )  # fmt: skip
-from schemas.events import Actor, AnyEvent, Envelope, encode_envelope
+from schemas.events import Actor, AnyEvent, Envelope, MemoryCreated, MemoryMoved, decode_envelope, encode_envelope
 from schemas.queries import GetMemory, PathOwner
 from services.gateway.queries import QueryClient
 
@@ -136,9 +136,10 @@ class CommandService:
                                           actor=actor)  # fmt: skip
             env = self._envelope(ns, event, actor, request_id, correlation_id)
             try:
-                seq, dup = await self.log.append(
-                    subject, encode_envelope(env), msg_id=msg_id, expected_seq=expected, expected_subject=expected_subject
-                )
+                seq, dup = await self._append_claim(
+                    subject, encode_envelope(env), msg_id=msg_id, expected=expected, expected_subject=expected_subject,
+                    memory_id=memory_id, path=cmd.path,
+                )  # fmt: skip
             except WrongLastSequence:
                 landed = await self.log.landed(subject, 0, msg_id)
                 if landed is not None:
@@ -149,6 +150,52 @@ class CommandService:
             return Written(evolve(None, env, seq), seq, event)
 
         return await self._retrying(attempt, min_seq, request_id)
+
+    async def _append_claim(
+        self, subject: str, data: bytes, *, msg_id: str, expected: int, expected_subject: str | None,
+        memory_id: str, path: str | None,
+    ) -> tuple[int, bool]:  # fmt: skip
+        """Append; when a path claim loses only to events that cannot matter to it, retry at once.
+
+        A claim checks the whole store's last sequence, which every write in the store moves. If
+        the events in the lost window neither touch this memory nor put another memory at `path`
+        (a create there, a move there), the decision made at `expected` still holds at the new
+        last sequence: append again with it, without asking a projector (bounded).
+        """
+        for _ in range(8):
+            try:
+                return await self.log.append(subject, data, msg_id=msg_id, expected_seq=expected,
+                                             expected_subject=expected_subject)  # fmt: skip
+            except WrongLastSequence as lost:
+                if expected_subject is None or path is None or lost.last_seq <= expected:
+                    raise
+                if not await self._window_clear(expected_subject, expected, lost.last_seq, memory_id, path, msg_id):
+                    raise
+                expected = lost.last_seq
+        raise WrongLastSequence(expected)
+
+    async def _window_clear(
+        self, store_filter: str, after: int, upto: int, memory_id: str, path: str, msg_id: str
+    ) -> bool:
+        if upto - after > 32:
+            return False
+        async for msg in self.log.after(store_filter, after, limit=upto - after):
+            if msg.seq > upto:
+                break
+            if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:
+                return False  # our own write landed: the caller's conflict handling answers it as a retry
+            try:
+                env = decode_envelope(msg.data or b"")
+            except msgspec.DecodeError:
+                return False
+            ev = env.event
+            if env.aggregate_id == memory_id:
+                return False
+            if isinstance(ev, MemoryCreated) and ev.path == path:
+                return False
+            if isinstance(ev, MemoryMoved) and ev.to_path == path:
+                return False
+        return True
 
     async def _replay_of(self, ns: str, memory_id: str, seq: int) -> Written:
         state = await self._load(ns, memory_id, seq)
@@ -186,9 +233,10 @@ class CommandService:
             env = self._envelope(ns, event, actor, request_id, correlation_id)
             subject = S.memory_subject(ns, state.store, memory_id)
             try:
-                seq, dup = await self.log.append(
-                    subject, encode_envelope(env), msg_id=msg_id, expected_seq=expected, expected_subject=expected_subject
-                )
+                seq, dup = await self._append_claim(
+                    subject, encode_envelope(env), msg_id=msg_id, expected=expected, expected_subject=expected_subject,
+                    memory_id=memory_id, path=new_path,
+                )  # fmt: skip
             except WrongLastSequence:
                 landed = await self.log.landed(subject, state.last_seq, msg_id)
                 if landed is not None:
