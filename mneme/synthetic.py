@@ -53,7 +53,8 @@ def history(
     created = 0
     for i in range(n_events):
         at = t0 + timedelta(seconds=i)
-        if created < n_memories and (not live or rng.random() < n_memories / n_events * 1.2 or created < 1):
+        if not live or (created < n_memories and rng.random() < n_memories / n_events * 1.2):
+            # (with nothing live there is nothing to change: create, even past n_memories)
             ns = f"ns{rng.randrange(namespaces)}"
             mid = f"{rng.getrandbits(128):032x}"
             mid = f"{mid[:8]}-{mid[8:12]}-4{mid[13:16]}-a{mid[17:20]}-{mid[20:32]}"

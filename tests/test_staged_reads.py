@@ -28,10 +28,16 @@ NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def check(view: MemoriesView, truth: dict[str, MemoryState], paths_seen: set[tuple[str, str, str]]) -> None:
+def check(
+    view: MemoriesView, truth: dict[str, MemoryState], paths_seen: set[tuple[str, str, str]],
+    versions: dict[str, list[tuple[int, int]]] | None = None,
+) -> None:  # fmt: skip
     for mid, state in truth.items():
-        got = Q.get(view, GetMemory(namespace=state.namespace, now=NOW, memory_id=mid, include_expired=True))
+        got = Q.get(view, GetMemory(namespace=state.namespace, now=NOW, memory_id=mid, include_expired=True,
+                                    history=5))  # fmt: skip
         assert got.item is not None and got.item.memory == state, mid
+        if versions is not None:  # the recent history (cached or read) is the fold's, newest first
+            assert [(h.version, h.seq) for h in got.history] == versions[mid][::-1][:5], mid
     held = {(s.namespace, s.store, s.path): s.id for s in truth.values() if s.store and s.path}
     for ns, store, path in paths_seen:
         owner = Q.path_owner(view, PathOwner(namespace=ns, now=NOW, store=store, path=path))
@@ -52,6 +58,7 @@ def test_staged_point_reads_equal_the_fold(seed: int, n_events: int, commit_ever
         view = MemoriesView(str(Path(d) / "v.duckdb"))
         try:
             truth: dict[str, MemoryState] = {}
+            versions: dict[str, list[tuple[int, int]]] = {}
             gone: set[str] = set()
             paths_seen: set[tuple[str, str, str]] = set()
             steps = itertools.cycle(commit_every)
@@ -60,6 +67,8 @@ def test_staged_point_reads_equal_the_fold(seed: int, n_events: int, commit_ever
                 p = Positioned(seq, T0, env)
                 view.stage([p], seq)
                 new = evolve(truth.get(env.aggregate_id), env, seq)
+                if new is not None or env.aggregate_id in truth:
+                    versions.setdefault(env.aggregate_id, []).append((env.event.version, seq))
                 if new is None:
                     truth.pop(env.aggregate_id, None)
                     gone.add(env.aggregate_id)
@@ -71,7 +80,7 @@ def test_staged_point_reads_equal_the_fold(seed: int, n_events: int, commit_ever
                 if until_commit == 0:
                     assert view.commit() == seq
                     until_commit = next(steps)
-                check(view, truth, paths_seen)
+                check(view, truth, paths_seen, versions)
                 for mid in gone:
                     assert Q.get(view, GetMemory(namespace="ns0", now=NOW, memory_id=mid)).item is None
                     assert Q.get(view, GetMemory(namespace="ns1", now=NOW, memory_id=mid)).item is None

@@ -18,7 +18,7 @@ from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
 from mneme.principals import Directory, Principal
 from schemas.access import AccessDenied, ReadRecorded
-from schemas.queries import GetMemory, MemoryRow
+from schemas.queries import GetMemory, MemoryRow, VersionInfo
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, utc_now
 from services.gateway.models import Memory
@@ -163,16 +163,25 @@ class Gateway:
 
     # -- helpers shared by tools ---------------------------------------------------------
     async def resolve(
-        self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int
-    ) -> MemoryRow:
-        """A memory by id, or by store + path (expired ones included: writes may touch them)."""
+        self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int,
+        *, history: int = 0, version: int | None = None,
+    ) -> MemoryRow:  # fmt: skip
+        return (await self.resolve_with_history(ns, memory_id, store, path, min_seq, history=history,
+                                                version=version))[0]  # fmt: skip
+
+    async def resolve_with_history(
+        self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int,
+        *, history: int = 0, version: int | None = None,
+    ) -> tuple[MemoryRow, list[VersionInfo]]:  # fmt: skip
+        """A memory by id, or by store + path (expired ones included: writes may touch them), with its
+        recent versions on request, in one projector round trip."""
         if memory_id is not None:
             query = GetMemory(namespace=ns, now=self.now(), min_seq=min_seq, memory_id=v.memory_id(memory_id),
-                              include_expired=True)  # fmt: skip
+                              include_expired=True, history=history, version=version)  # fmt: skip
             ref = memory_id
         elif store is not None and path is not None:
             query = GetMemory(namespace=ns, now=self.now(), min_seq=min_seq, store=v.store(store), path=v.path(path),
-                              include_expired=True)  # fmt: skip
+                              include_expired=True, history=history, version=version)  # fmt: skip
             ref = f"{store}:{path}"
         elif store is not None:
             raise InvalidInput("path", "give path with store (or give id)")
@@ -188,8 +197,8 @@ class Gateway:
             if head > min_seq:
                 got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
         if got.item is None:
-            raise MemoryNotFound(ref)
-        return got.item
+            raise MemoryNotFound(ref if version is None else f"{ref} version {version}")
+        return got.item, got.history
 
 
 def _rank(intent: Intent) -> int:

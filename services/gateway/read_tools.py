@@ -14,7 +14,7 @@ from pydantic import Field
 
 from mneme.domain import validation as v
 from mneme.errors import MemoryNotFound
-from schemas.queries import GetMemory, ListMemories, MemoryStats
+from schemas.queries import ListMemories, MemoryStats
 from services.gateway.gateway import Call, Gateway
 from services.gateway.models import Memory, MemoryPage, RecentEntry, RecentResult, Stats
 from services.gateway.params import READ, ContextArg, Kind, Label, MemoryId, Namespace, Path, Store, Tags, Unit
@@ -38,17 +38,13 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         hidden unless include_expired; deprecated ones are returned and marked."""
 
         async def go(call: Call) -> Memory:
-            row = await gw.resolve(call.namespace, id, store, path, await gw.min_seq())
+            row, history = await gw.resolve_with_history(call.namespace, id, store, path, await gw.min_seq(),
+                                                         history=HISTORY, version=version)  # fmt: skip
             now = gw.now()
-            if row.memory.is_expired(now) and not include_expired:
+            if version is None and row.memory.is_expired(now) and not include_expired:
                 raise MemoryNotFound(id or f"{store}:{path}")
-            got = await gw.queries.ask(GetMemory(namespace=call.namespace, now=now, memory_id=row.memory.id,
-                                                 min_seq=row.memory.last_seq, include_expired=True,
-                                                 history=HISTORY, version=version))  # fmt: skip
-            if got.item is None:
-                raise MemoryNotFound(f"{row.memory.id} version {version}")
             call.read([row.memory.id])
-            return gw.shown(call, Memory.of(got.item.memory, now, got.item, got.history))
+            return gw.shown(call, Memory.of(row.memory, now, row, history))
 
         return await gw.run(ctx.headers, "memory_get", "read", context, namespace, go)
 

@@ -50,19 +50,9 @@ def _visible(s: MemoryState | None, q: GetMemory) -> bool:
     return s is not None and s.namespace == q.namespace and (q.include_expired or not s.is_expired(q.now))
 
 
-def _versions(view: MemoriesView, memory_id: str, newest: int) -> list[tuple[Any, ...]]:
-    """The newest versions of a memory, committed and staged, newest first."""
-    rows = view.reader().execute(
-        f"SELECT {VERSION_COLUMNS} FROM memory_versions WHERE id = ? ORDER BY version DESC LIMIT ?", [memory_id, newest]
-    ).fetchall()
-    by_version = {r[1]: r for r in rows}
-    by_version.update({r[1]: r for r in view.staged_versions(memory_id)})
-    return [by_version[k] for k in sorted(by_version, reverse=True)[:newest]]
-
-
 def _history(view: MemoriesView, memory_id: str, newest: int) -> list[VersionInfo]:
     return [VersionInfo(version=r[1], seq=r[2], recorded_at=r[3], event_type=r[4], request_id=r[5], agent_id=r[6],
-                        deleted=r[7]) for r in _versions(view, memory_id, newest)]  # fmt: skip
+                        deleted=r[7]) for r in view.recent_versions(memory_id, newest)]  # fmt: skip
 
 
 def _version_state(view: MemoriesView, current: MemoryState, version: int) -> MemoryState | None:

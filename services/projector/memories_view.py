@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from mneme.domain.validation import categories_of
 from mneme.follow import Positioned
 
 CHECKPOINT = "memories"
+RECENT = 10  # versions kept per memory in the recent-history cache
 log = logging.getLogger("mneme.projector")
 
 SCHEMA = """
@@ -63,6 +65,7 @@ CREATE TABLE IF NOT EXISTS access_stats (
 CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 CREATE INDEX IF NOT EXISTS memories_ns_path ON memories (namespace, store, path);
+CREATE INDEX IF NOT EXISTS memory_versions_id ON memory_versions (id);
 """
 
 STATE_COLUMNS = (
@@ -74,7 +77,7 @@ N_STATE = 27
 
 # The shape of the tables. A file written under another version is dropped and folded again
 # from the log when opened: a projection is always rebuildable (invariant 1).
-PROJECTION_VERSION = 3
+PROJECTION_VERSION = 4
 TABLES = ("memories", "memory_versions", "stores", "categories", "access_stats", "checkpoints", "meta")
 
 # Canonical dump: every table, every column, in a fixed order (the rebuild-equals-live proof).
@@ -146,6 +149,9 @@ class MemoriesView:
         self.checkpoint: int = row[0] if row else 0
         self.staged: int = self.checkpoint
         self._st = _Staged()
+        # recent version summaries per memory (a point read's history without another DuckDB statement)
+        self._recent: OrderedDict[str, list[tuple[Any, ...]]] = OrderedDict()
+        self.recent_max = 50_000
 
     def _migrate(self) -> None:
         """Drop tables written under another projection version; they refold from the log."""
@@ -189,6 +195,29 @@ class MemoriesView:
     def staged_versions(self, memory_id: str) -> list[tuple[Any, ...]]:
         with self._lock:
             return list(self._st.versions_of.get(memory_id, ()))
+
+    def recent_versions(self, memory_id: str, newest: int) -> list[tuple[Any, ...]]:
+        """(id, version, seq, recorded_at, event_type, request_id, agent_id, deleted), newest first:
+        from the cache, else committed and staged versions (cached only when no commit ran meanwhile)."""
+        newest = min(newest, RECENT)
+        with self._lock:
+            if memory_id in self._recent:
+                self._recent.move_to_end(memory_id)
+                return list(reversed(self._recent[memory_id]))[:newest]
+            before = self.checkpoint
+        rows = self.reader().execute(
+            "SELECT id, version, seq, recorded_at, event_type, request_id, agent_id, deleted FROM memory_versions "
+            "WHERE id = ? ORDER BY version DESC LIMIT ?", [memory_id, RECENT],
+        ).fetchall()  # fmt: skip
+        with self._lock:
+            by_version = {r[1]: r for r in rows}
+            by_version.update({r[1]: r[:8] for r in self._st.versions_of.get(memory_id, ())})
+            merged = [by_version[k] for k in sorted(by_version)][-RECENT:]
+            if self.checkpoint == before:
+                self._recent[memory_id] = merged
+                if len(self._recent) > self.recent_max:
+                    self._recent.popitem(last=False)
+        return list(reversed(merged))[:newest]
 
     def staged_store_seq(self, namespace: str, store: str) -> int:
         with self._lock:
@@ -237,6 +266,14 @@ class MemoriesView:
                         env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22], *r[23:27])  # fmt: skip
                 st.versions.append(vrow)
                 st.versions_of.setdefault(mid, []).append(vrow)
+                if env.event.version == 1:  # a new memory: its whole history is this version
+                    self._recent[mid] = [vrow[:8]]
+                    if len(self._recent) > self.recent_max:
+                        self._recent.popitem(last=False)
+                elif mid in self._recent:
+                    cached = self._recent[mid]
+                    cached.append(vrow[:8])
+                    del cached[:-RECENT]
                 if shown.store is not None:
                     key2 = (shown.namespace, shown.store)
                     st.store_seq[key2] = (st.store_seq.get(key2, (p.seq, p.seq))[0], p.seq)
