@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -61,24 +62,21 @@ def query(trail: Trail, q: AuditQuery) -> AuditResult:
 
 
 def export(trail: Trail, out: Path, fmt: str, filters: dict[str, Any]) -> int:
-    """Write the matching records (with their hashes) as JSON Lines or Parquet. Returns the count."""
-    clauses, args = ["TRUE"], []
-    if filters.get("agent_id"):
-        clauses.append("agent_id = ?")
-        args.append(filters["agent_id"])
-    if filters.get("memory_id"):
-        clauses.append("list_contains(memory_ids, ?)")
-        args.append(filters["memory_id"])
-    if filters.get("action"):
-        clauses.append("starts_with(action, ?)")
-        args.append(filters["action"])
-    if filters.get("since"):
-        clauses.append("occurred_at >= ?::TIMESTAMPTZ")
-        args.append(filters["since"])
-    if filters.get("until"):
-        clauses.append("occurred_at < ?::TIMESTAMPTZ")
-        args.append(filters["until"])
-    where = " AND ".join(clauses)
+    """Write the matching records (with their hashes) as JSON Lines or Parquet. Returns the count.
+
+    `filters`: agent_id, memory_id, action (prefix), since, until (ISO 8601): the audit query's filters.
+    """
+
+    def when(text: str | None) -> datetime | None:
+        if not text:
+            return None
+        t = datetime.fromisoformat(text)
+        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+    q = AuditQuery(namespace="*", now=datetime.now(timezone.utc), namespaces=("*",),
+                   agent_id=filters.get("agent_id"), memory_id=filters.get("memory_id"), action=filters.get("action"),
+                   since=when(filters.get("since")), until=when(filters.get("until")))  # fmt: skip
+    where, args = _where(q)
     cur = trail.con.cursor()
     n = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
     option = "(FORMAT PARQUET)" if fmt == "parquet" else "(FORMAT JSON)"
