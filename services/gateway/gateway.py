@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from mcp.server.mcpserver.exceptions import ToolError
@@ -20,7 +20,7 @@ from mneme.principals import Directory, Principal
 from schemas.access import AccessDenied, ReadRecorded
 from schemas.queries import GetMemory, MemoryRow, VersionInfo
 from services.gateway.access_log import AccessLog
-from services.gateway.commands import Clock, CommandService, utc_now
+from services.gateway.commands import Clock, CommandService, Written, utc_now
 from services.gateway.models import Memory
 from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
@@ -162,6 +162,19 @@ class Gateway:
             raise ToolError(error_text(exc.to_dict())) from None
 
     # -- helpers shared by tools ---------------------------------------------------------
+    async def change(
+        self, call: Call, memory_id: str | None, store: str | None, path: str | None, request_id: str | None,
+        build: Callable[[str], Any], apply: Callable[..., Awaitable[Written]],
+    ) -> tuple[MemoryRow, Written]:  # fmt: skip
+        """Change an existing memory: resolve it (by id or store + path), build the command for its id,
+        run it through the write side, note the log position. Returns the row it found and the write."""
+        min_seq = await self.min_seq()
+        row = await self.resolve(call.namespace, memory_id, store, path, min_seq)
+        w = await apply(build(row.memory.id), actor=call.principal.actor, request_id=request_id or call.request_id,
+                        min_seq=min_seq)  # fmt: skip
+        self.noted(w.seq)
+        return row, w
+
     async def resolve(
         self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int,
         *, history: int = 0, version: int | None = None,

@@ -26,12 +26,8 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         memory_id: str | None, store: str | None, path: str | None, request_id: str | None, make: object,
     ) -> LifecycleResult:  # fmt: skip
         async def go(call: Call) -> LifecycleResult:
-            min_seq = await gw.min_seq()
-            row = await gw.resolve(call.namespace, memory_id, store, path, min_seq)
-            cmd = make(call.namespace, row.memory.id)  # type: ignore[operator]
-            w = await gw.commands.govern(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
-                                         min_seq=min_seq)  # fmt: skip
-            gw.noted(w.seq)
+            row, w = await gw.change(call, memory_id, store, path, request_id,
+                                     lambda mid: make(call.namespace, mid), gw.commands.govern)  # type: ignore[operator]
             m = w.memory or row.memory
             return LifecycleResult(id=m.id, version=m.version, status=m.status, verification=m.verification,
                                    locked=m.locked, changed=w.changed, at=m.updated_at)  # fmt: skip

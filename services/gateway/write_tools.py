@@ -108,8 +108,6 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         async def go(call: Call) -> UpdateResult:
             if clear_expiry and expires_at is not None:
                 raise InvalidInput("clear_expiry", "give expires_at or clear_expiry, not both")
-            min_seq = await gw.min_seq()
-            row = await gw.resolve(call.namespace, id, store, path, min_seq)
             given = {
                 "content": content, "kind": kind, "category": category, "subject": subject,
                 "tags": tuple(tags) if tags is not None else None, "importance": importance, "confidence": confidence,
@@ -119,10 +117,9 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
             fields = {k: (UNSET if val is None else val) for k, val in given.items()}
             if clear_expiry:
                 fields["expires_at"] = None
-            cmd = UpdateMemory(namespace=call.namespace, memory_id=row.memory.id, **fields)
-            w = await gw.commands.update(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
-                                         min_seq=min_seq)  # fmt: skip
-            gw.noted(w.seq)
+            _, w = await gw.change(call, id, store, path, request_id,
+                                   lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),
+                                   gw.commands.update)  # fmt: skip
             assert w.memory is not None
             changed = [f for f in (*fields, "verification")
                        if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]  # fmt: skip
@@ -144,12 +141,9 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         """Move or rename a memory inside its store. An occupied destination is an ALREADY_EXISTS error."""
 
         async def go(call: Call) -> MoveResult:
-            min_seq = await gw.min_seq()
-            row = await gw.resolve(call.namespace, id, store, path, min_seq)
-            cmd = MoveMemory(namespace=call.namespace, memory_id=row.memory.id, to_path=to_path)
-            w = await gw.commands.move(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
-                                       min_seq=min_seq)  # fmt: skip
-            gw.noted(w.seq)
+            row, w = await gw.change(call, id, store, path, request_id,
+                                     lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
+                                     gw.commands.move)  # fmt: skip
             assert w.memory is not None
             return MoveResult(memory=Memory.of(w.memory, gw.now()), from_path=row.memory.path or "", to_path=to_path)
 
@@ -170,12 +164,11 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         """Delete a memory: archive it (default) or remove it permanently, which frees its path."""
 
         async def go(call: Call) -> DeleteResult:
-            min_seq = await gw.min_seq()
-            row = await gw.resolve(call.namespace, id, store, path, min_seq)
-            cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=permanent, reason=reason)
-            w = await gw.commands.delete(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
-                                         min_seq=min_seq)  # fmt: skip
-            gw.noted(w.seq)
+            row, w = await gw.change(
+                call, id, store, path, request_id,
+                lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent, reason=reason),
+                gw.commands.delete,
+            )  # fmt: skip
             version = w.event.version if w.event is not None else row.memory.version
             return DeleteResult(id=row.memory.id, mode="deleted" if permanent else "archived", version=version)
 
@@ -194,12 +187,9 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         """Bring an archived memory back to active."""
 
         async def go(call: Call) -> Memory:
-            min_seq = await gw.min_seq()
-            row = await gw.resolve(call.namespace, id, store, path, min_seq)
-            cmd = RestoreMemory(namespace=call.namespace, memory_id=row.memory.id)
-            w = await gw.commands.restore(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
-                                          min_seq=min_seq)  # fmt: skip
-            gw.noted(w.seq)
+            _, w = await gw.change(call, id, store, path, request_id,
+                                   lambda mid: RestoreMemory(namespace=call.namespace, memory_id=mid),
+                                   gw.commands.restore)  # fmt: skip
             assert w.memory is not None
             return Memory.of(w.memory, gw.now())
 
