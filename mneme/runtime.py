@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -20,7 +21,9 @@ import nats
 from nats.aio.client import Client as NATS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
+from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
@@ -33,6 +36,8 @@ from services.gateway.queries import QueryClient
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
+from services.projector.vector_index import ClientIndex, EdgeIndex, VectorIndex
+from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme")
 
@@ -79,6 +84,30 @@ def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False)
         for f in (path, Path(str(path) + ".wal")):
             f.unlink(missing_ok=True)
     return MemoriesView(str(path))
+
+
+def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False,
+                 data_dir: Path | None = None) -> VectorView | None:  # fmt: skip
+    """The vector projection: one shard (or collection) per embedding model, so a new model folds anew."""
+    if ps.vectors == "off":
+        return None
+    base = data_dir or core.data_dir
+    base.mkdir(parents=True, exist_ok=True)
+    model = ModelHandle(ps.embedding_model, threads=ps.embedding_threads).start()
+    cache = EmbeddingCache(core.data_dir / ps.embedding_cache)
+    index: VectorIndex
+    if ps.vectors == "qdrant":
+        if not ps.qdrant_url:
+            raise SystemExit("MNEME_PROJECTOR_QDRANT_URL is required with MNEME_PROJECTOR_VECTORS=qdrant")
+        name = f"{ps.qdrant_collection}-{ps.embedding_model}"
+        index = ClientIndex(name, model.dim, url=ps.qdrant_url, api_key=ps.qdrant_api_key)
+    else:
+        path = base / f"vectors-{ps.embedding_model}"
+        if fresh:
+            shutil.rmtree(path, ignore_errors=True)
+            Path(f"{path}.checkpoint.json").unlink(missing_ok=True)
+        index = EdgeIndex(path, model.dim)
+    return VectorView(index, model, cache)
 
 
 def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
@@ -157,11 +186,15 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
         view = open_view(core, ps)
         stack.callback(view.close)
+        vectors = open_vectors(core, ps)
+        if vectors is not None:
+            stack.callback(vectors.close)
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
         # the projector's followers also feed the audit trail: one delivery, one decode per message
         projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
-                              also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),))  # fmt: skip
+                              also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),),
+                              vectors=vectors, vector_batch_max=ps.vector_batch_max)  # fmt: skip
         await projector.start()
         stack.push_async_callback(projector.stop)
         auditor = Auditor(nc, trail, fed_by=[projector.follower, projector.access_follower])  # audit queries
@@ -183,7 +216,11 @@ async def projector(
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
         view = open_view(core, ps, fresh=rebuild)
         stack.callback(view.close)
-        proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger)
+        vectors = open_vectors(core, ps, fresh=rebuild)
+        if vectors is not None:
+            stack.callback(vectors.close)
+        proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
+                         vectors=vectors, vector_batch_max=ps.vector_batch_max)  # fmt: skip
         await proj.start()
         stack.push_async_callback(proj.stop)
         await until_stopped(_forever())

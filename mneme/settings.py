@@ -64,6 +64,17 @@ class ProjectorSettings(BaseSettings):
     wait_timeout: float = Field(5.0, gt=0, description="Seconds a query waits for its min_seq before PROJECTION_LAG.")
     linger: float = Field(0.1, ge=0, le=10, description="Seconds staged events may wait before a DuckDB commit.")
     db_name: str = "projector.duckdb"
+    vectors: Literal["edge", "qdrant", "off"] = Field(
+        "edge", description="edge: Qdrant Edge in-process under the data directory; qdrant: a Qdrant server at "
+        "qdrant_url; off: no vector index (search tools answer SEARCH_UNAVAILABLE)."
+    )
+    qdrant_url: str | None = Field(None, description="Qdrant server URL (vectors=qdrant).")
+    qdrant_api_key: str | None = None
+    qdrant_collection: str = Field("mneme", description="Collection prefix on a Qdrant server; the model is appended.")
+    embedding_model: str = Field("paraphrase-minilm-l3", description="Embedding model (see docs/architecture.md).")
+    embedding_threads: int | None = Field(None, ge=1, le=64, description="onnxruntime threads; unset = up to 2.")
+    embedding_cache: str = Field("embeddings.sqlite", description="Embedding cache file under the data directory.")
+    vector_batch_max: int = Field(2000, ge=1, description="Most events folded into the vector index per commit.")
 
 
 class AuditorSettings(BaseSettings):

@@ -74,6 +74,30 @@ class ExpiredMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     limit: int = 1000
 
 
+class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Semantic, keyword or hybrid search in `namespace`, plus verified memories of `rule_namespaces`
+    (the caller's organization rules). Answered from the vector projection."""
+
+    OPERATION: ClassVar[str] = "memory.search"
+    mode: Literal["semantic", "keyword", "hybrid"]
+    query: str
+    rule_namespaces: tuple[str, ...] = ()
+    limit: int = 10
+    threshold: float | None = None  # None: the mode's default
+    kind: str | None = None
+    category: str | None = None
+    subject: str | None = None
+    tags: tuple[str, ...] = ()  # all of them
+    importance_min: float | None = None
+    importance_max: float | None = None
+    status: Literal["live", "active", "any"] = "live"  # live: active and deprecated (deprecated ranked below)
+    include_expired: bool = False
+    include_invalid: bool = True  # memories whose valid time has ended, ranked below valid ones
+    fusion: Literal["zscore", "rrf"] = "zscore"
+    semantic_weight: float = 0.5  # hybrid: the keyword weight is 1 - semantic_weight
+    as_of_seq: int | None = None  # answer as the projection stood right after this sequence
+
+
 class MemoryRow(Struct, frozen=True, kw_only=True):
     memory: MemoryState
     accessed_at: UtcTime | None = None
@@ -117,6 +141,22 @@ class StatsResult(Struct, frozen=True, kw_only=True):
     stores: int
     categories: int
     content_bytes: int
+
+
+class SearchHit(Struct, frozen=True, kw_only=True):
+    memory: MemoryState
+    score: float  # 0-1: the mode's relevance (see services/projector/search.py)
+    semantic: float | None = None  # cosine similarity, when the dense retriever found it
+    keyword: float | None = None  # raw BM25, when the keyword retriever found it
+    group: Literal["exact", "scope", "rules"] = "scope"
+    demoted: bool = False  # deprecated or no longer valid: ranked below the rest
+
+
+class SearchResult(Struct, frozen=True, kw_only=True):
+    hits: list[SearchHit]
+    mode: str
+    threshold: float
+    model: str | None = None
 
 
 class PathOwnerResult(Struct, frozen=True, kw_only=True):
@@ -173,9 +213,10 @@ RESULT_TYPES: dict[str, type] = {
     PathOwner.OPERATION: PathOwnerResult,
     ExpiredMemories.OPERATION: ListResult,
     AuditQuery.OPERATION: AuditResult,
+    SearchMemories.OPERATION: SearchResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
-    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories)
+    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories, SearchMemories)
 }
 
 encoder = msgspec.msgpack.Encoder()

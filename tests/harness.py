@@ -7,6 +7,7 @@ MCP client. Subprocess helpers run the `mneme` command itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -29,6 +30,10 @@ from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
+from services.projector.vector_index import EdgeIndex
+from services.projector.vector_view import VectorView
+from mneme.embed_cache import EmbeddingCache
+from mneme.embedding import DEFAULT_MODEL, ModelHandle
 
 MNEME = str(Path(sys.executable).parent / "mneme")
 
@@ -117,7 +122,26 @@ class Stack:
         await self._stack.aclose()
 
 
-async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | None = None) -> Stack:
+_MODEL: ModelHandle | None = None
+
+
+def shared_model() -> ModelHandle:
+    """The real embedding model, loaded once per test process (0.2-0.5 s)."""
+    global _MODEL
+    if _MODEL is None:
+        _MODEL = ModelHandle(DEFAULT_MODEL).start()
+    return _MODEL
+
+
+def open_vectors(data_dir: Path, model: ModelHandle | None = None) -> VectorView:
+    """Real Qdrant Edge under data_dir and the real model (or the handle given, e.g. one still loading)."""
+    model = model or shared_model()
+    return VectorView(EdgeIndex(data_dir / "vectors", model.dim or 384), model,
+                      EmbeddingCache(data_dir / "embeddings.sqlite"))  # fmt: skip
+
+
+async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | None = None, *,
+                      vectors: VectorView | bool | None = None) -> Stack:  # fmt: skip
     s = AsyncExitStack()
     data_dir.mkdir(parents=True, exist_ok=True)
     nc = await connect(nats.url or "", "test")
@@ -125,7 +149,12 @@ async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | 
     await ensure_streams(nc.jetstream())
     view = MemoriesView(str(data_dir / "projector.duckdb"))
     s.callback(view.close)
-    projector = Projector(nc, view)
+    if vectors is True:
+        vectors = open_vectors(data_dir)
+        assert await asyncio.to_thread(vectors.model.wait, 60), "the embedding model did not load"
+    if vectors:
+        s.callback(vectors.close)
+    projector = Projector(nc, view, vectors=vectors or None)
     await projector.start()
     s.push_async_callback(projector.stop)
     trail = Trail(str(data_dir / "audit.duckdb"))

@@ -24,6 +24,7 @@ TOOLS = {
     "memory_add", "memory_get", "memory_update", "memory_move", "memory_delete", "memory_restore",
     "memory_list", "memory_recent", "memory_prune_expired", "memory_stats",
     "memory_verify", "memory_lock", "memory_unlock", "memory_deprecate", "audit_query",
+    "memory_search", "memory_search_keyword", "memory_recall",
 }  # fmt: skip
 
 
@@ -133,6 +134,19 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert st["by_subject"] == {"(none)": 2, "alice": 1}
         assert {"tag": "food", "count": 1} in st["top_tags"] and st["stores"] == 1 and st["storage_bytes"] > 0
         assert (await call("memory_stats", namespace="elsewhere"))["total"] == 0
+
+        # search in `mneme serve`: the bundled model and Qdrant Edge under the data directory
+        for tool, query in (("memory_search", "which testing tool does the project like"),
+                            ("memory_search_keyword", "pytest"), ("memory_recall", "what does the project test with")):
+            found = None
+            for _ in range(100):  # the model loads in the background at start
+                try:
+                    found = await call(tool, query=query, limit=1)
+                    break
+                except ToolFailure as exc:
+                    assert exc.error["code"] == "EMBEDDING_MODEL_LOADING", exc.error
+                    await asyncio.sleep(0.1)
+            assert found is not None and found["results"][0]["id"] == c["id"], (tool, found)
 
 
 async def test_read_your_writes_200_times(tmp_path: Path) -> None:

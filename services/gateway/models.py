@@ -213,3 +213,24 @@ class AuditPage(BaseModel):
     records: list[AuditRecord]
     total: int
     has_more: bool
+
+
+class SearchItem(Memory):
+    score: float = Field(description="Relevance 0-1 in the search's mode (semantic: cosine similarity; keyword: BM25 "
+                         "over the best hit's; hybrid: fused).")
+    semantic_score: float | None = Field(None, description="Cosine similarity, when the semantic retriever found it.")
+    keyword_score: float | None = Field(None, description="Raw BM25 score, when the keyword retriever found it.")
+    match: Literal["exact", "scope", "rules"] = Field(
+        "scope", description="exact: the content contains the query, in the caller's namespace; scope: other matches "
+        "in the caller's namespace; rules: verified rules of the caller's organization (<org>/_system)."
+    )
+    demoted: bool = Field(False, description="Deprecated, or its valid time has ended: ranked below the rest.")
+
+
+class SearchResults(BaseModel):
+    query: str
+    mode: Literal["semantic", "keyword", "hybrid"]
+    count: int
+    threshold: float
+    model: str | None = Field(None, description="Embedding model of the semantic scores.")
+    results: list[SearchItem]

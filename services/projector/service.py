@@ -25,10 +25,12 @@ from nats.aio.msg import Msg
 from mneme.errors import MnemeError, ProjectionLag
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from schemas import subjects as S
-from schemas.queries import QUERY_TYPES, Reply, encoder
+from schemas.queries import QUERY_TYPES, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
 from services.projector.memories_queries import HANDLERS, STAGED_READS
 from services.projector.memories_view import MemoriesView
+from services.projector.search import Searcher
+from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme.projector")
 
@@ -44,6 +46,8 @@ class Projector:
         linger: float = 0.1,
         also: tuple[Sink, ...] = (),
         also_access: tuple[Sink, ...] = (),
+        vectors: VectorView | None = None,
+        vector_batch_max: int = 2000,
     ):
         """`also` / `also_access`: more sinks fed by the same followers of the event log and of the
         access stream (in `mneme serve`, the audit trail): one delivery, one decode."""
@@ -56,6 +60,13 @@ class Projector:
         access: Sink = AccessView(view)
         access = FanOut(access, *also_access) if also_access else access
         self.access_follower = access_follower(self.js, access, batch_max=batch_max, linger=linger)
+        # the vector projection has a follower of its own: embedding never holds the rows back
+        self.vectors = vectors
+        self.vector_follower: LogFollower | None = None
+        self.searcher: Searcher | None = None
+        if vectors is not None:
+            self.vector_follower = LogFollower(self.js, vectors, batch_max=vector_batch_max, linger=linger)
+            self.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25)
         self.serving = asyncio.Event()
         self._subs: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -69,12 +80,23 @@ class Projector:
         target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
         await self.follower.start()
         await self.access_follower.start()
+        if self.vector_follower is not None:
+            await self.vector_follower.start()
+            self._spawn(self._fill_when_model_ready())
         if serve_queries:
             self._spawn(self._join_when_caught_up(target))
+
+    async def _fill_when_model_ready(self) -> None:
+        assert self.vectors is not None
+        if await asyncio.to_thread(self.vectors.model.wait, None):
+            await asyncio.to_thread(self.vectors.fill_pending)
 
     async def _join_when_caught_up(self, target: int) -> None:
         while not await self.follower.wait_for(target, 3600):
             pass
+        if self.vector_follower is not None:
+            while not await self.vector_follower.wait_for(target, 3600):
+                pass
         for op in QUERY_TYPES:
             self._subs.append(await self.nc.subscribe(S.query_subject(op), queue=S.PROJECTOR_QUEUE, cb=self._on_query))
         self.serving.set()
@@ -90,6 +112,8 @@ class Projector:
             await asyncio.wait(set(self._tasks), timeout=self.wait_timeout + 5)
         await self.access_follower.stop()
         await self.follower.stop()
+        if self.vector_follower is not None:
+            await self.vector_follower.stop()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -105,7 +129,12 @@ class Projector:
             query = self._decoders[op].decode(msg.data)
             # point reads are answered from staged state; the rest need committed rows
             committed = type(query) not in STAGED_READS
-            if not await self.follower.wait_for(query.min_seq, self.wait_timeout, committed=committed):
+            follower = self.follower
+            if isinstance(query, SearchMemories):
+                if self.vector_follower is None:
+                    raise MnemeError("this projector keeps no vector index", details={"op": op})
+                follower = self.vector_follower
+            if not await follower.wait_for(query.min_seq, self.wait_timeout, committed=committed):
                 raise ProjectionLag(
                     f"the projection has applied sequence {self.applied}, not yet {query.min_seq}; retry shortly",
                     details={"applied_seq": self.applied, "min_seq": query.min_seq},
@@ -116,7 +145,7 @@ class Projector:
             reply = Reply(applied_seq=self.applied, error=exc.to_dict())
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             reply = Reply(applied_seq=self.applied, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
-        except Exception as exc:  # noqa: BLE001 - a query must never take the projector down
+        except Exception as exc:
             log.exception("query %s failed", op)
             reply = Reply(applied_seq=self.applied, error={"code": "INTERNAL", "message": type(exc).__name__})
         try:
@@ -125,6 +154,9 @@ class Projector:
             log.debug("could not reply to %s", op)
 
     def run_query(self, query: Any) -> Any:
+        if isinstance(query, SearchMemories):
+            assert self.searcher is not None
+            return self.searcher.search(query)
         return HANDLERS[type(query)](self.view, query)
 
 

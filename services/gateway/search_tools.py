@@ -1,0 +1,131 @@
+"""Search tools: semantic (memory_search), keyword (memory_search_keyword) and hybrid (memory_recall).
+
+All three search the caller's namespace plus, when the principal belongs to an organization,
+the verified rules of `<org>/_system` (ranked after the caller's own memories). Each search
+leaves one access record with the ids it returned, so it is audited and counted like a read.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
+
+from schemas.queries import SearchMemories, SearchResult
+from services.gateway.gateway import Call, Gateway
+from services.gateway.models import Memory, SearchItem, SearchResults
+from services.gateway.params import READ, ContextArg, Kind, Label, Namespace, Tags, Unit
+
+Query = Annotated[str, Field(min_length=1, max_length=4096, description="What to look for, in natural language.")]
+Limit = Annotated[int, Field(ge=1, le=100, description="Most results to return.")]
+Threshold = Annotated[float | None, Field(ge=0.0, le=1.0, description="Minimum score 0-1; default per mode "
+                                          "(semantic 0.2, keyword 0, hybrid 0).")]  # fmt: skip
+Status = Annotated[Literal["live", "active", "any"], Field(
+    description="live (default): active and deprecated, deprecated ranked below; active: exclude deprecated; "
+    "any: also archived.")]  # fmt: skip
+
+
+def register(mcp: MCPServer, gw: Gateway) -> None:
+    async def search(ctx: Context, tool: str, mode: str, context: object, namespace: str | None,
+                     **params: object) -> SearchResults:  # fmt: skip
+        async def go(call: Call) -> SearchResults:
+            system = call.principal.system_namespace
+            rules = (system,) if params.pop("include_rules") and system and system != call.namespace \
+                and call.principal.can_read(system) else ()  # fmt: skip
+            q = SearchMemories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), mode=mode,
+                               rule_namespaces=rules, **params)  # type: ignore[arg-type]  # fmt: skip
+            got: SearchResult = await gw.queries.ask(q)
+            now = gw.now()
+            items = []
+            for h in got.hits:
+                m = Memory.of(h.memory, now).model_dump()
+                m.update(access_count=None, history=[])
+                item = SearchItem(**m, score=h.score, semantic_score=h.semantic, keyword_score=h.keyword,
+                                  match=h.group, demoted=h.demoted)  # fmt: skip
+                items.append(gw.shown(call, item))  # type: ignore[arg-type]
+            call.read([i.id for i in items])
+            return SearchResults(query=q.query, mode=got.mode, count=len(items), threshold=got.threshold,  # type: ignore[arg-type]
+                                 model=got.model, results=items)  # fmt: skip
+
+        return await gw.run(ctx.headers, tool, "read", context, namespace, go)  # type: ignore[arg-type]
+
+    @mcp.tool(annotations=READ)
+    async def memory_search(
+        ctx: Context,
+        query: Query,
+        namespace: Namespace = None,
+        limit: Limit = 10,
+        threshold: Threshold = None,
+        kind: Kind | None = None,
+        category: Label | None = None,
+        subject: Annotated[str | None, Field(max_length=128, description="Case and spacing are ignored.")] = None,
+        tags: Annotated[Tags, Field(description="Memories carrying ALL of these tags.")] = [],  # noqa: B006
+        importance_min: Unit | None = None,
+        importance_max: Unit | None = None,
+        status: Status = "live",
+        include_expired: bool = False,
+        include_rules: Annotated[bool, Field(description="Also verified rules of your organization.")] = True,
+        context: ContextArg = None,
+    ) -> SearchResults:
+        """Semantic search: memories whose meaning is closest to the query (embedding similarity), with
+        filters. Use it to recall facts, preferences and context phrased differently from the query."""
+        return await search(ctx, "memory_search", "semantic", context, namespace, query=query, limit=limit,
+                            threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
+                            importance_min=importance_min, importance_max=importance_max, status=status,
+                            include_expired=include_expired, include_rules=include_rules)  # fmt: skip
+
+    @mcp.tool(annotations=READ)
+    async def memory_search_keyword(
+        ctx: Context,
+        query: Query,
+        namespace: Namespace = None,
+        limit: Limit = 10,
+        threshold: Threshold = None,
+        kind: Kind | None = None,
+        category: Label | None = None,
+        subject: Annotated[str | None, Field(max_length=128)] = None,
+        tags: Annotated[Tags, Field(description="Memories carrying ALL of these tags.")] = [],  # noqa: B006
+        importance_min: Unit | None = None,
+        importance_max: Unit | None = None,
+        status: Status = "live",
+        include_expired: bool = False,
+        include_rules: bool = True,
+        context: ContextArg = None,
+    ) -> SearchResults:
+        """Keyword search (BM25 with English stemming): memories containing the query's words, rarer words
+        weighing more. Works while the embedding model is still loading."""
+        return await search(ctx, "memory_search_keyword", "keyword", context, namespace, query=query, limit=limit,
+                            threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
+                            importance_min=importance_min, importance_max=importance_max, status=status,
+                            include_expired=include_expired, include_rules=include_rules)  # fmt: skip
+
+    @mcp.tool(annotations=READ)
+    async def memory_recall(
+        ctx: Context,
+        query: Query,
+        namespace: Namespace = None,
+        limit: Limit = 10,
+        threshold: Threshold = None,
+        fusion: Annotated[Literal["zscore", "rrf"], Field(description="zscore (default): each retriever's scores "
+                          "standardised, then weighted; rrf: reciprocal rank fusion (k=60), weighted.")] = "zscore",  # fmt: skip
+        semantic_weight: Annotated[float, Field(ge=0.0, le=1.0, description="Weight of the semantic retriever; "
+                                   "keyword gets 1 - this.")] = 0.5,  # fmt: skip
+        kind: Kind | None = None,
+        category: Label | None = None,
+        subject: Annotated[str | None, Field(max_length=128)] = None,
+        tags: Annotated[Tags, Field(description="Memories carrying ALL of these tags.")] = [],  # noqa: B006
+        importance_min: Unit | None = None,
+        importance_max: Unit | None = None,
+        status: Status = "live",
+        include_expired: bool = False,
+        include_rules: bool = True,
+        context: ContextArg = None,
+    ) -> SearchResults:
+        """Hybrid recall: semantic and keyword search fused into one ranking; the best default for
+        questions. Exact matches in your namespace come first, then other matches, then organization rules."""
+        return await search(ctx, "memory_recall", "hybrid", context, namespace, query=query, limit=limit,
+                            threshold=threshold, fusion=fusion, semantic_weight=semantic_weight, kind=kind,
+                            category=category, subject=subject, tags=tuple(tags), importance_min=importance_min,
+                            importance_max=importance_max, status=status, include_expired=include_expired,
+                            include_rules=include_rules)  # fmt: skip

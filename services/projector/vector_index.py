@@ -1,0 +1,335 @@
+"""The vector port: one small interface over Qdrant, embedded (Qdrant Edge) or a server (qdrant-client).
+
+A collection holds one point per memory version: a dense vector ("dense", cosine) of
+its content, a sparse BM25 vector ("bm25", IDF applied by Qdrant at query time), and
+a payload with every field a search filters on. Filters are written once as a tuple
+of `Cond`s and translated per adapter; both adapters pass the same contract test.
+
+The projector's position in the log is stored beside the points (a file next to an
+Edge shard; a reserved point without vectors on a server), written after the
+points it covers: replaying from an older position is harmless because every
+write here is an idempotent upsert or payload set keyed by deterministic ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+DENSE, SPARSE = "dense", "bm25"
+OPEN = 2**53  # seq_to of a version nobody has replaced yet
+POINT_NS = uuid.UUID("6f1c9a52-2a3b-4e0c-9d57-0d7c1f4f0a11")
+META_ID = str(uuid.uuid5(POINT_NS, "mneme:meta"))
+
+KEYWORD_FIELDS = ("namespace", "mid", "kind", "category", "subject", "tags", "status", "verification", "store")
+INT_FIELDS = ("seq_from", "seq_to")
+FLOAT_FIELDS = ("importance", "valid_from", "valid_until", "expires_at", "recorded_at")
+
+
+def point_id(memory_id: str, version: int) -> str:
+    return str(uuid.uuid5(POINT_NS, f"{memory_id}:{version}"))
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    """One filter condition. op: eq (value), any (values), range (gte/gt/lte/lt), null (field is null/absent)."""
+
+    field: str
+    op: Literal["eq", "any", "range", "null"]
+    value: Any = None
+    gte: float | None = None
+    gt: float | None = None
+    lte: float | None = None
+    lt: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    must: tuple[Cond | Where, ...] = ()
+    should: tuple[Cond | Where, ...] = ()  # at least one, when given
+    must_not: tuple[Cond | Where, ...] = ()
+
+
+@dataclass(slots=True)
+class VPoint:
+    id: str
+    payload: dict[str, Any]
+    dense: list[float] | None = None
+    sparse: tuple[list[int], list[float]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str
+    score: float
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    using: Literal["dense", "bm25"]
+    vector: Any  # list[float] for dense, (indices, values) for bm25
+    where: Where
+    limit: int
+    threshold: float | None = None
+
+
+class VectorIndex(Protocol):
+    def upsert(self, points: list[VPoint]) -> None: ...
+
+    def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None: ...
+
+    def set_dense(self, vectors: dict[str, list[float]]) -> None: ...
+
+    def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]: ...
+
+    def search(self, searches: list[Search]) -> list[list[Hit]]: ...
+
+    def count(self, where: Where) -> int: ...
+
+    def load_checkpoint(self) -> int: ...
+
+    def save_checkpoint(self, seq: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- Qdrant Edge
+class EdgeIndex:
+    """The default: the Qdrant engine in-process, on disk under `path` (one process per shard)."""
+
+    def __init__(self, path: str | Path, dim: int):
+        import qdrant_edge as q
+
+        self.q = q
+        self.path = Path(path)
+        self.dim = dim
+        self._ckpt = self.path.parent / f"{self.path.name}.checkpoint.json"
+        cfg = q.EdgeConfig(
+            vectors={DENSE: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)},
+            sparse_vectors={SPARSE: q.EdgeSparseVectorParams(modifier=q.Modifier.Idf)},
+        )
+        if self.path.exists() and any(self.path.iterdir()):
+            self.shard = q.EdgeShard.load(str(self.path), cfg)
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.shard = q.EdgeShard.create(str(self.path), cfg)
+            self._create_indexes()
+
+    def _create_indexes(self) -> None:
+        q = self.q
+        for f in KEYWORD_FIELDS:
+            params = q.KeywordIndexParams(is_tenant=True) if f == "namespace" else q.PayloadSchemaType.Keyword
+            self.shard.update(q.UpdateOperation.create_field_index(f, params))
+        for f in INT_FIELDS:
+            self.shard.update(q.UpdateOperation.create_field_index(f, q.PayloadSchemaType.Integer))
+        for f in FLOAT_FIELDS:
+            self.shard.update(q.UpdateOperation.create_field_index(f, q.PayloadSchemaType.Float))
+
+    # -- writes
+    def _point(self, p: VPoint) -> Any:
+        vec: dict[str, Any] = {}
+        if p.dense is not None:
+            vec[DENSE] = list(p.dense)
+        if p.sparse is not None:
+            vec[SPARSE] = self.q.SparseVector(indices=list(p.sparse[0]), values=list(p.sparse[1]))
+        return self.q.Point(id=p.id, vector=vec, payload=p.payload)
+
+    def upsert(self, points: list[VPoint]) -> None:
+        if points:
+            self.shard.update(self.q.UpdateOperation.upsert_points([self._point(p) for p in points]))
+
+    def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
+        if ids:
+            self.shard.update(self.q.UpdateOperation.set_payload(ids, payload))
+
+    def set_dense(self, vectors: dict[str, list[float]]) -> None:
+        if vectors:
+            pv = [self.q.PointVectors(id=i, vector={DENSE: list(v)}) for i, v in vectors.items()]
+            self.shard.update(self.q.UpdateOperation.update_vectors(pv))
+
+    def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]:
+        if not ids:
+            return {}
+        recs = self.shard.retrieve(ids, with_payload=True, with_vector=[DENSE] if with_dense else False)
+        out = {}
+        for r in recs:
+            dense = None
+            if with_dense and isinstance(r.vector, dict) and DENSE in r.vector:
+                dense = list(r.vector[DENSE])
+            out[str(r.id)] = VPoint(id=str(r.id), payload=dict(r.payload or {}), dense=dense)
+        return out
+
+    # -- reads
+    def _cond(self, c: Cond | Where) -> Any:
+        q = self.q
+        if isinstance(c, Where):
+            return self._filter(c)
+        if c.op == "eq":
+            return q.FieldCondition(key=c.field, match=q.MatchValue(c.value))
+        if c.op == "any":
+            return q.FieldCondition(key=c.field, match=q.MatchAny(list(c.value)))
+        if c.op == "null":
+            return q.IsNullCondition(c.field)
+        return q.FieldCondition(key=c.field, range=q.RangeFloat(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
+
+    def _filter(self, w: Where) -> Any:
+        return self.q.Filter(
+            must=[self._cond(c) for c in w.must] or None,
+            should=[self._cond(c) for c in w.should] or None,
+            must_not=[self._cond(c) for c in w.must_not] or None,
+        )
+
+    def _request(self, s: Search) -> Any:
+        q = self.q
+        if s.using == SPARSE:
+            vec: Any = q.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1]))
+        else:
+            vec = list(s.vector)
+        return q.QueryRequest(
+            limit=s.limit, query=q.Query.Nearest(vec, using=s.using), filter=self._filter(s.where),
+            with_payload=True, score_threshold=s.threshold,
+        )  # fmt: skip
+
+    def search(self, searches: list[Search]) -> list[list[Hit]]:
+        reqs = [self._request(s) for s in searches]
+        if len(reqs) == 1:
+            results = [self.shard.query(reqs[0])]
+        else:
+            results = self.shard.query_batch(self.q.QueryBatchRequest(reqs))
+        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res] for res in results]
+
+    def count(self, where: Where) -> int:
+        return int(self.shard.count(self.q.CountRequest(filter=self._filter(where), exact=True)))
+
+    # -- position
+    def load_checkpoint(self) -> int:
+        try:
+            return int(json.loads(self._ckpt.read_text())["seq"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return 0
+
+    def save_checkpoint(self, seq: int) -> None:
+        self.shard.flush()
+        tmp = self._ckpt.with_suffix(".tmp")
+        with tmp.open("w") as f:
+            f.write(json.dumps({"seq": seq}))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._ckpt)
+
+    def close(self) -> None:
+        try:
+            self.shard.flush()
+        finally:
+            self.shard.close()
+
+
+# --------------------------------------------------------------------------- qdrant-client
+class ClientIndex:
+    """A Qdrant server (distributed mode) through qdrant-client; `location=":memory:"` for local-mode tests."""
+
+    def __init__(self, collection: str, dim: int, *, url: str | None = None, location: str | None = None,
+                 api_key: str | None = None):  # fmt: skip
+        from qdrant_client import QdrantClient, models
+
+        self.m = models
+        self.collection = collection
+        self.client = QdrantClient(url=url, location=location, api_key=api_key)
+        if not self.client.collection_exists(collection):
+            self.client.create_collection(
+                collection,
+                vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
+                sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            )
+            if url:  # payload indexes mean nothing to local mode (it warns)
+                for f in KEYWORD_FIELDS:
+                    schema: Any = models.PayloadSchemaType.KEYWORD
+                    if f == "namespace":
+                        schema = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
+                    self.client.create_payload_index(collection, f, schema)
+                for f in INT_FIELDS:
+                    self.client.create_payload_index(collection, f, models.PayloadSchemaType.INTEGER)
+                for f in FLOAT_FIELDS:
+                    self.client.create_payload_index(collection, f, models.PayloadSchemaType.FLOAT)
+
+    def _point(self, p: VPoint) -> Any:
+        vec: dict[str, Any] = {}
+        if p.dense is not None:
+            vec[DENSE] = list(p.dense)
+        if p.sparse is not None:
+            vec[SPARSE] = self.m.SparseVector(indices=list(p.sparse[0]), values=list(p.sparse[1]))
+        return self.m.PointStruct(id=p.id, vector=vec, payload=p.payload)
+
+    def upsert(self, points: list[VPoint]) -> None:
+        if points:
+            self.client.upsert(self.collection, [self._point(p) for p in points], wait=True)
+
+    def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
+        if ids:
+            self.client.set_payload(self.collection, payload=payload, points=ids, wait=True)
+
+    def set_dense(self, vectors: dict[str, list[float]]) -> None:
+        if vectors:
+            pv = [self.m.PointVectors(id=i, vector={DENSE: list(v)}) for i, v in vectors.items()]
+            self.client.update_vectors(self.collection, pv, wait=True)
+
+    def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]:
+        if not ids:
+            return {}
+        recs = self.client.retrieve(self.collection, ids, with_payload=True, with_vectors=[DENSE] if with_dense else False)
+        out = {}
+        for r in recs:
+            dense = None
+            if with_dense and isinstance(r.vector, dict) and DENSE in r.vector:
+                dense = list(r.vector[DENSE])  # type: ignore[arg-type]
+            out[str(r.id)] = VPoint(id=str(r.id), payload=dict(r.payload or {}), dense=dense)
+        return out
+
+    def _cond(self, c: Cond | Where) -> Any:
+        m = self.m
+        if isinstance(c, Where):
+            return self._filter(c)
+        if c.op == "eq":
+            return m.FieldCondition(key=c.field, match=m.MatchValue(value=c.value))
+        if c.op == "any":
+            return m.FieldCondition(key=c.field, match=m.MatchAny(any=list(c.value)))
+        if c.op == "null":
+            return m.IsNullCondition(is_null=m.PayloadField(key=c.field))
+        return m.FieldCondition(key=c.field, range=m.Range(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
+
+    def _filter(self, w: Where) -> Any:
+        return self.m.Filter(
+            must=[self._cond(c) for c in w.must] or None,
+            should=[self._cond(c) for c in w.should] or None,
+            must_not=[self._cond(c) for c in w.must_not] or None,
+        )
+
+    def search(self, searches: list[Search]) -> list[list[Hit]]:
+        m = self.m
+        reqs = []
+        for s in searches:
+            vec: Any = m.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1])) if s.using == SPARSE \
+                else list(s.vector)  # fmt: skip
+            reqs.append(m.QueryRequest(query=vec, using=s.using, filter=self._filter(s.where), limit=s.limit,
+                                       with_payload=True, score_threshold=s.threshold))  # fmt: skip
+        results = self.client.query_batch_points(self.collection, reqs)
+        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in r.points] for r in results]
+
+    def count(self, where: Where) -> int:
+        return int(self.client.count(self.collection, count_filter=self._filter(where), exact=True).count)
+
+    def load_checkpoint(self) -> int:
+        recs = self.client.retrieve(self.collection, [META_ID], with_payload=True)
+        return int(recs[0].payload.get("checkpoint", 0)) if recs and recs[0].payload else 0
+
+    def save_checkpoint(self, seq: int) -> None:
+        self.client.upsert(self.collection, [self.m.PointStruct(id=META_ID, vector={}, payload={"checkpoint": seq})],
+                           wait=True)  # fmt: skip
+
+    def close(self) -> None:
+        self.client.close()

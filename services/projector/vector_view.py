@@ -1,0 +1,222 @@
+"""The vector read model: one Qdrant point per memory version, folded from the log.
+
+A sink of its own follower (mneme/follow.py), beside the DuckDB view: embedding is
+slower than folding rows, so the vectors never hold the rows back, and a rebuild of
+the vectors alone (a new model) replays only this sink.
+
+Each version is a point `point_id(memory, version)` with the content's dense vector,
+its BM25 sparse vector and a payload of the filtered fields, its record interval
+[seq_from, seq_to) and the whole state (so a hit needs no second lookup, and a later
+event folds on the state read back from the point). An event closes the previous
+version's interval (seq_to = its sequence) and opens the new one; a permanent delete
+only closes. Every write is an idempotent upsert or payload set keyed by
+deterministic ids, so re-folding after a crash (from the saved position) has exactly
+the effect of folding once (invariant 5).
+
+Embedding happens at commit, in batches, through the cache. Until the model is
+loaded, points are written with their BM25 vector only (keyword search works), and
+the saved position stays behind them; `fill_pending` adds the dense vectors once the
+model is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from mneme.domain.state import MemoryState, evolve
+from mneme.embed_cache import EmbeddingCache, text_key
+from mneme.embedding import ModelHandle, ModelLoading
+from mneme.follow import Positioned
+from services.projector.vector_index import OPEN, VectorIndex, VPoint, point_id
+
+log = logging.getLogger("mneme.projector.vectors")
+FAR = 1e15  # an open end of a time interval, in epoch seconds (filters are ranges, never nulls)
+_state_enc = msgspec.json.Encoder()
+_state_dec = msgspec.json.Decoder(MemoryState)
+
+
+def normalize_subject(subject: str | None) -> str | None:
+    return " ".join(subject.split()).casefold() if subject else None
+
+
+def index_text(s: MemoryState) -> str:
+    """What a memory's vectors are made of: its content, after the date it holds from when it has one
+    ("(8 May 2023) ..."), so questions about when something happened can match it."""
+    if s.valid_from is None:
+        return s.content
+    return f"({s.valid_from.day} {s.valid_from:%B %Y}) {s.content}"
+
+
+def epoch(t: datetime | None, default: float) -> float:
+    return t.timestamp() if t is not None else default
+
+
+def payload_of(s: MemoryState, seq: int, recorded_at: datetime, event_type: str) -> dict[str, Any]:
+    return {
+        "mid": s.id, "version": s.version, "namespace": s.namespace, "store": s.store, "path": s.path,
+        "kind": s.kind, "category": s.category, "subject": normalize_subject(s.subject), "tags": list(s.tags),
+        "status": s.status, "verification": s.verification, "locked": s.locked, "importance": s.importance,
+        "valid_from": epoch(s.valid_from, -FAR), "valid_until": epoch(s.valid_until, FAR),
+        "expires_at": epoch(s.expires_at, FAR), "recorded_at": recorded_at.timestamp(),
+        "seq_from": seq, "seq_to": OPEN, "event": event_type, "state": _state_enc.encode(s).decode(),
+    }  # fmt: skip
+
+
+def state_of(payload: dict[str, Any]) -> MemoryState:
+    return _state_dec.decode(payload["state"])
+
+
+class BM25:
+    """Qdrant's BM25 tokenizer (English stemming and stop words); IDF is applied by Qdrant at query time."""
+
+    def __init__(self) -> None:
+        import qdrant_edge as q
+
+        # Qdrant's defaults (k 1.2, b 0.75, avg_len 256: almost no length normalisation for short
+        # memories) measured best on LoCoMo; the corpus's true average length lost 1-3 points.
+        self._m = q.Bm25(q.Bm25Config())
+
+    def document(self, text: str) -> tuple[list[int], list[float]]:
+        v = self._m.embed_document(text)
+        return list(v.indices), list(v.values)
+
+    def query(self, text: str) -> tuple[list[int], list[float]]:
+        v = self._m.embed_query(text)
+        return list(v.indices), list(v.values)
+
+
+class VectorView:
+    def __init__(self, index: VectorIndex, model: ModelHandle, cache: EmbeddingCache, *, bm25: BM25 | None = None):
+        self.index = index
+        self.model = model
+        self.cache = cache
+        self.bm25 = bm25 or BM25()
+        self.checkpoint = index.load_checkpoint()  # the saved position
+        self.staged = self.checkpoint
+        self.committed = self.checkpoint
+        self._lock = threading.Lock()
+        self._states: dict[str, MemoryState | None] = {}  # memories touched since the last commit
+        self._upserts: dict[str, tuple[VPoint, str]] = {}  # point id -> (point, text to embed)
+        self._closes: dict[str, int] = {}  # point id (committed earlier) -> seq_to
+        self._pending_dense: dict[str, str] = {}  # written without a dense vector (model loading)
+        self.embedded = 0  # texts run through the model (for benchmarks)
+
+    # -- Sink
+    def _missing(self, batch: list[Positioned]) -> set[str]:
+        return {p.envelope.aggregate_id for p in batch
+                if p.seq > self.staged and p.envelope.event.version > 1} - self._states.keys()  # fmt: skip
+
+    def stage_reads_disk(self, batch: list[Positioned]) -> bool:
+        return bool(self._missing(batch))
+
+    def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
+        with self._lock:
+            batch = [p for p in batch if p.seq > self.staged]
+            need = self._missing(batch)
+            loaded: dict[str, MemoryState] = {}
+            if need:
+                ids = {}
+                for p in batch:
+                    mid = p.envelope.aggregate_id
+                    if mid in need and mid not in ids:
+                        ids[mid] = point_id(mid, p.envelope.event.version - 1)
+                got = self.index.retrieve(list(ids.values()))
+                for mid, pid in ids.items():
+                    if pid in got:
+                        loaded[mid] = state_of(got[pid].payload)
+            for p in batch:
+                env = p.envelope
+                mid = env.aggregate_id
+                prev = self._states[mid] if mid in self._states else loaded.get(mid)
+                new = evolve(prev, env, p.seq)
+                if prev is None and new is None:
+                    continue
+                if prev is not None:
+                    old = point_id(prev.id, prev.version)
+                    if old in self._upserts:
+                        self._upserts[old][0].payload["seq_to"] = p.seq
+                    else:
+                        self._closes[old] = p.seq
+                if new is not None:
+                    pid = point_id(new.id, new.version)
+                    payload = payload_of(new, p.seq, p.recorded_at, type(env.event).__struct_config__.tag)
+                    text = index_text(new)
+                    self._upserts[pid] = (VPoint(pid, payload, None, self.bm25.document(text)), text)
+                self._states[mid] = new
+            self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
+
+    def commit(self) -> int:
+        with self._lock:
+            last = self.staged
+            if last == self.committed and not self._upserts and not self._closes:
+                return self.checkpoint
+            points = [p for p, _ in self._upserts.values()]
+            texts = {pid: t for pid, (_, t) in self._upserts.items()}
+            vectors, missing = self._vectors(texts)
+            for p in points:
+                if p.id in vectors:
+                    p.dense = vectors[p.id]
+            self.index.upsert(points)
+            by_seq: dict[int, list[str]] = {}
+            for pid, seq in self._closes.items():
+                by_seq.setdefault(seq, []).append(pid)
+            for seq, ids in by_seq.items():
+                self.index.set_payload(ids, {"seq_to": seq})
+            self._pending_dense.update(missing)
+            self._states.clear()
+            self._upserts.clear()
+            self._closes.clear()
+            self.committed = last
+            if not self._pending_dense:
+                self.index.save_checkpoint(last)
+                self.checkpoint = last
+            return self.checkpoint
+
+    def fill_pending(self) -> int:
+        """Once the model is ready: add the dense vectors written without one, then save the position."""
+        with self._lock:
+            if self._pending_dense:
+                vectors, missing = self._vectors(dict(self._pending_dense))
+                self.index.set_dense(vectors)
+                self._pending_dense = missing
+            if not self._pending_dense and self.checkpoint < self.committed:
+                self.index.save_checkpoint(self.committed)
+                self.checkpoint = self.committed
+            return len(self._pending_dense)
+
+    def close(self) -> None:
+        self.index.close()
+        self.cache.close()
+
+    @property
+    def pending_dense(self) -> int:
+        return len(self._pending_dense)
+
+    def _vectors(self, texts: dict[str, str]) -> tuple[dict[str, list[float]], dict[str, str]]:
+        """Dense vectors for {point id: text}: cache first, then the model. Returns (vectors, still missing)."""
+        if not texts:
+            return {}, {}
+        model_id = self.model.model_id
+        keys = {pid: text_key(t) for pid, t in texts.items()}
+        found = self.cache.get_many(model_id, list(set(keys.values())))
+        todo = {k: texts[pid] for pid, k in keys.items() if k not in found}
+        if todo:
+            try:
+                embedder = self.model.get()
+            except ModelLoading:
+                embedder = None
+            if embedder is not None:
+                order = list(todo)
+                vecs = embedder.embed([todo[k] for k in order])
+                fresh = dict(zip(order, vecs, strict=True))
+                self.embedded += len(order)
+                self.cache.put_many(model_id, fresh)
+                found.update(fresh)
+        vectors = {pid: found[k].tolist() for pid, k in keys.items() if k in found}
+        missing = {pid: texts[pid] for pid, k in keys.items() if k not in found}
+        return vectors, missing
