@@ -108,9 +108,19 @@ class MemoryDeprecated(Event, frozen=True, kw_only=True, tag="memory_deprecated"
     reason: str
 
 
+class MemoryInvalidated(Event, frozen=True, kw_only=True, tag="memory_invalidated"):
+    """Its valid time ends (valid_until), softly: it stays readable, with its history. `outdated`: marked
+    outdated by its writer rather than superseded."""
+
+    valid_until: UtcTime
+    reason: str | None = None
+    superseded_by: str | None = None
+    outdated: bool = False
+
+
 AnyEvent = Union[
     MemoryCreated, MemoryUpdated, MemoryMoved, MemoryArchived, MemoryRestored, MemoryDeleted,
-    MemoryVerified, MemoryLocked, MemoryUnlocked, MemoryDeprecated,
+    MemoryVerified, MemoryLocked, MemoryUnlocked, MemoryDeprecated, MemoryInvalidated,
 ]  # fmt: skip
 
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)

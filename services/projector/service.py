@@ -27,7 +27,7 @@ from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
-from services.projector.memories_queries import HANDLERS, STAGED_READS
+from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
 from services.projector.memories_view import MemoriesView
 from services.projector.search import Searcher
 from services.projector.vector_view import VectorView
@@ -127,14 +127,17 @@ class Projector:
         op = msg.subject[len(S.QUERY_PREFIX) + 1 :]
         try:
             query = self._decoders[op].decode(msg.data)
-            # point reads are answered from staged state; the rest need committed rows
-            committed = type(query) not in STAGED_READS
-            follower = self.follower
+            as_of = getattr(query, "as_of", None)
+            # point reads are answered from staged state; the rest, and any read of the past, need committed rows
+            committed = type(query) not in STAGED_READS or as_of is not None
+            need = max(query.min_seq, as_of.seq or 0) if as_of is not None else query.min_seq
+            waits = [self.follower]
             if isinstance(query, SearchMemories):
                 if self.vector_follower is None:
                     raise MnemeError("this projector keeps no vector index", details={"op": op})
-                follower = self.vector_follower
-            if not await follower.wait_for(query.min_seq, self.wait_timeout, committed=committed):
+                waits = [self.vector_follower] + ([self.follower] if as_of is not None else [])  # as_of: rows resolve it
+            lagging = [f for f in waits if not await f.wait_for(need, self.wait_timeout, committed=committed)]
+            if lagging:
                 raise ProjectionLag(
                     f"the projection has applied sequence {self.applied}, not yet {query.min_seq}; retry shortly",
                     details={"applied_seq": self.applied, "min_seq": query.min_seq},
@@ -156,7 +159,7 @@ class Projector:
     def run_query(self, query: Any) -> Any:
         if isinstance(query, SearchMemories):
             assert self.searcher is not None
-            return self.searcher.search(query)
+            return self.searcher.search(query, resolve_as_of(self.view, query.as_of))
         return HANDLERS[type(query)](self.view, query)
 
 
