@@ -168,7 +168,8 @@ def decide_move(
         return None
     if path_owner is not None:
         raise PathExists(st.store, cmd.to_path, path_owner, field="to_path")
-    return MemoryMoved(memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path)
+    return MemoryMoved(memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path,
+                       to_store=st.store)  # fmt: skip
 
 
 def decide_delete(

@@ -105,7 +105,8 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
             changes["verification"] = ev.verification
         return msgspec.structs.replace(state, **changes, **common)
     if isinstance(ev, MemoryMoved):
-        return msgspec.structs.replace(state, path=ev.to_path, **common)
+        store = ev.to_store if ev.to_store is not None else state.store  # (None: a schema-1 move, same store)
+        return msgspec.structs.replace(state, store=store, path=ev.to_path, **common)
     if isinstance(ev, MemoryArchived):
         return msgspec.structs.replace(state, status=ARCHIVED, status_reason=ev.reason, **common)
     if isinstance(ev, MemoryRestored):

@@ -24,6 +24,7 @@ import msgspec
 from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
 from mneme.follow import Positioned
+from schemas.events import event_name
 
 CHECKPOINT = "memories"
 RECENT = 10  # versions kept per memory in the recent-history cache
@@ -271,7 +272,7 @@ class MemoriesView:
                 if new is not None and new.store is not None and new.path is not None:
                     st.paths[(new.namespace, new.store, new.path)] = mid
                 r = state_row(shown)
-                vrow = (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
+                vrow = (shown.id, env.event.version, p.seq, p.recorded_at, event_name(env.event),
                         env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[15:22], *r[23:29],
                         None)  # fmt: skip
                 if prev is not None:  # the version it replaces ends here: [seq, seq_to)

@@ -62,8 +62,8 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
         must.append(Cond("category", "eq", q.category))
     if q.subject:
         must.append(Cond("subject", "eq", normalize_subject(q.subject)))
-    for t in q.tags:
-        must.append(Cond("tags", "eq", t))
+    for t in q.tags:  # stored tags are trimmed and lower-cased (mneme/domain/validation.py)
+        must.append(Cond("tags", "eq", t.strip().lower()))
     if q.importance_min is not None or q.importance_max is not None:
         must.append(Cond("importance", "range", gte=q.importance_min, lte=q.importance_max))
     return Where(must=tuple(must))

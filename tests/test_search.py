@@ -1,0 +1,787 @@
+"""Search end to end: memory_search (semantic), memory_search_keyword (BM25) and memory_recall (hybrid).
+
+Everything is real: the embedding model shipped in a wheel (loaded once per process), a Qdrant Edge
+shard under the data directory, DuckDB, and a nats-server child. One stack serves the module; its
+own gateway runs as `alice` (an agent bound to every namespace, in no organization, so no
+organization rules mix into her results). Tests write into fresh namespaces of their own, so the
+shared stack does not couple them. Organization rules use further gateways of organization `acme`
+on the same NATS connection (`linearizable`, so they see each other's writes).
+
+Two tests run stacks of their own: the one whose embedding model is still loading, and (beside the
+shared stack) the replay, which folds the shared log a second time into a fresh index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from mneme.embed_cache import EmbeddingCache
+from mneme.embedded_nats import EmbeddedNats
+from mneme.embedding import DEFAULT_MODEL, ModelHandle
+from mneme.runtime import make_gateway
+from mneme.settings import GatewaySettings
+from schemas.commands import CreateMemory
+from schemas.events import Actor
+from schemas.queries import SearchMemories
+from services.gateway.gateway import Gateway
+from services.gateway.server import build_server
+from services.projector.memories_view import MemoriesView
+from services.projector.search import DEFAULT_THRESHOLD
+from services.projector.service import Projector
+from services.projector.vector_index import EdgeIndex, Where
+from services.projector.vector_view import VectorView
+from tests.harness import Stack, ToolFailure, open_vectors, result_of, shared_model, start_stack
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = ("memory_search", "memory_search_keyword", "memory_recall")
+MODE = {"memory_search": "semantic", "memory_search_keyword": "keyword", "memory_recall": "hybrid"}
+
+
+# -- callers and the shared stack ------------------------------------------------------------------
+
+
+@dataclass
+class Caller:
+    """One principal's in-process MCP client (its own gateway on the shared NATS connection)."""
+
+    name: str
+    gateway: Gateway
+    client: Client
+
+    async def __call__(self, tool: str, **args: Any) -> dict[str, Any]:
+        return result_of(await self.client.call_tool(tool, args))
+
+    async def ids(self, tool: str, **args: Any) -> list[str]:
+        return [r["id"] for r in (await self(tool, **args))["results"]]
+
+
+@dataclass
+class World:
+    base: Path
+    stack: Stack
+    alice: Caller
+    es: AsyncExitStack
+    callers: list[Caller] = field(default_factory=list)
+
+    async def caller(self, name: str, **settings: Any) -> Caller:
+        gs = GatewaySettings(agent_id=name, consistency="linearizable", **settings)
+        gw = make_gateway(self.stack.nc, gs)
+        self.es.push_async_callback(gw.access.flush)
+        c = Caller(name, gw, await self.es.enter_async_context(Client(build_server(gw))))
+        self.callers.append(c)
+        return c
+
+    async def flush(self) -> None:
+        for c in (self.alice, *self.callers):
+            await c.gateway.access.flush()
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:  # module scope, so the shared stack below can be module scoped
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    base: Path = tmp_path_factory.mktemp("search")
+    server = EmbeddedNats(base / "nats")
+    await server.start()
+    stack = None
+    try:
+        gs = GatewaySettings(agent_id="alice", namespaces=["*"], namespace="solo")
+        stack = await start_stack(base / "data", server, gs, vectors=True)
+        async with AsyncExitStack() as es:
+            es.push_async_callback(stack.gateway.access.flush)
+            yield World(base, stack, Caller("alice", stack.gateway, stack.client), es)
+    finally:
+        if stack is not None:
+            await stack.close()
+        await server.stop()
+
+
+def fresh(prefix: str = "t") -> str:
+    return f"{prefix}/{uuid.uuid4().hex[:10]}"
+
+
+async def add(caller: Caller, ns: str, content: str, **args: Any) -> str:
+    return (await caller("memory_add", namespace=ns, content=content, **args))["id"]
+
+
+# -- 1. paraphrases and exact words ----------------------------------------------------------------
+
+CORPUS = {
+    "emma": "Emma is lactose intolerant",
+    "pytest": "The team writes tests with pytest",
+    "postgres": "Our production database is PostgreSQL 16",
+    "deploy": "The CI pipeline deploys to staging on every merge to main",
+    "dark": "John prefers dark mode in all his editors",
+    "holiday": "The office is closed on public holidays in Germany",
+    "cat": "Sarah has a cat named Miso",
+    "tz": "The user lives in Lisbon and works in the Western European time zone",
+    "coffee": "Mark drinks his coffee black without sugar",
+    "budget": "The marketing budget for Q3 is 40,000 euros",
+    "k8s": "Services run on a Kubernetes cluster in eu-west-1",
+    "vegan": "Lena follows a strict vegan diet",
+    "spanish": "The user is learning Spanish on Duolingo every morning",
+    "oncall": "Priya is on call for the payments service this week",
+    "api": "The public API is rate limited to 100 requests per minute per key",
+    "meet": "The weekly planning meeting is on Monday at 10am",
+    "bike": "Tom commutes to work by bicycle",
+    "lint": "Code is formatted with ruff and type checked with mypy",
+    "peanut": "Noah has a severe peanut allergy",
+    "pw": "Passwords are stored hashed with argon2",
+}
+# paraphrases sharing (almost) no word with their fact
+PARAPHRASES = {
+    "dietary restrictions for the family": "emma",
+    "which test framework does the user like": "pytest",
+    "what database do we use in prod": "postgres",
+    "what kind of pet does Sarah own": "cat",
+    "where is the user based": "tz",
+    "how does Mark take his coffee": "coffee",
+    "how much money can marketing spend this quarter": "budget",
+    "which language is the user studying": "spanish",
+    "who handles incidents for payments": "oncall",
+    "how many API calls are allowed": "api",
+    "when do we plan the week": "meet",
+    "how does Tom get to the office": "bike",
+    "food allergies": "peanut",
+    "how are user credentials protected": "pw",
+    "days off at the office": "holiday",
+}
+KEYWORDS = {  # exact words, and words that only match once stemmed
+    "pytest": "pytest",
+    "argon2": "pw",
+    "Kubernetes": "k8s",
+    "deploying": "deploy",  # deploys
+    "allergies": "peanut",  # allergy
+    "commuting bicycles": "bike",  # commutes, bicycle
+    "holiday": "holiday",  # holidays
+}
+
+
+async def test_paraphrased_queries_find_their_fact_and_keywords_find_exact_and_stemmed_words(world: World) -> None:
+    ns = fresh()
+    by_id = {}
+    for key, content in CORPUS.items():
+        by_id[await add(world.alice, ns, content)] = key
+    misses = []
+    for query, want in PARAPHRASES.items():
+        for tool in ("memory_search", "memory_recall"):
+            got = await world.alice(tool, query=query, namespace=ns, limit=3)
+            top = [by_id[r["id"]] for r in got["results"]]
+            if want not in top:
+                misses.append((tool, query, want, top))
+    assert not misses, misses
+    for query, want in KEYWORDS.items():
+        got = await world.alice("memory_search_keyword", query=query, namespace=ns)
+        top = [by_id[r["id"]] for r in got["results"]]
+        assert top and top[0] == want, (query, top)
+        assert got["results"][0]["score"] == 1.0 and got["results"][0]["keyword_score"] > 0
+    # keyword search is no semantic search: a paraphrase without a shared word finds nothing
+    got = await world.alice("memory_search_keyword", query="dietary restrictions for the family", namespace=ns)
+    assert got["results"] == [] and got["count"] == 0
+    # results carry the memory and the scores of the mode
+    sem = await world.alice("memory_search", query="what kind of pet does Sarah own", namespace=ns, limit=1)
+    (hit,) = sem["results"]
+    assert hit["content"] == CORPUS["cat"] and hit["namespace"] == ns and hit["match"] == "scope"
+    assert hit["score"] == pytest.approx(hit["semantic_score"], abs=1e-5) and hit["demoted"] is False
+    assert sem["mode"] == "semantic" and sem["model"] == shared_model().model_id and sem["count"] == 1
+
+
+# -- 2. filters --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Spec:
+    key: str
+    kind: str
+    category: str | None
+    subject: str | None
+    tags: tuple[str, ...]
+    importance: float
+    status: str = "active"  # after the lifecycle step below
+    expired: bool = False
+
+
+FILTER_SPECS = [
+    Spec("pref-food-emma", "preference", "food", "Emma", ("red", "blue"), 0.9),
+    Spec("fact-food-john", "fact", "food", "John", ("red",), 0.5),
+    Spec("note-work", "note", "work", None, ("blue",), 0.2),
+    Spec("pref-work-emma", "preference", "work", "  emma ", ("red", "blue", "green"), 0.45),
+    Spec("note-food-archived", "note", "food", "John", ("green",), 0.5, status="archived"),
+    Spec("fact-work-deprecated", "fact", "work", "Emma", ("red",), 0.6, status="deprecated"),
+    Spec("note-food-expired", "note", "food", "Emma", ("red", "blue"), 0.5, expired=True),
+]
+FILTER_CASES: list[dict[str, Any]] = [
+    {},
+    {"kind": "preference"},
+    {"kind": "fact"},
+    {"category": "food"},
+    {"subject": "  EMMA "},
+    {"subject": "john"},
+    {"tags": ["red", "blue"]},
+    {"tags": ["green"]},
+    {"importance_min": 0.4, "importance_max": 0.6},
+    {"importance_min": 0.6},
+    {"importance_max": 0.45},
+    {"status": "active"},
+    {"status": "live"},
+    {"status": "any"},
+    {"include_expired": True},
+    {"status": "any", "include_expired": True},
+    {"status": "any", "include_expired": True, "kind": "note", "category": "food"},
+    {"status": "active", "subject": "emma", "tags": ["red"]},
+]
+
+
+def expected(specs: list[Spec], f: dict[str, Any]) -> set[str]:
+    def norm(s: str | None) -> str | None:
+        return " ".join(s.split()).casefold() if s else None
+
+    out = set()
+    for s in specs:
+        status = f.get("status", "live")
+        if status == "live" and s.status == "archived":
+            continue
+        if status == "active" and s.status != "active":
+            continue
+        if s.expired and not f.get("include_expired", False):
+            continue
+        if "kind" in f and s.kind != f["kind"]:
+            continue
+        if "category" in f and s.category != f["category"]:
+            continue
+        if "subject" in f and norm(s.subject) != norm(f["subject"]):
+            continue
+        if not set(f.get("tags", ())) <= set(s.tags):
+            continue
+        if not f.get("importance_min", 0.0) <= s.importance <= f.get("importance_max", 1.0):
+            continue
+        out.add(s.key)
+    return out
+
+
+@dataclass
+class FilterCorpus:
+    ns: str
+    ids: dict[str, str]  # spec key -> memory id
+
+    def keys(self, ids: list[str]) -> set[str]:
+        back = {v: k for k, v in self.ids.items()}
+        return {back[i] for i in ids}
+
+
+@pytest.fixture(scope="module")
+async def filter_corpus(world: World) -> FilterCorpus:
+    ns = fresh("filters")
+    ids = {}
+    past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+    for i, s in enumerate(FILTER_SPECS):
+        args: dict[str, Any] = {"kind": s.kind, "tags": list(s.tags), "importance": s.importance}
+        if s.category:
+            args["category"] = s.category
+        if s.subject:
+            args["subject"] = s.subject
+        if s.expired:
+            args["expires_at"] = past
+        ids[s.key] = await add(world.alice, ns, f"zebra memo {i}: the {s.kind} about {s.category} ({s.key})", **args)
+    for s in FILTER_SPECS:
+        if s.status == "archived":
+            assert (await world.alice("memory_delete", id=ids[s.key], namespace=ns))["mode"] == "archived"
+        elif s.status == "deprecated":
+            d = await world.alice("memory_deprecate", id=ids[s.key], namespace=ns, reason="superseded")
+            assert d["status"] == "deprecated"
+    return FilterCorpus(ns, ids)
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+async def test_filters_are_honoured_by_every_tool(world: World, filter_corpus: FilterCorpus, tool: str) -> None:
+    fc = filter_corpus
+    for f in FILTER_CASES:
+        # threshold 0 (every candidate passes) and a generous limit: the result is exactly the filter's set
+        got = await world.alice(tool, query="zebra memo", namespace=fc.ns, threshold=0.0, limit=100, **f)
+        keys = fc.keys([r["id"] for r in got["results"]])
+        assert keys == expected(FILTER_SPECS, f), (tool, f, sorted(keys))
+        assert got["count"] == len(got["results"])
+        # demoted exactly when not active; demoted ones after the rest of their group
+        for r in got["results"]:
+            assert r["demoted"] is (r["status"] != "active"), (tool, f, r)
+            assert r["expired"] is (r["id"] == fc.ids["note-food-expired"]), (tool, f, r)
+        flags = [(r["match"], r["demoted"]) for r in got["results"]]
+        assert flags == sorted(flags, key=lambda x: ({"exact": 0, "scope": 1, "rules": 2}[x[0]], x[1])), (tool, f)
+
+
+async def test_deprecated_memories_rank_below_active_ones_even_when_closer(world: World) -> None:
+    ns = fresh()
+    old = await add(world.alice, ns, "All services must run on Python 3.9")
+    new = await add(world.alice, ns, "Services run on Python 3.11 now")
+    await add(world.alice, ns, "The cafeteria serves lunch at noon")
+    await world.alice("memory_deprecate", id=old, namespace=ns, reason="we upgraded")
+    query = "All services must run on Python 3.9"  # the deprecated memory, verbatim
+    for tool in TOOLS:
+        got = (await world.alice(tool, query=query, namespace=ns, threshold=0.0))["results"]
+        ids = [r["id"] for r in got]
+        assert old in ids and new in ids, (tool, got)
+        first = got[0]
+        # verbatim: the deprecated one is an exact match, and exact matches come first even when demoted
+        assert (first["id"], first["match"], first["demoted"], first["status"]) == (old, "exact", True, "deprecated")
+        scope = [r for r in got if r["match"] == "scope"]
+        assert [r["demoted"] for r in scope] == [False] * len(scope)
+        # reworded (no longer verbatim): one group, and the deprecated memory after every active one although
+        # it is the closest match
+        got = (await world.alice(tool, query="every service must run on Python 3.9", namespace=ns, threshold=0.0))[
+            "results"
+        ]
+        ids = [r["id"] for r in got]
+        assert {r["match"] for r in got} == {"scope"}, (tool, got)
+        assert old in ids and new in ids, (tool, got)
+        assert ids.index(old) == len(ids) - 1 and [r["demoted"] for r in got] == [False] * (len(ids) - 1) + [True]
+        if tool != "memory_search_keyword":
+            sem = {r["id"]: r["semantic_score"] for r in got}
+            assert sem[old] > max(v for i, v in sem.items() if i != old), (tool, sem)
+        active = await world.alice(tool, query="every service must run on Python 3.9", namespace=ns, threshold=0.0,
+                                   status="active")  # fmt: skip
+        assert old not in [r["id"] for r in active["results"]] and new in [r["id"] for r in active["results"]]
+
+
+async def test_memories_whose_valid_time_ended_are_demoted(world: World) -> None:
+    ns = fresh()
+    ended = await add(world.alice, ns, "The London office uses the guest wifi network called Lobby",
+                      valid_until=(datetime.now(UTC) - timedelta(hours=1)).isoformat())  # fmt: skip
+    current = await add(world.alice, ns, "The London office guest wifi network is called Atrium")
+    for tool in TOOLS:
+        got = (await world.alice(tool, query="London office guest wifi network", namespace=ns))["results"]
+        assert [(r["id"], r["demoted"]) for r in got] == [(current, False), (ended, True)], (tool, got)
+
+
+async def test_tag_filter_is_normalised_like_the_stored_tags(world: World) -> None:
+    """Tags are stored trimmed and lower-cased (memory_add tags=["Red"] stores "red"), and memory_list
+    normalises its tag filter the same way; search must too."""
+    ns = fresh()
+    mid = await add(world.alice, ns, "A memo tagged in capitals", tags=["Red", " Blue "])
+    assert (await world.alice("memory_get", id=mid, namespace=ns))["tags"] == ["red", "blue"]
+    assert [m["id"] for m in (await world.alice("memory_list", namespace=ns, tags=["Red"]))["items"]] == [mid]
+    for tool in TOOLS:
+        assert await world.alice.ids(tool, query="memo", namespace=ns, threshold=0.0, tags=["red", "blue"]) == [mid]
+        assert await world.alice.ids(tool, query="memo", namespace=ns, threshold=0.0, tags=["Red", " BLUE"]) == [mid], (
+            f"{tool}: the tag filter is compared raw with the normalised stored tags"
+        )
+
+
+# -- 3. threshold --------------------------------------------------------------------------------------
+
+
+async def test_threshold_is_honoured_and_the_default_reported(world: World) -> None:
+    ns = fresh()
+    for content in CORPUS.values():
+        await add(world.alice, ns, content)
+    for tool in TOOLS:
+        got = await world.alice(tool, query="the user's time zone and city", namespace=ns, limit=100)
+        assert got["threshold"] == DEFAULT_THRESHOLD[MODE[tool]] and got["mode"] == MODE[tool]
+        assert all(r["score"] >= got["threshold"] for r in got["results"])
+        assert got["results"], tool
+        scores = [r["score"] for r in got["results"]]
+        for t in (0.3, 0.5, 0.75, 1.0):
+            cut = await world.alice(tool, query="the user's time zone and city", namespace=ns, limit=100, threshold=t)
+            assert cut["threshold"] == t
+            assert all(r["score"] >= t for r in cut["results"]), (tool, t, cut["results"])
+            # the same ranking, cut at the threshold (no exact matches here, one group)
+            assert [r["score"] for r in cut["results"]] == [s for s in scores if s >= t], (tool, t)
+    assert (await world.alice("memory_search", query="x", namespace=ns))["threshold"] == 0.2
+    # nothing in the corpus is about volcanoes: a strict semantic threshold returns nothing
+    strict = await world.alice("memory_search", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.99)
+    assert strict["results"] == [] and strict["count"] == 0 and strict["threshold"] == 0.99
+    loose = await world.alice("memory_search", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.0)
+    assert loose["results"], "threshold 0 returns the nearest memories, however far"
+    # keyword: 1.0 keeps only the best hit(s)
+    best = await world.alice("memory_search_keyword", query="user", namespace=ns, threshold=1.0)
+    assert best["results"] and all(r["score"] == 1.0 for r in best["results"])
+
+
+# -- 4. updates and deletes --------------------------------------------------------------------------------
+
+
+async def test_updates_and_permanent_deletes_are_reflected_at_once(world: World) -> None:
+    ns = fresh()
+    for content in list(CORPUS.values())[:8]:
+        await add(world.alice, ns, content)
+    mid = await add(world.alice, ns, "Alice's favourite fruit is mango")
+    # read your writes: searched right after the write, no sleep
+    assert (await world.alice.ids("memory_search", query="what fruit does Alice like", namespace=ns, limit=1)) == [mid]
+    up = await world.alice("memory_update", id=mid, namespace=ns, content="The backup job runs every night at 2am")
+    assert up["memory"]["version"] == 2
+    for tool in TOOLS:
+        got = await world.alice(tool, query="mango", namespace=ns, threshold=0.0, status="any", limit=100)
+        assert all("mango" not in r["content"] for r in got["results"]), (tool, got["results"])
+        for r in got["results"]:
+            if r["id"] == mid:
+                assert r["version"] == 2 and r["content"].startswith("The backup job")
+    assert await world.alice.ids("memory_search_keyword", query="mango", namespace=ns) == []
+    assert mid not in await world.alice.ids("memory_search", query="what fruit does Alice like", namespace=ns)
+    for tool in TOOLS:
+        got = await world.alice(tool, query="when do backups run", namespace=ns)
+        assert got["results"][0]["id"] == mid, (tool, got["results"])
+        assert got["results"][0]["version"] == 2
+    # archived: only with status any
+    await world.alice("memory_delete", id=mid, namespace=ns)
+    for tool in TOOLS:
+        assert mid not in await world.alice.ids(tool, query="when do backups run", namespace=ns, threshold=0.0)
+        got = {r["id"]: r for r in (await world.alice(tool, query="when do backups run", namespace=ns,
+                                                         status="any"))["results"]}  # fmt: skip
+        assert mid in got, tool
+        assert (got[mid]["status"], got[mid]["demoted"]) == ("archived", True)  # ranked below active ones
+    # restored: back at once
+    await world.alice("memory_restore", id=mid, namespace=ns)
+    assert (await world.alice.ids("memory_recall", query="when do backups run", namespace=ns))[0] == mid
+    # deleted for good: never again, whatever the filters
+    d = await world.alice("memory_delete", id=mid, namespace=ns, permanent=True)
+    assert d["mode"] == "deleted"
+    for tool in TOOLS:
+        for query in ("when do backups run", "The backup job runs every night at 2am", "mango", "backup"):
+            found = await world.alice.ids(tool, query=query, namespace=ns, threshold=0.0, status="any",
+                                          include_expired=True, limit=100)  # fmt: skip
+            assert mid not in found, (tool, query)
+
+
+# -- 5. before the model is loaded ---------------------------------------------------------------------------
+
+
+async def test_search_while_the_model_loads(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+    gate = threading.Event()
+    real = shared_model()
+    assert await asyncio.to_thread(real.wait, 60)
+
+    def slow_factory() -> Any:
+        gate.wait(60)
+        return real.get()
+
+    handle = ModelHandle(DEFAULT_MODEL, factory=slow_factory).start()
+    vectors = open_vectors(tmp_path / "data", model=handle)
+    stack = None
+    try:
+        stack = await start_stack(tmp_path / "data", nats_server, vectors=vectors)
+        assert not handle.ready
+        a = await stack.call("memory_add", content="The nightly backup is copied to the cold storage bucket")
+        b = await stack.call("memory_add", content="Grace prefers tea over coffee")
+        for tool in ("memory_search", "memory_recall"):
+            with pytest.raises(ToolFailure) as err:
+                await stack.call(tool, query="where do backups go")
+            assert err.value.code == "EMBEDDING_MODEL_LOADING", err.value.error
+        kw = await stack.call("memory_search_keyword", query="backup")
+        assert [r["id"] for r in kw["results"]] == [a["id"]] and kw["model"] is None
+        assert vectors.pending_dense == 2 and vectors.checkpoint == 0, "written without dense vectors, position held"
+        gate.set()
+        assert await asyncio.to_thread(handle.wait, 60)
+        deadline = time.monotonic() + 20
+        while vectors.pending_dense and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert vectors.pending_dense == 0, "the dense vectors were not filled in"
+        got = await stack.call("memory_search", query="where do backups go")
+        assert got["results"][0]["id"] == a["id"] and got["model"] == handle.model_id
+        got = await stack.call("memory_recall", query="what does Grace like to drink")
+        assert got["results"][0]["id"] == b["id"]
+        # and what is written now is embedded at once
+        c = await stack.call("memory_add", content="Heidi is allergic to cats")
+        got = await stack.call("memory_search", query="pet allergies")
+        assert got["results"][0]["id"] == c["id"]
+        assert vectors.checkpoint == await stack.last_seq(), "the position was saved once the vectors were filled"
+    finally:
+        gate.set()
+        if stack is not None:
+            await stack.close()
+        else:
+            vectors.close()
+
+
+async def test_a_model_that_fails_to_load_leaves_keyword_search_working(
+    tmp_path: Path, nats_server: EmbeddedNats
+) -> None:
+    def broken() -> Any:
+        raise RuntimeError("no model in this wheel")
+
+    handle = ModelHandle(DEFAULT_MODEL, factory=broken).start()
+    assert not await asyncio.to_thread(handle.wait, 10)
+    vectors = open_vectors(tmp_path / "data", model=handle)
+    stack = await start_stack(tmp_path / "data", nats_server, vectors=vectors)
+    stack.projector.wait_timeout = 1.0  # a lagging answer fails fast
+    try:
+        a = await stack.call("memory_add", content="The nightly backup is copied to the cold storage bucket")
+        kw = await stack.call("memory_search_keyword", query="backup")
+        assert [r["id"] for r in kw["results"]] == [a["id"]]
+        for tool in ("memory_search", "memory_recall"):
+            with pytest.raises(ToolFailure) as err:
+                await stack.call(tool, query="where do backups go")
+            assert err.value.code == "EMBEDDING_MODEL_UNAVAILABLE", err.value.error
+    finally:
+        follower = stack.projector.vector_follower
+        task = follower._task if follower is not None else None
+        await stack.close()
+        if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
+            # retrieved here, so the crash fails this test rather than whichever test the loop runs next
+            raise AssertionError(f"the vector follower died: {task.exception()!r}")
+
+
+# -- 6. audit ------------------------------------------------------------------------------------------------
+
+
+async def test_each_search_is_audited_with_the_returned_ids_and_counted(world: World) -> None:
+    ns = fresh()
+    ids = [await add(world.alice, ns, c) for c in list(CORPUS.values())[:6]]
+    rid = uuid.uuid4().hex[:8]
+    returned: dict[str, list[str]] = {}
+    for tool in TOOLS:
+        got = await world.alice(tool, query="PostgreSQL production database", namespace=ns, limit=3,
+                                context={"request_id": f"{rid}-{tool}"})  # fmt: skip
+        returned[tool] = [r["id"] for r in got["results"]]
+        assert returned[tool], tool
+    empty = await world.alice("memory_search", query="volcanic eruptions", namespace=ns, threshold=0.99,
+                              context={"request_id": f"{rid}-empty"})  # fmt: skip
+    assert empty["results"] == []
+    await world.stack.settle()
+    rows = world.stack.trail.con.execute(
+        "SELECT request_id, action, outcome, agent_id, namespace, memory_ids FROM audit_trail "
+        "WHERE request_id LIKE ? ORDER BY trail_seq", [f"{rid}-%"],
+    ).fetchall()  # fmt: skip
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
+        *[(f"{rid}-{t}", f"read:{t}", "ok", "alice", ns) for t in TOOLS],
+        (f"{rid}-empty", "read:memory_search", "ok", "alice", ns),
+    ]
+    assert [list(r[5]) for r in rows] == [*[returned[t] for t in TOOLS], []]
+    # access statistics are folded from those records
+    access_head = (await world.stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq
+    assert await world.stack.projector.access_follower.wait_for(access_head, 10, committed=True)
+    counts = {i: sum(i in r for r in returned.values()) for i in ids}
+    top = max(counts, key=lambda i: (counts[i], i))
+    got = await world.alice("memory_get", id=top, namespace=ns)
+    assert got["access_count"] == counts[top] == 3
+    stats = await world.alice("memory_stats", namespace=ns)
+    want = sorted(((i, n) for i, n in counts.items() if n), key=lambda x: (-x[1], x[0]))[:5]
+    assert [(m["id"], m["count"]) for m in stats["most_accessed"]] == want
+
+
+# -- 7. ordering: exact matches, the caller's own, organization rules ----------------------------------------------
+
+
+async def test_exact_matches_first_then_own_then_verified_organization_rules(world: World) -> None:
+    boss = await world.caller("boss", role="admin", organization="acme", namespaces=["acme/*"], namespace="acme/web")
+    bob = await world.caller("bob", organization="acme", namespaces=["acme/*"], namespace="acme/web")
+    dave = await world.caller("dave", organization="globex", namespaces=["globex/*"], namespace="globex/web")
+    ns = fresh("acme")
+    exact = await add(bob, ns, "We never deploy on Fridays after 3pm")
+    own = await add(bob, ns, "Releases usually go out on Tuesday mornings")
+    await add(bob, ns, "The team lunch is on Thursdays")
+    rule = await add(boss, "acme/_system", "Production deployments are frozen on Fridays, no deploy on Fridays ever",
+                     kind="business_rule")  # fmt: skip
+    assert (await boss("memory_get", id=rule, namespace="acme/_system"))["verification"] == "verified"
+    # an unverified memory in _system (no agent may write there through a gateway: straight to the log)
+    w = await world.stack.gateway.commands.create(
+        CreateMemory(namespace="acme/_system", content="Deploy on Fridays only with two approvals"),
+        actor=Actor(agent_id="importer", role="agent"), request_id=str(uuid.uuid4()),
+    )  # fmt: skip
+    unverified = w.memory.id  # type: ignore[union-attr]
+    got = await boss("memory_get", id=unverified, namespace="acme/_system")
+    assert got["verification"] == "unverified"
+    query = "deploy on Fridays"
+    for tool in TOOLS:
+        got = (await bob(tool, query=query, namespace=ns, threshold=0.0))["results"]
+        ids = [r["id"] for r in got]
+        matches = [r["match"] for r in got]
+        assert ids[0] == exact and matches[0] == "exact", (tool, got)
+        assert rule in ids, (tool, got)
+        assert unverified not in ids, (tool, got)
+        r = got[ids.index(rule)]
+        assert r["match"] == "rules" and r["namespace"] == "acme/_system" and r["verification"] == "verified"
+        # the rule after every one of the caller's own matches (whatever its score)
+        assert matches == sorted(matches, key=["exact", "scope", "rules"].index), (tool, matches)
+        assert all(x["namespace"] == ns for x in got if x["match"] != "rules")
+        if tool != "memory_search_keyword":
+            assert own in ids and ids.index(own) < ids.index(rule)
+        # include_rules=False: the caller's namespace only
+        assert rule not in await bob.ids(tool, query=query, namespace=ns, threshold=0.0, include_rules=False)
+        # another organization never sees acme's rules
+        assert rule not in await dave.ids(tool, query=query, threshold=0.0)
+        # nor does a principal in no organization
+        assert rule not in await world.alice.ids(tool, query=query, namespace=ns, threshold=0.0)
+    # the rule's score beats the caller's own non-exact matches, and still ranks after them
+    sem = (await bob("memory_search", query=query, namespace=ns, threshold=0.0))["results"]
+    by = {r["id"]: r for r in sem}
+    assert by[rule]["score"] > by[own]["score"]
+
+
+# -- 8. duplicates -------------------------------------------------------------------------------------------------
+
+
+async def test_identical_content_stored_twice_comes_back_once(world: World) -> None:
+    ns, other = fresh(), fresh()
+    text = "The staging database password rotates every 30 days"
+    first = await add(world.alice, ns, text)
+    second = await add(world.alice, ns, text)
+    assert first != second
+    await add(world.alice, ns, "Staging is reset every Sunday")
+    elsewhere = await add(world.alice, other, text)
+    for tool in TOOLS:
+        for query in ("how often does the staging password change", "password rotates", text):
+            got = await world.alice.ids(tool, query=query, namespace=ns, threshold=0.0)
+            assert len([i for i in got if i in (first, second)]) == 1, (tool, query, got)
+            assert elsewhere not in got
+        assert await world.alice.ids(tool, query=text, namespace=other, threshold=0.0) == [elsewhere]
+
+
+# -- 9. replay -----------------------------------------------------------------------------------------------------
+
+
+async def test_replaying_the_log_reproduces_identical_results(world: World) -> None:
+    ns = fresh()
+    ids = [await add(world.alice, ns, c, importance=0.1 + 0.04 * i) for i, c in enumerate(CORPUS.values())]
+    await world.alice("memory_update", id=ids[0], namespace=ns, content="Emma cannot digest milk or cheese")
+    await world.alice("memory_update", id=ids[1], namespace=ns, tags=["testing"])
+    await world.alice("memory_deprecate", id=ids[2], namespace=ns, reason="migrated")
+    await world.alice("memory_delete", id=ids[3], namespace=ns)
+    await world.alice("memory_delete", id=ids[4], namespace=ns, permanent=True)
+    await add(world.alice, ns, CORPUS["cat"])  # a duplicate
+    head = await world.stack.last_seq()
+    assert await world.stack.projector.vector_follower.wait_for(head, 10, committed=True)  # type: ignore[union-attr]
+
+    # a second projection of the same log, into another directory, with a cache of its own
+    d = world.base / f"replay-{uuid.uuid4().hex[:6]}"
+    d.mkdir()
+    model = shared_model()
+    vv = VectorView(EdgeIndex(d / "vectors", model.dim), model, EmbeddingCache(d / "embeddings.sqlite"))
+    view = MemoriesView(str(d / "projector.duckdb"))
+    replay = Projector(world.stack.nc, view, vectors=vv)
+    try:
+        await replay.start(serve_queries=False)
+        assert await replay.vector_follower.wait_for(head, 30, committed=True)  # type: ignore[union-attr]
+        live_searcher = world.stack.projector.searcher
+        assert live_searcher is not None and replay.searcher is not None
+        now = datetime.now(UTC)
+        queries = ("dietary restrictions", "which test framework", "deploys to staging", "Sarah cat Miso",
+                   "database", "who is on call")  # fmt: skip
+        compared = 0
+        for query in queries:
+            for mode in ("semantic", "keyword", "hybrid"):
+                for extra in ({}, {"status": "any"}, {"fusion": "zscore", "semantic_weight": 0.3}):
+                    if "fusion" in extra and mode != "hybrid":
+                        continue
+                    q = SearchMemories(namespace=ns, now=now, mode=mode, query=query, limit=50, threshold=0.0,
+                                       **extra)  # type: ignore[arg-type]  # fmt: skip
+                    a = [(h.memory.id, h.memory.version, round(h.score, 5)) for h in live_searcher.search(q).hits]
+                    b = [(h.memory.id, h.memory.version, round(h.score, 5)) for h in replay.searcher.search(q).hits]
+                    assert a == b, (query, mode, extra)
+                    compared += bool(a)
+        assert compared > 20
+        # and through the tools, the live answer is what the replayed index answers
+        for tool in TOOLS:
+            got = await world.alice(tool, query="dietary restrictions", namespace=ns, threshold=0.0)
+            q = SearchMemories(namespace=ns, now=now, mode=MODE[tool], query="dietary restrictions", threshold=0.0)  # type: ignore[arg-type]
+            assert [(r["id"], round(r["score"], 5)) for r in got["results"]] == [
+                (h.memory.id, round(h.score, 5)) for h in replay.searcher.search(q).hits
+            ]
+    finally:
+        await replay.stop()
+        vv.close()
+        view.close()
+
+
+async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
+    tmp_path: Path, nats_server: EmbeddedNats
+) -> None:
+    """The vector projection's position may lag its points (it is saved after them): folding again from an
+    older position must leave exactly the same points and answers, and take every vector from the cache."""
+    data = tmp_path / "data"
+    stack = await start_stack(data, nats_server, vectors=True)
+    queries = ("dietary restrictions", "which test framework", "who is on call", "cat")
+    try:
+        ids = [await stack.call("memory_add", content=c, tags=["t"]) for c in list(CORPUS.values())[:8]]
+        await stack.call("memory_update", id=ids[0]["id"], content="Emma cannot digest milk")
+        await stack.call("memory_update", id=ids[1]["id"], tags=["testing"], importance=0.9)
+        await stack.call("memory_deprecate", id=ids[2]["id"], reason="old")
+        await stack.call("memory_delete", id=ids[3]["id"])
+        await stack.call("memory_delete", id=ids[4]["id"], permanent=True)
+        before = {(tool, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
+            tool, query=q, status="any", threshold=0.0))["results"]] for tool in TOOLS for q in queries}  # fmt: skip
+        assert stack.projector.vectors is not None
+        points = stack.projector.vectors.index.count(Where())
+        ckpt = stack.projector.vectors.index.checkpoint_file  # type: ignore[attr-defined]
+        head = await stack.last_seq()
+    finally:
+        await stack.close()
+    assert points == 8 + 5 - 1  # one point per version; the permanently deleted memory's point is closed
+    assert json.loads(ckpt.read_text())["seq"] == head
+    ckpt.write_text(json.dumps({"seq": 3}))  # as if the process died before saving its latest position
+    stack = await start_stack(data, nats_server, vectors=True)
+    try:
+        vv = stack.projector.vectors
+        assert vv is not None
+        after = {(tool, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
+            tool, query=q, status="any", threshold=0.0))["results"]] for tool in TOOLS for q in queries}  # fmt: skip
+        assert after == before
+        assert vv.index.count(Where()) == points
+        assert vv.embedded == 0, "re-folding ran the model instead of the cache"
+        assert vv.checkpoint == head
+    finally:
+        await stack.close()
+
+
+# -- 12. bad input -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "x" * 4097}, "query"),
+        ({"query": "ok", "threshold": 1.5}, "threshold"),
+        ({"query": "ok", "threshold": -0.1}, "threshold"),
+        ({"query": "ok", "limit": 0}, "limit"),
+        ({"query": "ok", "limit": 101}, "limit"),
+        ({"query": "ok", "status": "archived"}, "status"),
+        ({"query": "ok", "importance_min": 2}, "importance_min"),
+        ({"query": "ok", "tags": [""]}, "tags.0"),
+        ({"query": "ok", "kind": "Not A Kind"}, "kind"),
+        ({"query": "ok", "querry": "typo"}, "querry"),
+        ({"limit": 3}, "query"),
+    ],
+)
+async def test_bad_input_is_a_structured_error_naming_the_field(
+    world: World, tool: str, args: dict[str, Any], field: str
+) -> None:
+    seq = await world.stack.last_seq()
+    with pytest.raises(ToolFailure) as err:
+        await world.alice(tool, **args)
+    assert err.value.code == "INVALID_INPUT", err.value.error
+    assert err.value.field == field, err.value.error
+    assert err.value.error["message"].startswith(field), err.value.error
+    assert await world.stack.last_seq() == seq
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+async def test_blank_query_and_hybrid_only_arguments(world: World, tool: str) -> None:
+    with pytest.raises(ToolFailure) as err:
+        await world.alice(tool, query="   \n\t ")
+    assert (err.value.code, err.value.field) == ("INVALID_INPUT", "query"), err.value.error
+    if tool == "memory_recall":
+        for args, field in (({"semantic_weight": 1.5}, "semantic_weight"), ({"fusion": "max"}, "fusion")):
+            with pytest.raises(ToolFailure) as err:
+                await world.alice(tool, query="ok", **args)
+            assert (err.value.code, err.value.field) == ("INVALID_INPUT", field), err.value.error
+    else:  # fusion belongs to the hybrid tool only
+        with pytest.raises(ToolFailure) as err:
+            await world.alice(tool, query="ok", fusion="rrf")
+        assert (err.value.code, err.value.field) == ("INVALID_INPUT", "fusion"), err.value.error
