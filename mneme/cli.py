@@ -1,4 +1,5 @@
-"""`mneme` command line: serve (everything embedded), gateway, projector, auditor, rebuild, audit verify."""
+"""`mneme` command line: serve (everything embedded), gateway, projector, auditor, rebuild, replay, snapshot,
+audit verify/export, hash-token."""
 
 from __future__ import annotations
 
@@ -44,6 +45,15 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rebuild", help="fold the whole log into a fresh projection file, then swap it in")
     _common(p)
     p.add_argument("--output", type=Path, help="write the rebuilt file here instead of replacing the live one")
+    p = sub.add_parser("replay", help="rebuild every read model from the log into a new generation, verify it, "
+                       "and swap it in while the live projector keeps serving (blue/green)")
+    _common(p)
+    p.add_argument("--upto", help="a frozen copy: only the log up to this sequence or ISO 8601 time (no swap)")
+    p.add_argument("--output", type=Path, help="build a frozen copy in this directory (no swap)")
+    p.add_argument("--model", help="embedding model for the new generation (re-embeds; default: the setting)")
+    p.add_argument("--no-snapshot", action="store_true", help="fold from the start of the log, not a snapshot")
+    p = sub.add_parser("snapshot", help="snapshot the read models (the running projector's, or the files at rest)")
+    _common(p)
     p = sub.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the principals file")
     p.add_argument("token")
     p = sub.add_parser("audit", help="the compliance trail: verify the hash chain, or export records")
@@ -104,6 +114,19 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "rebuild":
         out = asyncio.run(runtime.rebuild(s["core"], s["ps"], output=args.output, progress=_progress))
         print(json.dumps(out))
+    elif args.command == "replay":
+        from mneme.replay import ReplayFailed, replay
+
+        try:
+            out = asyncio.run(replay(s["core"], s["ps"], upto=args.upto, output=args.output, model=args.model,
+                                     use_snapshots=not args.no_snapshot, progress=_progress))  # fmt: skip
+        except ReplayFailed as exc:
+            out, code = exc.result, 1
+        print(json.dumps(out, default=str))
+    elif args.command == "snapshot":
+        out = asyncio.run(runtime.snapshot(s["core"], s["ps"]))
+        print(json.dumps(out, default=str))
+        code = 0 if out.get("ok", True) else 1
     elif args.command == "audit":
         from services.auditor.trail import Trail
 

@@ -72,6 +72,7 @@ class EmbeddedNats:
             self.stop_now()
             raise RuntimeError(f"nats-server did not start within {timeout} s (log: {log_file})")
         shutil.rmtree(ports_dir, ignore_errors=True)
+        self.url_file.write_text(f"{self.proc.pid} {self.url}\n")  # for `mneme replay` beside a running serve
         return self.url
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -95,6 +96,19 @@ class EmbeddedNats:
     @property
     def pid_file(self) -> Path:
         return self.store_dir / "nats-server.pid"
+
+    @property
+    def url_file(self) -> Path:
+        return self.store_dir / "client-url"
+
+
+def running_url(store_dir: Path) -> str | None:
+    """The client URL of an embedded nats-server still running on `store_dir` (a `mneme serve`), if any."""
+    try:
+        pid, url = (Path(store_dir) / "client-url").read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    return url if is_alive(int(pid)) else None
 
     @property
     def pid(self) -> int | None:

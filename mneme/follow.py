@@ -19,8 +19,9 @@ makes it tens of microseconds per event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -67,7 +68,9 @@ class LogFollower:
         stream: str = S.EVENTS_STREAM,
         subjects: str = S.EVENTS_SUBJECTS,
         decode: Callable[[bytes], Any] = decode_envelope,
+        stop_at: int | None = None,
     ):
+        """`stop_at`: fold nothing past this sequence (a point-in-time copy of the log)."""
         self.js = js
         self.stream, self.subjects, self.decode = stream, subjects, decode
         self.sink = sink
@@ -78,6 +81,8 @@ class LogFollower:
         self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=queue_max)
         self._wake = asyncio.Event()
         self._commit_asked = False
+        self.stop_at = stop_at
+        self._paused = 0
         self._pending = 0
         self._first_pending = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -98,8 +103,21 @@ class LogFollower:
         )
 
     async def _on_msg(self, msg: Msg) -> None:
+        if self.stop_at is not None and msg.metadata.sequence.stream > self.stop_at:
+            return  # past the point in time being rebuilt
         await self._queue.put(msg)
         self._wake.set()
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """No commit starts while inside (staging goes on): the sink's files hold still, e.g. for a snapshot."""
+        self._paused += 1
+        try:
+            await self.idle()
+            yield
+        finally:
+            self._paused -= 1
+            self._wake.set()
 
     async def stop(self) -> None:
         """Stop delivery, stage and commit what has arrived, then end the loop."""
@@ -121,6 +139,11 @@ class LogFollower:
         if self._in_flight is not None:
             # work already handed to a worker thread finishes before we return, so whoever
             # closes the database next never closes it under a running transaction
+            await asyncio.wait({self._in_flight})
+
+    async def idle(self) -> None:
+        """Wait for the stage or commit running on a worker thread, if any."""
+        if self._in_flight is not None and not self._in_flight.done():
             await asyncio.wait({self._in_flight})
 
     def request_commit(self) -> None:
@@ -151,9 +174,9 @@ class LogFollower:
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            if self._queue.empty() and not self._commit_asked:
+            if self._queue.empty() and (not self._commit_asked or self._paused):
                 timeout = None
-                if self._pending:
+                if self._pending and not self._paused:
                     timeout = self._first_pending + self.linger - loop.time()
                 if timeout is None or timeout > 0:
                     try:
@@ -175,6 +198,8 @@ class LogFollower:
                     self.advanced.notify_all()
             due = self._commit_asked or self._pending >= self.batch_max
             due = due or (self._pending > 0 and loop.time() - self._first_pending >= self.linger)
+            if self._paused:
+                due = False
             if self._pending and due:
                 self._commit_asked = False
                 self._pending = 0
@@ -222,6 +247,10 @@ class FanOut:
     def commit(self) -> int:
         self.checkpoint = min(s.commit() for s in self.sinks)
         return self.checkpoint
+
+    def remove(self, sink: Sink) -> None:
+        """Stop feeding `sink` (a projection swapped out); the others go on. Takes effect at the next stage."""
+        self.sinks = tuple(s for s in self.sinks if s is not sink)
 
 
 def access_follower(js: JetStreamContext, sink: Sink, *, batch_max: int = 5000, linger: float = 0.1) -> LogFollower:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
+import os
 import shutil
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,15 +21,17 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import nats
+import nats.errors
 from nats.aio.client import Client as NATS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mneme.embed_cache import EmbeddingCache
-from mneme.embedded_nats import EmbeddedNats
+from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+from schemas import subjects as S
 from services.auditor.service import Auditor
 from services.auditor.trail import ACCESS, EVENTS, Trail
 from services.gateway.access_log import AccessLog
@@ -35,7 +40,7 @@ from services.gateway.gateway import Gateway
 from services.gateway.queries import QueryClient
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
-from services.projector.service import Projector
+from services.projector.service import Projector, close_generation
 from services.projector.vector_index import ClientIndex, EdgeIndex, VectorIndex
 from services.projector.vector_view import VectorView
 
@@ -53,10 +58,12 @@ async def connect(url: str, name: str) -> NATS:
 
 
 @contextlib.asynccontextmanager
-async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool) -> AsyncIterator[NATS]:
+async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | str) -> AsyncIterator[NATS]:
     """A NATS connection; with `stack_embedded` and no URL, also the embedded server behind it."""
     async with AsyncExitStack() as stack:
         url = core.nats_url
+        if url is None and stack_embedded == "attach":  # beside a running `mneme serve`: use its server
+            url = running_url(core.data_dir / "nats")
         if url is None:
             if not stack_embedded:
                 raise SystemExit("--nats-url (or MNEME_NATS_URL) is required for this command")
@@ -77,29 +84,65 @@ async def close_nats(nc: NATS) -> None:
         await nc.close()
 
 
-def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False) -> MemoriesView:
-    core.data_dir.mkdir(parents=True, exist_ok=True)
-    path = core.data_dir / ps.db_name
+CURRENT = "CURRENT"
+
+
+def projections_root(core: CoreSettings) -> Path:
+    return core.data_dir / "projections"
+
+
+def projection_dir(core: CoreSettings) -> Path:
+    """Where the serving generation's read models live: the one `projections/CURRENT` names (after a
+    `mneme replay`), else the data directory itself."""
+    ptr = projections_root(core) / CURRENT
+    if ptr.exists():
+        name = ptr.read_text().strip()
+        if name and (projections_root(core) / name).is_dir():
+            return projections_root(core) / name
+    return core.data_dir
+
+
+def set_current(core: CoreSettings, gen_dir: Path) -> None:
+    """Point `projections/CURRENT` at `gen_dir`, atomically (a crash leaves the old or the new pointer)."""
+    root = projections_root(core)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{CURRENT}.tmp"
+    tmp.write_text(gen_dir.name + "\n")
+    os.replace(tmp, root / CURRENT)
+
+
+def control_id(core: CoreSettings) -> str:
+    """The name a projector listens on for operator requests: derived from its data directory."""
+    return hashlib.sha256(str(core.data_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False, base: Path | None = None
+              ) -> MemoriesView:  # fmt: skip
+    base = base or projection_dir(core)
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / ps.db_name
     if fresh:
         for f in (path, Path(str(path) + ".wal")):
             f.unlink(missing_ok=True)
     return MemoriesView(str(path))
 
 
-def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False,
-                 data_dir: Path | None = None) -> VectorView | None:  # fmt: skip
+def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False, base: Path | None = None,
+                 model: ModelHandle | None = None, cache: EmbeddingCache | None = None) -> VectorView | None:  # fmt: skip
     """The vector projection: one shard (or collection) per embedding model, so a new model folds anew."""
     if ps.vectors == "off":
         return None
-    base = data_dir or core.data_dir
+    base = base or projection_dir(core)
     base.mkdir(parents=True, exist_ok=True)
-    model = ModelHandle(ps.embedding_model, threads=ps.embedding_threads).start()
-    cache = EmbeddingCache(core.data_dir / ps.embedding_cache)
+    if model is None or model.name != ps.embedding_model:
+        model = ModelHandle(ps.embedding_model, threads=ps.embedding_threads).start()
+    cache = cache or EmbeddingCache(core.data_dir / ps.embedding_cache)
     index: VectorIndex
     if ps.vectors == "qdrant":
         if not ps.qdrant_url:
             raise SystemExit("MNEME_PROJECTOR_QDRANT_URL is required with MNEME_PROJECTOR_VECTORS=qdrant")
-        name = f"{ps.qdrant_collection}-{ps.embedding_model}"
+        gen = "" if base == core.data_dir else f"-{base.name}"
+        name = f"{ps.qdrant_collection}-{ps.embedding_model}{gen}"
         index = ClientIndex(name, model.dim, url=ps.qdrant_url, api_key=ps.qdrant_api_key)
     else:
         path = base / f"vectors-{ps.embedding_model}"
@@ -108,6 +151,21 @@ def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = Fal
             Path(f"{path}.checkpoint.json").unlink(missing_ok=True)
         index = EdgeIndex(path, model.dim)
     return VectorView(index, model, cache)
+
+
+def opener(core: CoreSettings, ps: ProjectorSettings, current: VectorView | None
+           ) -> Callable[[Path], tuple[MemoriesView, VectorView | None]]:  # fmt: skip
+    """How a live projector opens a generation `mneme replay` built (sharing its model and cache)."""
+    def open_generation(path: Path) -> tuple[MemoriesView, VectorView | None]:
+        model = json.loads((path / "generation.json").read_text()).get("model") if (path / "generation.json").exists() \
+            else None  # fmt: skip
+        gps = ps.model_copy(update={"embedding_model": model}) if model else ps
+        view = open_view(core, gps, base=path)
+        vectors = open_vectors(core, gps, base=path, model=current.model if current else None,
+                               cache=current.cache if current else None)  # fmt: skip
+        return view, vectors
+
+    return open_generation
 
 
 def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
@@ -184,17 +242,17 @@ async def until_stopped(main: Awaitable[None]) -> None:
 async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings) -> None:
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
-        view = open_view(core, ps)
-        stack.callback(view.close)
-        vectors = open_vectors(core, ps)
-        if vectors is not None:
-            stack.callback(vectors.close)
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
+        view = open_view(core, ps)
+        vectors = open_vectors(core, ps)
         # the projector's followers also feed the audit trail: one delivery, one decode per message
         projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
                               also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),),
-                              vectors=vectors, vector_batch_max=ps.vector_batch_max)  # fmt: skip
+                              vectors=vectors, vector_batch_max=ps.vector_batch_max, control_id=control_id(core),
+                              opener=opener(core, ps, vectors), snapshots=core.data_dir / "snapshots",
+                              snapshot_every=ps.snapshot_every)  # fmt: skip
+        stack.callback(lambda: close_generation(projector.gen))  # (the serving one: a replay may have swapped it)
         await projector.start()
         stack.push_async_callback(projector.stop)
         auditor = Auditor(nc, trail, fed_by=[projector.follower, projector.access_follower])  # audit queries
@@ -215,12 +273,12 @@ async def projector(
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
         view = open_view(core, ps, fresh=rebuild)
-        stack.callback(view.close)
         vectors = open_vectors(core, ps, fresh=rebuild)
-        if vectors is not None:
-            stack.callback(vectors.close)
         proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
-                         vectors=vectors, vector_batch_max=ps.vector_batch_max)  # fmt: skip
+                         vectors=vectors, vector_batch_max=ps.vector_batch_max, control_id=control_id(core),
+                         opener=opener(core, ps, vectors), snapshots=core.data_dir / "snapshots",
+                         snapshot_every=ps.snapshot_every)  # fmt: skip
+        stack.callback(lambda: close_generation(proj.gen))
         await proj.start()
         stack.push_async_callback(proj.stop)
         await until_stopped(_forever())
@@ -250,7 +308,7 @@ async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | N
     """
     from services.projector.service import catch_up
 
-    target_path = output or core.data_dir / ps.db_name
+    target_path = output or projection_dir(core) / ps.db_name
     tmp = Path(str(target_path) + ".rebuild")
     tmp.parent.mkdir(parents=True, exist_ok=True)
     for f in (tmp, Path(str(tmp) + ".wal")):
@@ -271,3 +329,24 @@ async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | N
     tmp.replace(target_path)
     return {"events": target, "seconds": round(seconds, 3), "events_per_s": round(target / seconds, 1) if seconds else None,
             "path": str(target_path), "digest": digest}  # fmt: skip
+
+
+async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, object]:
+    """Ask the projector running on this data directory for a snapshot; with none running, take it from the
+    files at rest."""
+    from services.projector.snapshot import write_snapshot
+
+    async with nats_connection(core, "mneme-snapshot", stack_embedded="attach") as nc:
+        try:
+            msg = await nc.request(S.control_subject(control_id(core), "snapshot"), b"{}", timeout=600)
+            return dict(json.loads(msg.data))
+        except nats.errors.NoRespondersError:
+            pass
+    view = open_view(core, ps)
+    vectors = open_vectors(core, ps)
+    try:
+        return {"ok": True, "live": False, **write_snapshot(view, vectors, core.data_dir / "snapshots")}
+    finally:
+        view.close()
+        if vectors is not None:
+            vectors.close()

@@ -75,6 +75,8 @@ class ProjectorSettings(BaseSettings):
     embedding_threads: int | None = Field(None, ge=1, le=64, description="onnxruntime threads; unset = up to 2.")
     embedding_cache: str = Field("embeddings.sqlite", description="Embedding cache file under the data directory.")
     vector_batch_max: int = Field(2000, ge=1, description="Most events folded into the vector index per commit.")
+    snapshot_every: int = Field(0, ge=0, description="Write a snapshot of the read models every this many events "
+                                "(0: only on `mneme snapshot`); a replay starts from the newest one.")
 
 
 class AuditorSettings(BaseSettings):

@@ -77,7 +77,8 @@ def history(
                 ev = MemoryUpdated(memory_id=mid, version=ver + 1, content=_text(rng), importance=round(rng.random(), 2))
             elif roll < 0.9:
                 new_path = f"{path}-moved{ver}"
-                ev = MemoryMoved(memory_id=mid, version=ver + 1, from_path=path or "", to_path=new_path)
+                ev = MemoryMoved(memory_id=mid, version=ver + 1, from_path=path or "", to_path=new_path,
+                                 to_store=store)  # fmt: skip
                 path = new_path
             elif roll < 0.97:
                 ev = (MemoryArchived if status == "active" else MemoryRestored)(memory_id=mid, version=ver + 1)
@@ -87,7 +88,7 @@ def history(
             live[mid] = (ns, ver + 1, path, status)
             if isinstance(ev, MemoryDeleted):
                 del live[mid]
-        env = Envelope(event_id=f"evt-{seed}-{i}", schema_version=1, namespace=ns, aggregate_id=mid, occurred_at=at,
+        env = Envelope(event_id=f"evt-{seed}-{i}", schema_version=ev.SCHEMA_VERSION, namespace=ns, aggregate_id=mid, occurred_at=at,
                        actor=Actor(agent_id=f"agent-{i % 3}"), request_id=f"req-{seed}-{i}", event=ev)  # fmt: skip
         yield S.memory_subject(ns, store, mid), env
 

@@ -79,7 +79,15 @@ class DeprecateMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=
     reason: str
 
 
+class InvalidateMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="invalidate_memory"):
+    memory_id: str
+    at: UtcTime  # the gateway's now: valid_until
+    reason: str | None = None
+    superseded_by: str | None = None
+    outdated: bool = False
+
+
 AnyCommand = Union[
     CreateMemory, UpdateMemory, MoveMemory, DeleteMemory, RestoreMemory, VerifyMemory, LockMemory, UnlockMemory,
-    DeprecateMemory,
+    DeprecateMemory, InvalidateMemory,
 ]  # fmt: skip

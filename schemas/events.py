@@ -69,9 +69,14 @@ class MemoryUpdated(Event, frozen=True, kw_only=True, tag="memory_updated"):
     verification: str | UnsetType = UNSET
 
 
-class MemoryMoved(Event, frozen=True, kw_only=True, tag="memory_moved"):
+class MemoryMoved(Event, frozen=True, kw_only=True, tag="memory_moved_v2"):
+    """Schema 2 names the store it lands in (`to_store`, required), so a move across stores can be said.
+    Schema 1 (tag "memory_moved", without to_store) is upcast on read: see schemas/upcast.py."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
     from_path: str
     to_path: str
+    to_store: str | None
 
 
 class MemoryArchived(Event, frozen=True, kw_only=True, tag="memory_archived"):
@@ -108,9 +113,19 @@ class MemoryDeprecated(Event, frozen=True, kw_only=True, tag="memory_deprecated"
     reason: str
 
 
+class MemoryInvalidated(Event, frozen=True, kw_only=True, tag="memory_invalidated"):
+    """Its valid time ends (valid_until), softly: it stays readable, with its history. `outdated`: marked
+    outdated by its writer rather than superseded."""
+
+    valid_until: UtcTime
+    reason: str | None = None
+    superseded_by: str | None = None
+    outdated: bool = False
+
+
 AnyEvent = Union[
     MemoryCreated, MemoryUpdated, MemoryMoved, MemoryArchived, MemoryRestored, MemoryDeleted,
-    MemoryVerified, MemoryLocked, MemoryUnlocked, MemoryDeprecated,
+    MemoryVerified, MemoryLocked, MemoryUnlocked, MemoryDeprecated, MemoryInvalidated,
 ]  # fmt: skip
 
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)
@@ -134,6 +149,17 @@ class Envelope(Struct, frozen=True, kw_only=True):
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Envelope)
+_NAMES: dict[type, str] = {}
+
+
+def event_name(event: Event) -> str:
+    """What happened, the same across schema versions: the tag without its `_v<n>` suffix ("memory_moved")."""
+    cls = type(event)
+    name = _NAMES.get(cls)
+    if name is None:
+        tag = str(cls.__struct_config__.tag)
+        name = _NAMES[cls] = tag.rsplit("_v", 1)[0] if tag.rsplit("_v", 1)[-1].isdigit() else tag
+    return name
 
 
 def encode_envelope(env: Envelope) -> bytes:
@@ -141,4 +167,14 @@ def encode_envelope(env: Envelope) -> bytes:
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    return _decoder.decode(data)
+    """Today's events decode directly; an event written under an older schema (a tag that no longer
+    decodes) is upcast on the raw JSON first (schemas/upcast.py)."""
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError:
+        from schemas.upcast import upcast
+
+        raw = upcast(msgspec.json.decode(data))
+        if raw is None:
+            raise
+        return msgspec.convert(raw, Envelope)

@@ -25,6 +25,18 @@ class Query(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     min_seq: int = 0
 
 
+class AsOf(Struct, frozen=True, kw_only=True):
+    """A past position: a stream sequence, or a time (the newest sequence recorded at or before it)."""
+
+    seq: int | None = None
+    time: UtcTime | None = None
+
+
+class AsOfResolved(Struct, frozen=True, kw_only=True):
+    seq: int  # the answer is the projection right after this sequence
+    time: UtcTime | None  # when the log recorded that sequence (what counts as expired then)
+
+
 class GetMemory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     OPERATION: ClassVar[str] = "memory.get"
     memory_id: str | None = None
@@ -33,6 +45,7 @@ class GetMemory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     include_expired: bool = False
     history: int = 0  # how many recent versions to list with the memory
     version: int | None = None  # read this version instead of the latest
+    as_of: AsOf | None = None
 
 
 class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -52,12 +65,16 @@ class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True)
     offset: int = 0
     sort_by: SortBy = "updated_at"
     sort_order: Literal["asc", "desc"] = "desc"
+    valid_at: UtcTime | None = None  # only memories valid then: valid_from <= t < valid_until
+    created_by: str | None = None
+    as_of: AsOf | None = None
 
 
 class MemoryStats(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     OPERATION: ClassVar[str] = "memory.stats"
     store: str | None = None
     top_tags: int = 10
+    as_of: AsOf | None = None
 
 
 class PathOwner(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -95,7 +112,7 @@ class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     include_invalid: bool = True  # memories whose valid time has ended, ranked below valid ones
     fusion: Literal["zscore", "rrf"] = "zscore"
     semantic_weight: float = 0.5  # hybrid: the keyword weight is 1 - semantic_weight
-    as_of_seq: int | None = None  # answer as the projection stood right after this sequence
+    as_of: AsOf | None = None  # answer as the projection stood then
 
 
 class MemoryRow(Struct, frozen=True, kw_only=True):
@@ -117,11 +134,13 @@ class VersionInfo(Struct, frozen=True, kw_only=True):
 class GetResult(Struct, frozen=True, kw_only=True):
     item: MemoryRow | None
     history: list[VersionInfo] = []
+    as_of: AsOfResolved | None = None
 
 
 class ListResult(Struct, frozen=True, kw_only=True):
     items: list[MemoryRow]
     total: int
+    as_of: AsOfResolved | None = None
 
 
 class StatsResult(Struct, frozen=True, kw_only=True):
@@ -141,6 +160,34 @@ class StatsResult(Struct, frozen=True, kw_only=True):
     stores: int
     categories: int
     content_bytes: int
+    as_of: AsOfResolved | None = None
+
+
+class MemoryHistory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every version of one memory in `namespace` (a permanently deleted one too), oldest first."""
+
+    OPERATION: ClassVar[str] = "memory.history"
+    memory_id: str
+    versions: tuple[int, ...] = ()  # only these; empty: all (paged)
+    limit: int = 100
+    offset: int = 0
+
+
+class VersionDetail(Struct, frozen=True, kw_only=True):
+    version: int
+    seq: int
+    seq_to: int | None  # the sequence that replaced it; None while current
+    recorded_at: UtcTime
+    event_type: str
+    agent_id: str
+    request_id: str
+    deleted: bool
+    state: MemoryState  # the memory as this version left it (for a deletion: as it was deleted)
+
+
+class HistoryResult(Struct, frozen=True, kw_only=True):
+    versions: list[VersionDetail]
+    total: int
 
 
 class SearchHit(Struct, frozen=True, kw_only=True):
@@ -157,6 +204,7 @@ class SearchResult(Struct, frozen=True, kw_only=True):
     mode: str
     threshold: float
     model: str | None = None
+    as_of: AsOfResolved | None = None
 
 
 class PathOwnerResult(Struct, frozen=True, kw_only=True):
@@ -214,9 +262,10 @@ RESULT_TYPES: dict[str, type] = {
     ExpiredMemories.OPERATION: ListResult,
     AuditQuery.OPERATION: AuditResult,
     SearchMemories.OPERATION: SearchResult,
+    MemoryHistory.OPERATION: HistoryResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
-    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories, SearchMemories)
+    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories, SearchMemories, MemoryHistory)
 }
 
 encoder = msgspec.msgpack.Encoder()

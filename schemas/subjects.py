@@ -61,3 +61,11 @@ def query_subject(operation: str) -> str:
 def access_subject(kind: str, namespace: str) -> str:
     """`mneme.audit.read.<ns>` or `mneme.audit.denied.<ns>`."""
     return f"{ACCESS_PREFIX}.{kind}.{token(namespace)}"
+
+
+CONTROL_PREFIX = "mneme.ctl"
+
+
+def control_subject(target: str, verb: str) -> str:
+    """Operator requests to one process (e.g. `mneme replay` asking a projector to swap generations)."""
+    return f"{CONTROL_PREFIX}.{token(target)}.{verb}"

@@ -22,14 +22,14 @@ from nats.aio.client import Client as NATS
 
 from mneme.embedded_nats import EmbeddedNats, is_alive
 from mneme.eventlog import ensure_streams
-from mneme.runtime import close_nats, connect, make_gateway
-from mneme.settings import GatewaySettings
+from mneme.runtime import close_nats, connect, control_id, make_gateway, opener
+from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
 from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
-from services.projector.service import Projector
+from services.projector.service import Projector, close_generation
 from services.projector.vector_index import EdgeIndex
 from services.projector.vector_view import VectorView
 from mneme.embed_cache import EmbeddingCache
@@ -136,25 +136,30 @@ def shared_model() -> ModelHandle:
 def open_vectors(data_dir: Path, model: ModelHandle | None = None) -> VectorView:
     """Real Qdrant Edge under data_dir and the real model (or the handle given, e.g. one still loading)."""
     model = model or shared_model()
-    return VectorView(EdgeIndex(data_dir / "vectors", model.dim or 384), model,
+    return VectorView(EdgeIndex(data_dir / f"vectors-{model.name}", model.dim or 384), model,
                       EmbeddingCache(data_dir / "embeddings.sqlite"))  # fmt: skip
 
 
 async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | None = None, *,
-                      vectors: VectorView | bool | None = None) -> Stack:  # fmt: skip
+                      vectors: VectorView | bool | None = None, replayable: bool = False) -> Stack:  # fmt: skip
+    """`replayable`: the projector listens for `mneme replay`'s swap and snapshot requests, as `mneme serve`
+    does (its data directory is `data_dir`, the embedded server is `nats`)."""
     s = AsyncExitStack()
     data_dir.mkdir(parents=True, exist_ok=True)
     nc = await connect(nats.url or "", "test")
     s.push_async_callback(close_nats, nc)
     await ensure_streams(nc.jetstream())
     view = MemoriesView(str(data_dir / "projector.duckdb"))
-    s.callback(view.close)
     if vectors is True:
         vectors = open_vectors(data_dir)
         assert await asyncio.to_thread(vectors.model.wait, 60), "the embedding model did not load"
-    if vectors:
-        s.callback(vectors.close)
-    projector = Projector(nc, view, vectors=vectors or None)
+    control: dict[str, Any] = {}
+    if replayable:
+        core, ps = CoreSettings(data_dir=data_dir, nats_url=nats.url), ProjectorSettings()
+        control = {"control_id": control_id(core), "opener": opener(core, ps, vectors or None),
+                   "snapshots": data_dir / "snapshots"}  # fmt: skip
+    projector = Projector(nc, view, vectors=vectors or None, **control)
+    s.callback(lambda: close_generation(projector.gen))  # the serving generation (a replay may swap it)
     await projector.start()
     s.push_async_callback(projector.stop)
     trail = Trail(str(data_dir / "audit.duckdb"))

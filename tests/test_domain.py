@@ -409,7 +409,7 @@ def test_folding_a_scripted_history() -> None:
     "event",
     [
         MemoryUpdated(memory_id=MID, version=2, content="x"),
-        MemoryMoved(memory_id=MID, version=2, from_path="a", to_path="b"),
+        MemoryMoved(memory_id=MID, version=2, from_path="a", to_path="b", to_store="s"),
         MemoryArchived(memory_id=MID, version=2),
         MemoryRestored(memory_id=MID, version=2),
         MemoryDeleted(memory_id=MID, version=2),

@@ -117,8 +117,8 @@ def test_v1_memory_created_reads_as_unverified_and_unlocked() -> None:
 
 
 def test_corpus_envelopes_carry_their_event_schema_version_and_utc_times() -> None:
-    for env in _decoded():
-        assert env.schema_version == type(env.event).SCHEMA_VERSION == 1
+    for env in _decoded():  # v1 lines, read today: the one move is upcast to schema 2, the rest are schema 1
+        assert env.schema_version == type(env.event).SCHEMA_VERSION == (2 if type(env.event) is MemoryMoved else 1)
         assert env.namespace == "acme/research"
         assert env.aggregate_id == env.event.memory_id
         _assert_utc(env.occurred_at)
@@ -265,3 +265,43 @@ def test_an_update_command_keeps_absent_fields_unset_and_null_as_none() -> None:
     assert isinstance(cmd, UpdateMemory)
     assert cmd.expires_at is None and cmd.citations == ()
     assert cmd.content is UNSET and cmd.valid_from is UNSET
+
+
+def test_a_schema_1_move_is_upcast_and_replays_into_the_same_store() -> None:
+    """The v1 corpus's memory_moved (no to_store) reads as today's MemoryMoved with to_store None, and folding
+    the v1 history leaves the memory in its store at the new path."""
+    from mneme.domain.state import evolve
+
+    line = next(ln for ln in _lines(CORPUS) if b'"type":"memory_moved"' in ln)
+    env = decode_envelope(line)
+    assert type(env.event) is MemoryMoved and env.event.to_store is None and env.schema_version == 2
+    state = None
+    for i, e in enumerate(_decoded(), 1):
+        if e.aggregate_id == env.aggregate_id:
+            state = evolve(state, e, i)
+            if e.event_id == env.event_id:
+                break
+    assert state is not None and state.store == _decoded()[0].event.store  # (the store it was created in)
+    assert state.path == env.event.to_path
+
+
+def test_upcasting_is_not_on_the_fast_path() -> None:
+    from schemas import upcast
+
+    calls = []
+    orig = upcast.upcast
+    upcast.upcast = lambda raw: calls.append(raw) or orig(raw)  # type: ignore[assignment]
+    try:
+        for line in _lines(LATEST):
+            decode_envelope(line)
+        assert calls == []
+        decode_envelope(next(ln for ln in _lines(CORPUS) if b'"type":"memory_moved"' in ln))
+        assert len(calls) == 1
+    finally:
+        upcast.upcast = orig  # type: ignore[assignment]
+
+
+def test_an_unknown_tag_is_still_an_error() -> None:
+    line = next(iter(_lines(LATEST))).replace(b'"type":"memory_created"', b'"type":"memory_teleported"')
+    with pytest.raises(msgspec.ValidationError):
+        decode_envelope(line)

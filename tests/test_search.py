@@ -369,10 +369,6 @@ async def test_memories_whose_valid_time_ended_are_demoted(world: World) -> None
         assert [(r["id"], r["demoted"]) for r in got] == [(current, False), (ended, True)], (tool, got)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG services/projector/search.py where_of: tags are compared raw (Cond('tags', 'eq', t)) while the "
-    "stored tags are trimmed and lower-cased (mneme/domain/validation.py tags) and memory_list normalises "
-    "its filter (memories_queries._filters): search tags=['Red'] misses a memory added with tags=['Red']"))  # fmt: skip
 async def test_tag_filter_is_normalised_like_the_stored_tags(world: World) -> None:
     """Tags are stored trimmed and lower-cased (memory_add tags=["Red"] stores "red"), and memory_list
     normalises its tag filter the same way; search must too."""
@@ -512,11 +508,6 @@ async def test_search_while_the_model_loads(tmp_path: Path, nats_server: Embedde
             vectors.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG services/projector/vector_view.py VectorView._vectors catches only ModelLoading: once the model has "
-    "failed to load, model.get() raises ModelUnavailable inside commit(), the vector follower's task dies "
-    "(mneme/follow.py _loop, 'Task exception was never retrieved'), and every search, keyword included, "
-    "answers PROJECTION_LAG ('applied sequence 1, not yet 1') from then on"))  # fmt: skip
 async def test_a_model_that_fails_to_load_leaves_keyword_search_working(
     tmp_path: Path, nats_server: EmbeddedNats
 ) -> None:
@@ -726,11 +717,11 @@ async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
             tool, query=q, status="any", threshold=0.0))["results"]] for tool in TOOLS for q in queries}  # fmt: skip
         assert stack.projector.vectors is not None
         points = stack.projector.vectors.index.count(Where())
+        ckpt = stack.projector.vectors.index.checkpoint_file  # type: ignore[attr-defined]
         head = await stack.last_seq()
     finally:
         await stack.close()
     assert points == 8 + 5 - 1  # one point per version; the permanently deleted memory's point is closed
-    ckpt = data / "vectors.checkpoint.json"
     assert json.loads(ckpt.read_text())["seq"] == head
     ckpt.write_text(json.dumps({"seq": 3}))  # as if the process died before saving its latest position
     stack = await start_stack(data, nats_server, vectors=True)

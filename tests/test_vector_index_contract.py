@@ -323,10 +323,6 @@ def test_an_edge_shard_keeps_points_and_position_across_reopening(tmp_path: Path
         again.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG services/projector/vector_index.py ClientIndex.save_checkpoint stores the position as a reserved "
-    "point (META_ID, no vectors) and count() does not exclude it: after a checkpoint count(Where()) is one "
-    "more than the points. EdgeIndex keeps the position in a file (checked in the reopening test above)"))  # fmt: skip
 def test_count_after_a_checkpoint_counts_only_points(tmp_path: Path) -> None:
     ix = open_index("client", tmp_path)
     try:
@@ -340,9 +336,6 @@ def test_count_after_a_checkpoint_counts_only_points(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
-@pytest.mark.xfail(strict=True, reason=(
-    "Cond docstring says op 'null' matches a field that is 'null/absent'; both adapters translate it to "
-    "Qdrant's IsNull, which matches only a field present with a null value, never an absent one"))  # fmt: skip
 def test_null_condition_matches_an_absent_field(adapter: str, tmp_path: Path) -> None:
     ix = open_index(adapter, tmp_path)
     try:

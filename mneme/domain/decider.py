@@ -24,6 +24,7 @@ from schemas.commands import (
     CreateMemory,
     DeleteMemory,
     DeprecateMemory,
+    InvalidateMemory,
     LockMemory,
     MoveMemory,
     RestoreMemory,
@@ -38,6 +39,7 @@ from schemas.events import (
     MemoryCreated,
     MemoryDeleted,
     MemoryDeprecated,
+    MemoryInvalidated,
     MemoryLocked,
     MemoryMoved,
     MemoryRestored,
@@ -166,7 +168,8 @@ def decide_move(
         return None
     if path_owner is not None:
         raise PathExists(st.store, cmd.to_path, path_owner, field="to_path")
-    return MemoryMoved(memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path)
+    return MemoryMoved(memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path,
+                       to_store=st.store)  # fmt: skip
 
 
 def decide_delete(
@@ -229,3 +232,22 @@ def decide_deprecate(
     if st.status == DEPRECATED:
         return None
     return MemoryDeprecated(memory_id=st.id, version=st.version + 1, reason=reason)
+
+
+def decide_invalidate(
+    state: MemoryState | None, cmd: InvalidateMemory, *, actor: Actor = AN_AGENT
+) -> MemoryInvalidated | None:
+    """End a memory's valid time now (soft: it stays readable with its history). Anyone who may write it."""
+    st = _live(state, cmd.memory_id)
+    _may_change(st, actor)
+    reason = v.label(cmd.reason, "reason") if cmd.reason is not None else None
+    if cmd.outdated and not reason:
+        raise InvalidInput("reason", "say why the memory is outdated")
+    if cmd.superseded_by is not None and cmd.superseded_by == st.id:
+        raise InvalidInput("superseded_by", "a memory cannot supersede itself")
+    if st.valid_until is not None and st.valid_until <= cmd.at:
+        return None  # its valid time has already ended: nothing changes (idempotent)
+    if st.valid_from is not None and st.valid_from > cmd.at:
+        raise InvalidState(f"memory {st.id} is valid only from {st.valid_from.isoformat()}: it cannot end before")
+    return MemoryInvalidated(memory_id=st.id, version=st.version + 1, valid_until=cmd.at, reason=reason,
+                             superseded_by=cmd.superseded_by, outdated=cmd.outdated)  # fmt: skip

@@ -15,6 +15,7 @@ from schemas.events import (
     MemoryCreated,
     MemoryDeleted,
     MemoryDeprecated,
+    MemoryInvalidated,
     MemoryLocked,
     MemoryMoved,
     MemoryRestored,
@@ -58,6 +59,8 @@ class MemoryState(Struct, frozen=True, kw_only=True):
     locked: bool = False
     status_reason: str | None = None  # why it was deprecated or archived
     lock_reason: str | None = None
+    invalid_reason: str | None = None  # why its valid time was ended (invalidate / mark outdated)
+    superseded_by: str | None = None
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -102,7 +105,8 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
             changes["verification"] = ev.verification
         return msgspec.structs.replace(state, **changes, **common)
     if isinstance(ev, MemoryMoved):
-        return msgspec.structs.replace(state, path=ev.to_path, **common)
+        store = ev.to_store if ev.to_store is not None else state.store  # (None: a schema-1 move, same store)
+        return msgspec.structs.replace(state, store=store, path=ev.to_path, **common)
     if isinstance(ev, MemoryArchived):
         return msgspec.structs.replace(state, status=ARCHIVED, status_reason=ev.reason, **common)
     if isinstance(ev, MemoryRestored):
@@ -115,6 +119,9 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
         return msgspec.structs.replace(state, locked=False, lock_reason=None, **common)
     if isinstance(ev, MemoryDeprecated):
         return msgspec.structs.replace(state, status=DEPRECATED, status_reason=ev.reason, **common)
+    if isinstance(ev, MemoryInvalidated):
+        return msgspec.structs.replace(state, valid_until=ev.valid_until, invalid_reason=ev.reason,
+                                       superseded_by=ev.superseded_by, **common)  # fmt: skip
     if isinstance(ev, MemoryDeleted):
         return None
     raise TypeError(f"unknown event {type(ev).__name__}")

@@ -23,7 +23,7 @@ import duckdb
 
 from mneme.follow import Positioned
 from schemas.access import AccessDenied, AnyAccess
-from schemas.events import Envelope
+from schemas.events import Envelope, event_name
 
 log = logging.getLogger("mneme.auditor")
 GENESIS = "0" * 64
@@ -58,7 +58,7 @@ def record_hash(prev_hash: str, fields: tuple[Any, ...]) -> str:
 
 def _event_fields(p: Positioned) -> tuple[Any, ...]:
     e: Envelope = p.envelope
-    return (EVENTS, p.seq, p.recorded_at, e.event_id, type(e.event).__struct_config__.tag, "ok", e.namespace,
+    return (EVENTS, p.seq, p.recorded_at, e.event_id, event_name(e.event), "ok", e.namespace,
             e.actor.agent_id, e.actor.role, e.request_id, [e.aggregate_id], None, e.occurred_at)  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from schemas.commands import (
     CreateMemory,
     DeleteMemory,
     DeprecateMemory,
+    InvalidateMemory,
     LockMemory,
     MoveMemory,
     RestoreMemory,
@@ -276,12 +277,14 @@ class CommandService:
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip
 
-    async def govern(self, cmd: VerifyMemory | LockMemory | UnlockMemory | DeprecateMemory, *, actor: Actor,
+    async def govern(self, cmd: VerifyMemory | LockMemory | UnlockMemory | DeprecateMemory | InvalidateMemory, *,
+                     actor: Actor,
                      request_id: str, min_seq: int = 0, correlation_id: str | None = None) -> Written:  # fmt: skip
-        """verify / lock / unlock / deprecate: the lifecycle changes that governance adds."""
+        """verify / lock / unlock / deprecate / invalidate: lifecycle changes without new content."""
         decide = {
             VerifyMemory: decider.decide_verify, LockMemory: decider.decide_lock,
             UnlockMemory: decider.decide_unlock, DeprecateMemory: decider.decide_deprecate,
+            InvalidateMemory: decider.decide_invalidate,
         }[type(cmd)]  # fmt: skip
         return await self._change(
             cmd.namespace, cmd.memory_id, lambda st, _: decide(st, cmd, actor=actor),  # type: ignore[operator]

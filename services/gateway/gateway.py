@@ -18,7 +18,7 @@ from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
 from mneme.principals import Directory, Principal
 from schemas.access import AccessDenied, ReadRecorded
-from schemas.queries import GetMemory, MemoryRow, VersionInfo
+from schemas.queries import AsOf, AsOfResolved, GetMemory, MemoryRow, VersionInfo
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, Written, utc_now
 from services.gateway.models import Memory
@@ -184,17 +184,17 @@ class Gateway:
 
     async def resolve_with_history(
         self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int,
-        *, history: int = 0, version: int | None = None,
-    ) -> tuple[MemoryRow, list[VersionInfo]]:  # fmt: skip
+        *, history: int = 0, version: int | None = None, as_of: AsOf | None = None,
+    ) -> tuple[MemoryRow, list[VersionInfo], AsOfResolved | None]:  # fmt: skip
         """A memory by id, or by store + path (expired ones included: writes may touch them), with its
-        recent versions on request, in one projector round trip."""
+        recent versions on request, in one projector round trip (and the past moment, for as_of)."""
         if memory_id is not None:
             query = GetMemory(namespace=ns, now=self.now(), min_seq=min_seq, memory_id=v.memory_id(memory_id),
-                              include_expired=True, history=history, version=version)  # fmt: skip
+                              include_expired=True, history=history, version=version, as_of=as_of)  # fmt: skip
             ref = memory_id
         elif store is not None and path is not None:
             query = GetMemory(namespace=ns, now=self.now(), min_seq=min_seq, store=v.store(store), path=v.path(path),
-                              include_expired=True, history=history, version=version)  # fmt: skip
+                              include_expired=True, history=history, version=version, as_of=as_of)  # fmt: skip
             ref = f"{store}:{path}"
         elif store is not None:
             raise InvalidInput("path", "give path with store (or give id)")
@@ -203,7 +203,7 @@ class Gateway:
         else:
             raise InvalidInput("id", "give id, or store and path")
         got = await self.queries.ask(query)
-        if got.item is None:
+        if got.item is None and as_of is None:
             # A miss is confirmed at the head of the log: a memory created through another
             # gateway a moment ago is found, not reported missing.
             head = await self.log.last_seq()
@@ -211,7 +211,30 @@ class Gateway:
                 got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
         if got.item is None:
             raise MemoryNotFound(ref if version is None else f"{ref} version {version}")
-        return got.item, got.history
+        return got.item, got.history, got.as_of
+
+
+    async def as_of(self, value: int | str | None) -> AsOf | None:
+        """`as_of` as a tool takes it: a stream sequence (an integer) or an ISO 8601 time (UTC when it has no
+        offset). A sequence past the head of the log, a time in the future or a malformed value is refused."""
+        if value is None:
+            return None
+        if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+            seq = int(value)
+            head = await self.log.last_seq()
+            if seq > head:
+                raise InvalidInput("as_of", f"sequence {seq} is beyond the head of the log ({head})")
+            return AsOf(seq=seq)
+        try:
+            t = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput("as_of", f"{value!r} is neither an ISO 8601 time (2026-11-26T14:02:00Z) "
+                               "nor a log sequence number") from None  # fmt: skip
+        t = v.utc(t, "as_of")
+        assert t is not None
+        if t > self.now():
+            raise InvalidInput("as_of", f"{t.isoformat()} is in the future")
+        return AsOf(time=t)
 
 
 def _rank(intent: Intent) -> int:

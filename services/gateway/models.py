@@ -11,6 +11,17 @@ from mneme.domain.state import MemoryState
 from schemas.queries import MemoryRow, StatsResult, VersionInfo
 
 
+class AsOfInfo(BaseModel):
+    """The past moment an answer describes."""
+
+    seq: int = Field(description="The answer is the memory right after this log sequence.")
+    time: datetime | None = Field(None, description="When the log recorded it (or the time asked for).")
+
+    @classmethod
+    def of(cls, r: Any) -> AsOfInfo | None:
+        return cls(seq=r.seq, time=r.time) if r is not None else None
+
+
 class Version(BaseModel):
     version: int
     seq: int | None = Field(None, description="Log position (omitted for agents on a trimmed surface).")
@@ -58,6 +69,9 @@ class Memory(BaseModel):
     seq: int | None = Field(description="Log position of this version (stream sequence); omitted for agents on a "
                             "trimmed surface.")
     history: list[Version] = Field(default_factory=list, description="Recent versions, newest first (memory_get).")
+    superseded_by: str | None = Field(None, description="The memory that replaced this one (memory_invalidate).")
+    invalid_reason: str | None = Field(None, description="Why its valid time was ended.")
+    as_of: AsOfInfo | None = Field(None, description="Set when the answer describes a past moment (as_of).")
 
     def trimmed(self) -> Memory:
         """Without internal positions, request ids and access statistics (what a trimmed surface sends agents)."""
@@ -79,6 +93,7 @@ class Memory(BaseModel):
             valid_until=s.valid_until, accessed_at=row.accessed_at if row else None,
             access_count=row.access_count if row else 0, seq=s.last_seq, verification=s.verification,
             locked=s.locked, status_reason=s.status_reason, lock_reason=s.lock_reason, history=[Version.of(v) for v in history or ()],
+            superseded_by=s.superseded_by, invalid_reason=s.invalid_reason,
         )  # fmt: skip
 
 
@@ -119,6 +134,7 @@ class LifecycleResult(BaseModel):
     locked: bool
     changed: bool = Field(description="False when the memory already was in that state.")
     at: datetime
+    valid_until: datetime | None = Field(None, description="End of its valid time (memory_invalidate).")
 
 
 class DeleteResult(BaseModel):
@@ -133,6 +149,7 @@ class MemoryPage(BaseModel):
     limit: int
     offset: int
     has_more: bool
+    as_of: AsOfInfo | None = None
 
 
 class RecentEntry(BaseModel):
@@ -150,6 +167,7 @@ class RecentResult(BaseModel):
     category: str = Field(description="The category path, or 'all'.")
     count: int
     memories: list[RecentEntry]
+    as_of: AsOfInfo | None = None
 
 
 class PruneResult(BaseModel):
@@ -184,6 +202,7 @@ class Stats(BaseModel):
     stores: int
     categories: int
     storage_bytes: int = Field(description="UTF-8 bytes of content and metadata in scope.")
+    as_of: AsOfInfo | None = None
 
     @classmethod
     def of(cls, r: StatsResult) -> Stats:
@@ -192,7 +211,7 @@ class Stats(BaseModel):
             by_importance=r.by_importance, by_category=r.by_category, by_subject=r.by_subject,
             top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags], oldest=r.oldest, newest=r.newest,
             most_accessed=[AccessCount(id=i, count=n) for i, n in r.most_accessed],
-            stores=r.stores, categories=r.categories, storage_bytes=r.content_bytes,
+            stores=r.stores, categories=r.categories, storage_bytes=r.content_bytes, as_of=AsOfInfo.of(r.as_of),
         )  # fmt: skip
 
 
@@ -234,3 +253,4 @@ class SearchResults(BaseModel):
     threshold: float
     model: str | None = Field(None, description="Embedding model of the semantic scores.")
     results: list[SearchItem]
+    as_of: AsOfInfo | None = None

@@ -18,6 +18,13 @@ Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 Label = Annotated[str, Field(min_length=1, max_length=128)]
 Kind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="Free vocabulary, e.g. note, fact, preference, decision, task, core, learning.")]  # noqa: E501
 
+AsOfArg = Annotated[
+    int | str | None,
+    Field(description="Answer as of this moment: a log sequence number (e.g. 1042) or an ISO 8601 time "
+                      "(e.g. '2026-11-26T14:02:00Z'; no offset means UTC). Deleted memories reappear as they were, "
+                      "later edits vanish, expiry is judged at that time."),
+]  # fmt: skip
+
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)

@@ -13,11 +13,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from mneme.domain import validation as v
-from mneme.errors import MemoryNotFound
+from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.queries import ListMemories, MemoryStats
 from services.gateway.gateway import Call, Gateway
-from services.gateway.models import Memory, MemoryPage, RecentEntry, RecentResult, Stats
-from services.gateway.params import READ, ContextArg, Kind, Label, MemoryId, Namespace, Path, Store, Tags, Unit
+from services.gateway.models import AsOfInfo, Memory, MemoryPage, RecentEntry, RecentResult, Stats
+from services.gateway.params import READ, AsOfArg, ContextArg, Kind, Label, MemoryId, Namespace, Path, Store, Tags, Unit
 
 HISTORY = 5
 
@@ -32,19 +32,26 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         path: Path = None,
         include_expired: bool = False,
         version: Annotated[int | None, Field(ge=1, description="Read this version instead of the latest.")] = None,
+        as_of: AsOfArg = None,
         context: ContextArg = None,
     ) -> Memory:
         """Get one memory by id, or by store + path, with its recent version history. Expired memories are
         hidden unless include_expired; deprecated ones are returned and marked."""
 
         async def go(call: Call) -> Memory:
-            row, history = await gw.resolve_with_history(call.namespace, id, store, path, await gw.min_seq(),
-                                                         history=HISTORY, version=version)  # fmt: skip
-            now = gw.now()
+            if as_of is not None and version is not None:
+                raise InvalidInput("as_of", "give as_of or version, not both")
+            at = await gw.as_of(as_of)
+            row, history, resolved = await gw.resolve_with_history(call.namespace, id, store, path,
+                                                                   await gw.min_seq(), history=HISTORY,
+                                                                   version=version, as_of=at)  # fmt: skip
+            now = resolved.time if resolved is not None and resolved.time is not None else gw.now()
             if version is None and row.memory.is_expired(now) and not include_expired:
                 raise MemoryNotFound(id or f"{store}:{path}")
             call.read([row.memory.id])
-            return gw.shown(call, Memory.of(row.memory, now, row, history))
+            m = Memory.of(row.memory, now, row, history)
+            m.as_of = AsOfInfo.of(resolved)
+            return gw.shown(call, m)
 
         return await gw.run(ctx.headers, "memory_get", "read", context, namespace, go)
 
@@ -67,6 +74,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         offset: Annotated[int, Field(ge=0)] = 0,
         sort_by: Literal["created_at", "updated_at", "accessed_at", "importance", "access_count"] = "updated_at",
         sort_order: Literal["asc", "desc"] = "desc",
+        as_of: AsOfArg = None,
         context: ContextArg = None,
     ) -> MemoryPage:
         """List memories by store/category or by filters, with pagination (total, has_more) and sorting.
@@ -80,13 +88,14 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                 recursive=recursive, kind=kind, tags=tuple(tags), category=category, subject=subject,
                 importance_min=importance_min, importance_max=importance_max, status=status,
                 include_expired=include_expired, limit=limit, offset=offset, sort_by=sort_by, sort_order=sort_order,
+                as_of=await gw.as_of(as_of),
             )  # fmt: skip
             got = await gw.queries.ask(q)
-            now = gw.now()
+            now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
             items = [gw.shown(call, Memory.of(r.memory, now, r)) for r in got.items]
             call.read([m.id for m in items])
             return MemoryPage(items=items, total=got.total, limit=limit, offset=offset,
-                              has_more=offset + len(items) < got.total)  # fmt: skip
+                              has_more=offset + len(items) < got.total, as_of=AsOfInfo.of(got.as_of))  # fmt: skip
 
         return await gw.run(ctx.headers, "memory_list", "read", context, namespace, go)
 
@@ -98,6 +107,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         category_path: Annotated[str | None, Field(max_length=512, description="Only this category and its subcategories.")] = None,  # noqa: E501
         limit: Annotated[int, Field(ge=1, le=100)] = 5,
         include_expired: bool = False,
+        as_of: AsOfArg = None,
         context: ContextArg = None,
     ) -> RecentResult:
         """The most recently updated memories with full content and a token estimate (newest first)."""
@@ -108,6 +118,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                 store=v.store(store) if store is not None else None,
                 category_path=v.category_path(category_path) if category_path is not None else None,
                 include_expired=include_expired, limit=limit, sort_by="updated_at", sort_order="desc",
+                as_of=await gw.as_of(as_of),
             )  # fmt: skip
             got = await gw.queries.ask(q)
             entries = [
@@ -117,7 +128,8 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                 for r in got.items
             ]
             call.read([e.id for e in entries])
-            return RecentResult(category=category_path or "all", count=len(entries), memories=entries)
+            return RecentResult(category=category_path or "all", count=len(entries), memories=entries,
+                                as_of=AsOfInfo.of(got.as_of))  # fmt: skip
 
         return await gw.run(ctx.headers, "memory_recent", "read", context, namespace, go)
 
@@ -127,6 +139,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         namespace: Namespace = None,
         store: Store = None,
         top_tags: Annotated[int, Field(ge=1, le=100)] = 10,
+        as_of: AsOfArg = None,
         context: ContextArg = None,
     ) -> Stats:
         """Totals by kind, importance, category and subject; archived, deprecated and expired counts;
@@ -134,7 +147,8 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
 
         async def go(call: Call) -> Stats:
             q = MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
-                            store=v.store(store) if store is not None else None, top_tags=top_tags)  # fmt: skip
+                            store=v.store(store) if store is not None else None, top_tags=top_tags,
+                            as_of=await gw.as_of(as_of))  # fmt: skip
             return Stats.of(await gw.queries.ask(q))
 
         return await gw.run(ctx.headers, "memory_stats", "read", context, namespace, go)

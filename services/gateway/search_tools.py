@@ -14,8 +14,8 @@ from pydantic import Field
 
 from schemas.queries import SearchMemories, SearchResult
 from services.gateway.gateway import Call, Gateway
-from services.gateway.models import Memory, SearchItem, SearchResults
-from services.gateway.params import READ, ContextArg, Kind, Label, Namespace, Tags, Unit
+from services.gateway.models import AsOfInfo, Memory, SearchItem, SearchResults
+from services.gateway.params import READ, AsOfArg, ContextArg, Kind, Label, Namespace, Tags, Unit
 
 Query = Annotated[str, Field(min_length=1, max_length=4096, description="What to look for, in natural language.")]
 Limit = Annotated[int, Field(ge=1, le=100, description="Most results to return.")]
@@ -33,10 +33,11 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
             system = call.principal.system_namespace
             rules = (system,) if params.pop("include_rules") and system and system != call.namespace \
                 and call.principal.can_read(system) else ()  # fmt: skip
+            params["as_of"] = await gw.as_of(params.get("as_of"))  # type: ignore[arg-type]
             q = SearchMemories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), mode=mode,
                                rule_namespaces=rules, **params)  # type: ignore[arg-type]  # fmt: skip
             got: SearchResult = await gw.queries.ask(q)
-            now = gw.now()
+            now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
             items = []
             for h in got.hits:
                 m = Memory.of(h.memory, now).model_dump()
@@ -46,7 +47,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                 items.append(gw.shown(call, item))  # type: ignore[arg-type]
             call.read([i.id for i in items])
             return SearchResults(query=q.query, mode=got.mode, count=len(items), threshold=got.threshold,  # type: ignore[arg-type]
-                                 model=got.model, results=items)  # fmt: skip
+                                 model=got.model, results=items, as_of=AsOfInfo.of(got.as_of))  # fmt: skip
 
         return await gw.run(ctx.headers, tool, "read", context, namespace, go)  # type: ignore[arg-type]
 
@@ -66,6 +67,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         status: Status = "live",
         include_expired: bool = False,
         include_rules: Annotated[bool, Field(description="Also verified rules of your organization.")] = True,
+        as_of: AsOfArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
         """Semantic search: memories whose meaning is closest to the query (embedding similarity), with
@@ -73,7 +75,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         return await search(ctx, "memory_search", "semantic", context, namespace, query=query, limit=limit,
                             threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
                             importance_min=importance_min, importance_max=importance_max, status=status,
-                            include_expired=include_expired, include_rules=include_rules)  # fmt: skip
+                            include_expired=include_expired, include_rules=include_rules, as_of=as_of)  # fmt: skip
 
     @mcp.tool(annotations=READ)
     async def memory_search_keyword(
@@ -91,6 +93,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         status: Status = "live",
         include_expired: bool = False,
         include_rules: bool = True,
+        as_of: AsOfArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
         """Keyword search (BM25 with English stemming): memories containing the query's words, rarer words
@@ -98,7 +101,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         return await search(ctx, "memory_search_keyword", "keyword", context, namespace, query=query, limit=limit,
                             threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
                             importance_min=importance_min, importance_max=importance_max, status=status,
-                            include_expired=include_expired, include_rules=include_rules)  # fmt: skip
+                            include_expired=include_expired, include_rules=include_rules, as_of=as_of)  # fmt: skip
 
     @mcp.tool(annotations=READ)
     async def memory_recall(
@@ -120,6 +123,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         status: Status = "live",
         include_expired: bool = False,
         include_rules: bool = True,
+        as_of: AsOfArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
         """Hybrid recall: semantic and keyword search fused into one ranking; the best default for
@@ -128,4 +132,4 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                             threshold=threshold, fusion=fusion, semantic_weight=semantic_weight, kind=kind,
                             category=category, subject=subject, tags=tuple(tags), importance_min=importance_min,
                             importance_max=importance_max, status=status, include_expired=include_expired,
-                            include_rules=include_rules)  # fmt: skip
+                            include_rules=include_rules, as_of=as_of)  # fmt: skip

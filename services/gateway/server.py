@@ -44,7 +44,7 @@ def error_text(err: dict[str, Any]) -> str:
 
 
 def build_server(gw: Any, *, name: str = "mneme") -> MnemeMCPServer:
-    from services.gateway import governance_tools, read_tools, search_tools, write_tools
+    from services.gateway import governance_tools, read_tools, search_tools, time_tools, write_tools
 
     mcp = MnemeMCPServer(
         name=name,
@@ -58,4 +58,5 @@ def build_server(gw: Any, *, name: str = "mneme") -> MnemeMCPServer:
     read_tools.register(mcp, gw)
     governance_tools.register(mcp, gw)
     search_tools.register(mcp, gw)
+    time_tools.register(mcp, gw)
     return mcp

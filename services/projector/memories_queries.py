@@ -6,28 +6,71 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
-import msgspec
 
 from mneme.domain.state import MemoryState
 from schemas.queries import (
+    AsOf,
+    AsOfResolved,
     ExpiredMemories,
     GetMemory,
     GetResult,
+    HistoryResult,
     ListMemories,
     ListResult,
+    MemoryHistory,
     MemoryRow,
     MemoryStats,
     PathOwner,
     PathOwnerResult,
     StatsResult,
+    VersionDetail,
     VersionInfo,
 )
-from services.projector.memories_view import N_STATE, STATE_COLUMNS, VERSION_COLUMNS, MemoriesView, row_state
-
-_SELECT = (
-    f"SELECT {', '.join('m.' + c.strip() for c in STATE_COLUMNS.split(','))}, a.accessed_at, "
-    "coalesce(a.access_count, 0) FROM memories m LEFT JOIN access_stats a ON a.id = m.id"
+from services.projector.memories_view import (
+    N_STATE,
+    STATE_COLUMNS,
+    VERSION_COLUMNS,
+    VERSION_STATE_COLUMNS,
+    MemoriesView,
+    row_state,
 )
+
+_COLS = ", ".join("m." + c.strip() for c in STATE_COLUMNS.split(","))
+
+
+def source(as_of: AsOfResolved | None) -> str:
+    """The memories table now, or as it stood right after sequence `as_of.seq`: the versions whose record
+    interval [seq, seq_to) contains it, deletions excluded. An indexed-and-zonemapped scan, not a log read."""
+    if as_of is None:
+        return "memories"
+    x = int(as_of.seq)
+    return (f"(SELECT {VERSION_STATE_COLUMNS} FROM memory_versions WHERE seq <= {x} "
+            f"AND (seq_to IS NULL OR seq_to > {x}) AND NOT deleted)")  # fmt: skip
+
+
+def _select(as_of: AsOfResolved | None) -> str:
+    return f"SELECT {_COLS}, a.accessed_at, coalesce(a.access_count, 0) FROM {source(as_of)} m " \
+        "LEFT JOIN access_stats a ON a.id = m.id"  # fmt: skip
+
+
+_SELECT = _select(None)
+
+
+def resolve_as_of(view: MemoriesView, as_of: AsOf | None) -> AsOfResolved | None:
+    """A sequence, or a time -> the newest sequence recorded at or before it (0: before the first event)."""
+    if as_of is None:
+        return None
+    cur = view.reader()
+    if as_of.seq is not None:
+        r = cur.execute("SELECT max(recorded_at) FROM memory_versions WHERE seq <= ?", [as_of.seq]).fetchone()
+        return AsOfResolved(seq=as_of.seq, time=r[0] if r else None)
+    r = cur.execute("SELECT coalesce(max(seq), 0) FROM memory_versions WHERE recorded_at <= ?", [as_of.time]).fetchone()
+    return AsOfResolved(seq=int(r[0]), time=as_of.time)
+
+
+def version_row_state(v: tuple[Any, ...]) -> MemoryState:
+    """A memory_versions row (VERSION_COLUMNS order) as the state it recorded."""
+    return row_state((v[0], *v[8:21], v[1], *v[21:28], v[2], *v[28:34]))
 _SORT = {
     "created_at": "m.created_at",
     "updated_at": "m.updated_at",
@@ -62,18 +105,13 @@ def _version_state(view: MemoriesView, current: MemoryState, version: int) -> Me
     ).fetchall() or [r for r in view.staged_versions(current.id) if r[1] == version]
     if not rows or rows[0][7]:
         return None
-    r = rows[0]
-    return MemoryState(
-        id=r[0], namespace=r[8], store=r[9], path=r[10], content=r[11], kind=r[12], category=r[13], subject=r[14],
-        tags=tuple(r[15]), importance=r[16], confidence=r[17], citations=tuple(r[18]),
-        metadata=msgspec.json.decode(r[19]), status=r[20], version=r[1], created_at=current.created_at,
-        updated_at=r[3], created_by=current.created_by, updated_by=r[6], expires_at=r[21], valid_from=r[22],
-        valid_until=r[23], last_seq=r[2], verification=r[24], locked=r[25], status_reason=r[26], lock_reason=r[27],
-    )  # fmt: skip
+    return version_row_state(rows[0])
 
 
 def get(view: MemoriesView, q: GetMemory) -> GetResult:
     """The memory (a given version of it, on request) with its recent history."""
+    if q.as_of is not None:
+        return _get_as_of(view, q)
     found = _get_current(view, q)
     if found.item is None or (q.version is None and not q.history):
         return found
@@ -85,6 +123,45 @@ def get(view: MemoriesView, q: GetMemory) -> GetResult:
             return GetResult(item=None)
         row = MemoryRow(memory=past, accessed_at=row.accessed_at, access_count=row.access_count)
     return GetResult(item=row, history=history)
+
+
+def _get_as_of(view: MemoriesView, q: GetMemory) -> GetResult:
+    at = resolve_as_of(view, q.as_of)
+    assert at is not None
+    where = ["m.namespace = ?"]
+    args: list[Any] = [q.namespace]
+    if q.memory_id is not None:
+        where.append("m.id = ?")
+        args.append(q.memory_id)
+    else:
+        where += ["m.store = ?", "m.path = ?"]
+        args += [q.store, q.path]
+    if not q.include_expired and at.time is not None:
+        where.append("(m.expires_at IS NULL OR m.expires_at > ?)")
+        args.append(at.time)
+    r = view.reader().execute(f"{_select(at)} WHERE {' AND '.join(where)}", args).fetchone()
+    if r is None:
+        return GetResult(item=None, as_of=at)
+    row = _row(r)
+    history = []
+    if q.history:
+        history = [VersionInfo(version=v[0], seq=v[1], recorded_at=v[2], event_type=v[3], request_id=v[4],
+                               agent_id=v[5], deleted=v[6]) for v in view.reader().execute(
+            "SELECT version, seq, recorded_at, event_type, request_id, agent_id, deleted FROM memory_versions "
+            "WHERE id = ? AND seq <= ? ORDER BY version DESC LIMIT ?", [row.memory.id, at.seq, q.history]).fetchall()]  # fmt: skip
+    return GetResult(item=row, history=history, as_of=at)
+
+
+def history(view: MemoriesView, q: MemoryHistory) -> HistoryResult:
+    where = "id = ? AND namespace = ?" + (" AND version IN (SELECT unnest(?))" if q.versions else "")
+    args: list[Any] = [q.memory_id, q.namespace] + ([list(q.versions)] if q.versions else [])
+    cur = view.reader()
+    total = cur.execute(f"SELECT count(*) FROM memory_versions WHERE {where}", args).fetchone()[0]
+    rows = cur.execute(f"SELECT {VERSION_COLUMNS} FROM memory_versions WHERE {where} ORDER BY version "
+                       "LIMIT ? OFFSET ?", [*args, q.limit, q.offset]).fetchall()  # fmt: skip
+    return HistoryResult(total=total, versions=[
+        VersionDetail(version=r[1], seq=r[2], seq_to=r[34], recorded_at=r[3], event_type=r[4], request_id=r[5],
+                      agent_id=r[6], deleted=r[7], state=version_row_state(r)) for r in rows])  # fmt: skip
 
 
 def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
@@ -119,7 +196,7 @@ def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
     return GetResult(item=_row(r))
 
 
-def _filters(q: ListMemories) -> tuple[list[str], list[Any]]:
+def _filters(q: ListMemories, then: Any = None) -> tuple[list[str], list[Any]]:
     where = ["m.namespace = ?"]
     args: list[Any] = [q.namespace]
     if q.store is not None:
@@ -155,24 +232,31 @@ def _filters(q: ListMemories) -> tuple[list[str], list[Any]]:
         args.append(q.status)
     if not q.include_expired:
         where.append("(m.expires_at IS NULL OR m.expires_at > ?)")
-        args.append(q.now)
+        args.append(then or q.now)
+    if q.valid_at is not None:  # valid time: from inclusive, until exclusive
+        where.append("(m.valid_from IS NULL OR m.valid_from <= ?) AND (m.valid_until IS NULL OR m.valid_until > ?)")
+        args += [q.valid_at, q.valid_at]
+    if q.created_by is not None:
+        where.append("m.created_by = ?")
+        args.append(q.created_by)
     return where, args
 
 
 def list_(view: MemoriesView, q: ListMemories) -> ListResult:
     cur = view.reader()
-    where, args = _filters(q)
+    at = resolve_as_of(view, q.as_of)
+    where, args = _filters(q, at.time if at is not None else None)
     order = f"{_SORT[q.sort_by]} {q.sort_order.upper()} NULLS LAST, m.id"
-    sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+    sql = f"{_select(at)} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
     rows = cur.execute(sql, [*args, q.limit, q.offset]).fetchall()
     if q.offset == 0 and len(rows) < q.limit:
         total = len(rows)
     else:
         total = cur.execute(
-            f"SELECT count(*) FROM memories m LEFT JOIN access_stats a ON a.id = m.id WHERE {' AND '.join(where)}",
+            f"SELECT count(*) FROM {source(at)} m LEFT JOIN access_stats a ON a.id = m.id WHERE {' AND '.join(where)}",
             args,
         ).fetchone()[0]
-    return ListResult(items=[_row(r) for r in rows], total=total)
+    return ListResult(items=[_row(r) for r in rows], total=total, as_of=at)
 
 
 def expired(view: MemoriesView, q: ExpiredMemories) -> ListResult:
@@ -198,9 +282,9 @@ def path_owner(view: MemoriesView, q: PathOwner) -> PathOwnerResult:
     return PathOwnerResult(memory_id=owner, store_seq=max(r[1] or 0, view.staged_store_seq(q.namespace, q.store)))
 
 
-def _counts(cur: duckdb.DuckDBPyConnection, expr: str, scope: str, args: list[Any]) -> dict[str, int]:
+def _counts(cur: duckdb.DuckDBPyConnection, expr: str, scope: str, args: list[Any], src: str) -> dict[str, int]:
     rows = cur.execute(
-        f"SELECT {expr} AS k, count(*) FROM memories m WHERE {scope} AND m.status <> 'archived' GROUP BY k ORDER BY k",
+        f"SELECT {expr} AS k, count(*) FROM {src} m WHERE {scope} AND m.status <> 'archived' GROUP BY k ORDER BY k",
         args,
     ).fetchall()
     return {str(k) if k is not None else "(none)": n for k, n in rows}
@@ -208,35 +292,40 @@ def _counts(cur: duckdb.DuckDBPyConnection, expr: str, scope: str, args: list[An
 
 def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
     cur = view.reader()
+    at = resolve_as_of(view, q.as_of)
+    src = source(at)
+    now = at.time if at is not None and at.time is not None else q.now
+    upto = f" AND created_seq <= {int(at.seq)}" if at is not None else ""
     scope = "m.namespace = ?" + (" AND m.store = ?" if q.store is not None else "")
     args: list[Any] = [q.namespace] + ([q.store] if q.store is not None else [])
     total, active, archived, deprecated, expired_n, oldest, newest, size = cur.execute(
         "SELECT count(*), count(*) FILTER (m.status = 'active'), count(*) FILTER (m.status = 'archived'), "
         "count(*) FILTER (m.status = 'deprecated'), "
         "count(*) FILTER (m.expires_at IS NOT NULL AND m.expires_at <= ?), min(m.created_at), max(m.created_at), "
-        f"coalesce(sum(octet_length(m.content::BLOB) + octet_length(m.metadata::BLOB)), 0) FROM memories m WHERE {scope}",
-        [q.now, *args],
+        f"coalesce(sum(octet_length(m.content::BLOB) + octet_length(m.metadata::BLOB)), 0) FROM {src} m WHERE {scope}",
+        [now, *args],
     ).fetchone()
     importance = (
         "CASE WHEN m.importance >= 0.7 THEN 'high' WHEN m.importance >= 0.4 THEN 'medium' ELSE 'low' END"
     )
     tags = cur.execute(
-        f"SELECT t, count(*) AS n FROM (SELECT unnest(m.tags) AS t FROM memories m WHERE {scope} "
+        f"SELECT t, count(*) AS n FROM (SELECT unnest(m.tags) AS t FROM {src} m WHERE {scope} "
         "AND m.status <> 'archived') GROUP BY t ORDER BY n DESC, t LIMIT ?",
         [*args, q.top_tags],
     ).fetchall()
     most = cur.execute(
-        f"SELECT m.id, a.access_count FROM memories m JOIN access_stats a ON a.id = m.id WHERE {scope} "
+        f"SELECT m.id, a.access_count FROM {src} m JOIN access_stats a ON a.id = m.id WHERE {scope} "
         "ORDER BY a.access_count DESC, m.id LIMIT 5",
         args,
     ).fetchall()
     ns_store = [q.namespace] + ([q.store] if q.store is not None else [])
     stores_n = cur.execute(
-        "SELECT count(*) FROM stores WHERE namespace = ?" + (" AND name = ?" if q.store is not None else ""), ns_store
+        "SELECT count(*) FROM stores WHERE namespace = ?" + (" AND name = ?" if q.store is not None else "") + upto,
+        ns_store,
     ).fetchone()[0]
     cats_n = cur.execute(
-        "SELECT count(*) FROM categories WHERE namespace = ?" + (" AND store = ?" if q.store is not None else ""),
-        ns_store,
+        "SELECT count(*) FROM categories WHERE namespace = ?" + (" AND store = ?" if q.store is not None else "")
+        + upto, ns_store,
     ).fetchone()[0]
     return StatsResult(
         total=total,
@@ -244,10 +333,10 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         archived=archived,
         deprecated=deprecated,
         expired=expired_n,
-        by_kind=_counts(cur, "m.kind", scope, args),
-        by_importance=_counts(cur, importance, scope, args),
-        by_category=_counts(cur, "m.category", scope, args),
-        by_subject=_counts(cur, "lower(m.subject)", scope, args),
+        by_kind=_counts(cur, "m.kind", scope, args, src),
+        by_importance=_counts(cur, importance, scope, args, src),
+        by_category=_counts(cur, "m.category", scope, args, src),
+        by_subject=_counts(cur, "lower(m.subject)", scope, args, src),
         top_tags=[(t, n) for t, n in tags],
         most_accessed=[(i, n) for i, n in most],
         oldest=oldest,
@@ -255,11 +344,12 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         stores=stores_n,
         categories=cats_n,
         content_bytes=int(size),
+        as_of=at,
     )
 
 
 # Answered from staged state: they do not wait for a commit.
-STAGED_READS = frozenset({GetMemory, PathOwner})
+STAGED_READS = frozenset({GetMemory, PathOwner})  # (a get with as_of waits for the commit: see service.py)
 
 HANDLERS = {
     GetMemory: get,
@@ -267,4 +357,5 @@ HANDLERS = {
     ExpiredMemories: expired,
     PathOwner: path_owner,
     MemoryStats: stats,
+    MemoryHistory: history,
 }

@@ -24,6 +24,7 @@ import msgspec
 from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
 from mneme.follow import Positioned
+from schemas.events import event_name
 
 CHECKPOINT = "memories"
 RECENT = 10  # versions kept per memory in the recent-history cache
@@ -39,7 +40,8 @@ CREATE TABLE IF NOT EXISTS memories (
     version INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL,
     created_by VARCHAR NOT NULL, updated_by VARCHAR NOT NULL, expires_at TIMESTAMPTZ,
     valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ, last_seq BIGINT NOT NULL,
-    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR, lock_reason VARCHAR
+    verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR, lock_reason VARCHAR,
+    invalid_reason VARCHAR, superseded_by VARCHAR
 );
 CREATE TABLE IF NOT EXISTS memory_versions (
     id VARCHAR NOT NULL, version INTEGER NOT NULL, seq BIGINT NOT NULL, recorded_at TIMESTAMPTZ NOT NULL,
@@ -47,8 +49,11 @@ CREATE TABLE IF NOT EXISTS memory_versions (
     namespace VARCHAR NOT NULL, store VARCHAR, path VARCHAR, content VARCHAR NOT NULL, kind VARCHAR NOT NULL,
     category VARCHAR, subject VARCHAR, tags VARCHAR[] NOT NULL, importance DOUBLE NOT NULL,
     confidence DOUBLE NOT NULL, citations VARCHAR[] NOT NULL, metadata VARCHAR NOT NULL, status VARCHAR NOT NULL,
-    expires_at TIMESTAMPTZ, valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ,
+    created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL, created_by VARCHAR NOT NULL,
+    updated_by VARCHAR NOT NULL, expires_at TIMESTAMPTZ, valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ,
     verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR, lock_reason VARCHAR,
+    invalid_reason VARCHAR, superseded_by VARCHAR,
+    seq_to BIGINT,  -- the sequence that replaced this version (NULL: still current); its record interval is [seq, seq_to)
     PRIMARY KEY (id, version)
 );
 CREATE TABLE IF NOT EXISTS stores (
@@ -71,20 +76,23 @@ CREATE INDEX IF NOT EXISTS memory_versions_id ON memory_versions (id);
 STATE_COLUMNS = (
     "id, namespace, store, path, content, kind, category, subject, tags, importance, confidence, citations, "
     "metadata, status, version, created_at, updated_at, created_by, updated_by, expires_at, valid_from, "
-    "valid_until, last_seq, verification, locked, status_reason, lock_reason"
+    "valid_until, last_seq, verification, locked, status_reason, lock_reason, invalid_reason, superseded_by"
 )
-N_STATE = 27
+N_STATE = 29
+# the same columns read from memory_versions: a memory as it stood at one version
+VERSION_STATE_COLUMNS = STATE_COLUMNS.replace("last_seq", "seq AS last_seq")
 
 # The shape of the tables. A file written under another version is dropped and folded again
 # from the log when opened: a projection is always rebuildable (invariant 1).
-PROJECTION_VERSION = 4
+PROJECTION_VERSION = 5
 TABLES = ("memories", "memory_versions", "stores", "categories", "access_stats", "checkpoints", "meta")
 
 # Canonical dump: every table, every column, in a fixed order (the rebuild-equals-live proof).
 VERSION_COLUMNS = (
     "id, version, seq, recorded_at, event_type, request_id, agent_id, deleted, namespace, store, path, content, "
-    "kind, category, subject, tags, importance, confidence, citations, metadata, status, expires_at, valid_from, "
-    "valid_until, verification, locked, status_reason, lock_reason"
+    "kind, category, subject, tags, importance, confidence, citations, metadata, status, created_at, updated_at, "
+    "created_by, updated_by, expires_at, valid_from, valid_until, verification, locked, status_reason, lock_reason, "
+    "invalid_reason, superseded_by, seq_to"
 )
 
 CANONICAL_TABLES = {  # table -> (order, rows): what a rebuild from the event log must reproduce
@@ -103,7 +111,7 @@ def state_row(s: MemoryState) -> tuple[Any, ...]:
         s.id, s.namespace, s.store, s.path, s.content, s.kind, s.category, s.subject, list(s.tags),
         s.importance, s.confidence, list(s.citations), _json.encode(s.metadata).decode(), s.status, s.version,
         s.created_at, s.updated_at, s.created_by, s.updated_by, s.expires_at, s.valid_from, s.valid_until,
-        s.last_seq, s.verification, s.locked, s.status_reason, s.lock_reason,
+        s.last_seq, s.verification, s.locked, s.status_reason, s.lock_reason, s.invalid_reason, s.superseded_by,
     )  # fmt: skip
 
 
@@ -113,7 +121,8 @@ def row_state(r: tuple[Any, ...]) -> MemoryState:
         tags=tuple(r[8]), importance=r[9], confidence=r[10], citations=tuple(r[11]),
         metadata=msgspec.json.decode(r[12]), status=r[13], version=r[14], created_at=r[15], updated_at=r[16],
         created_by=r[17], updated_by=r[18], expires_at=r[19], valid_from=r[20], valid_until=r[21], last_seq=r[22],
-        verification=r[23], locked=r[24], status_reason=r[25], lock_reason=r[26],
+        verification=r[23], locked=r[24], status_reason=r[25], lock_reason=r[26], invalid_reason=r[27],
+        superseded_by=r[28],
     )  # fmt: skip
 
 
@@ -127,6 +136,7 @@ class _Staged:
     versions: list[tuple[Any, ...]] = field(default_factory=list)
     versions_of: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)  # id -> its staged versions
     store_seq: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # first, last
+    closed: dict[tuple[str, int], int] = field(default_factory=dict)  # (id, version) -> seq_to
     categories: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
 
@@ -262,8 +272,11 @@ class MemoriesView:
                 if new is not None and new.store is not None and new.path is not None:
                     st.paths[(new.namespace, new.store, new.path)] = mid
                 r = state_row(shown)
-                vrow = (shown.id, env.event.version, p.seq, p.recorded_at, type(env.event).__struct_config__.tag,
-                        env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[19:22], *r[23:27])  # fmt: skip
+                vrow = (shown.id, env.event.version, p.seq, p.recorded_at, event_name(env.event),
+                        env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[15:22], *r[23:29],
+                        None)  # fmt: skip
+                if prev is not None:  # the version it replaces ends here: [seq, seq_to)
+                    st.closed[(mid, prev.version)] = p.seq
                 st.versions.append(vrow)
                 st.versions_of.setdefault(mid, []).append(vrow)
                 if env.event.version == 1:  # a new memory: its whole history is this version
@@ -298,10 +311,19 @@ class MemoriesView:
                 ap = w.appender("memories")
                 ap.append_rows(live)
                 ap.flush()
+            closed = dict(st.closed)
             if st.versions:
+                rows = [r[:-1] + (closed.pop((r[0], r[1]), None),) for r in st.versions]
                 ap = w.appender("memory_versions")
-                ap.append_rows(st.versions)
+                ap.append_rows(rows)
                 ap.flush()
+            if closed:  # versions committed earlier that this batch replaced
+                ks4 = list(closed)
+                w.execute(
+                    "UPDATE memory_versions SET seq_to = c.s FROM (SELECT unnest(?) AS i, unnest(?) AS v, unnest(?) AS s) c "
+                    "WHERE memory_versions.id = c.i AND memory_versions.version = c.v",
+                    [[k[0] for k in ks4], [k[1] for k in ks4], [closed[k] for k in ks4]],
+                )
             if st.store_seq:
                 ks = list(st.store_seq)
                 w.execute(

@@ -28,7 +28,7 @@ from typing import Any
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle
 from mneme.errors import InvalidInput
-from schemas.queries import SearchHit, SearchMemories, SearchResult
+from schemas.queries import AsOfResolved, SearchHit, SearchMemories, SearchResult
 from services.projector.vector_index import OPEN, Cond, Hit, Search, VectorIndex, Where
 from services.projector.vector_view import BM25, normalize_subject, state_of
 
@@ -37,17 +37,17 @@ RRF_K = 60
 FETCH_MIN = 50  # candidates per retriever before fusion and re-ranking
 
 
-def where_of(q: SearchMemories, now: datetime) -> Where:
+def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -> Where:
     """The payload filter: scope, record interval (as_of), status, expiry and the caller's filters."""
     scope: list[Cond | Where] = [Where(must=(Cond("namespace", "eq", q.namespace),))]
     if q.rule_namespaces:
         scope.append(Where(must=(Cond("namespace", "any", list(q.rule_namespaces)),
                                  Cond("verification", "eq", "verified"))))  # fmt: skip
     must: list[Cond | Where] = [Where(should=tuple(scope))]
-    if q.as_of_seq is None:
+    if at is None:
         must.append(Cond("seq_to", "range", gte=OPEN))
-    else:
-        must += [Cond("seq_from", "range", lte=q.as_of_seq), Cond("seq_to", "range", gt=q.as_of_seq)]
+    else:  # the versions whose record interval [seq_from, seq_to) holds the position
+        must += [Cond("seq_from", "range", lte=at.seq), Cond("seq_to", "range", gt=at.seq)]
     if q.status == "live":
         must.append(Cond("status", "any", ["active", "deprecated"]))
     elif q.status == "active":
@@ -62,8 +62,8 @@ def where_of(q: SearchMemories, now: datetime) -> Where:
         must.append(Cond("category", "eq", q.category))
     if q.subject:
         must.append(Cond("subject", "eq", normalize_subject(q.subject)))
-    for t in q.tags:
-        must.append(Cond("tags", "eq", t))
+    for t in q.tags:  # stored tags are trimmed and lower-cased (mneme/domain/validation.py)
+        must.append(Cond("tags", "eq", t.strip().lower()))
     if q.importance_min is not None or q.importance_max is not None:
         must.append(Cond("importance", "range", gte=q.importance_min, lte=q.importance_max))
     return Where(must=tuple(must))
@@ -83,12 +83,13 @@ class Searcher:
         self.cache.put_many(embedder.model_id, {key: vec})
         return vec.tolist()
 
-    def search(self, q: SearchMemories) -> SearchResult:
+    def search(self, q: SearchMemories, at: AsOfResolved | None = None) -> SearchResult:
         text = q.query.strip()
         if not text:
             raise InvalidInput("query", "must not be empty")
         threshold = DEFAULT_THRESHOLD[q.mode] if q.threshold is None else q.threshold
-        where = where_of(q, q.now)
+        now = at.time if at is not None and at.time is not None else q.now
+        where = where_of(q, now, at)
         fetch = max(FETCH_MIN, q.limit * 5)
         searches = []
         if q.mode in ("semantic", "hybrid"):
@@ -122,13 +123,13 @@ class Searcher:
             else:
                 group = "scope"
             until = state.valid_until
-            demoted = state.status != "active" or (until is not None and until <= q.now)
+            demoted = state.status != "active" or (until is not None and until <= now)
             hits.append(SearchHit(memory=state, score=round(score, 6), semantic=sem.get(pid), keyword=kw.get(pid),
                                   group=group, demoted=demoted))  # fmt: skip
         rank = {"exact": 0, "scope": 1, "rules": 2}
         hits.sort(key=lambda x: (rank[x.group], x.demoted, -x.score, x.memory.id))
         return SearchResult(hits=_distinct(hits)[: q.limit], mode=q.mode, threshold=threshold,
-                            model=self.model.model_id if q.mode != "keyword" else None)  # fmt: skip
+                            model=self.model.model_id if q.mode != "keyword" else None, as_of=at)  # fmt: skip
 
 
 def _norm(s: str) -> str:

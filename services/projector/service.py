@@ -13,9 +13,12 @@ waits until `min_seq` is applied (read-your-writes), or fails with PROJECTION_LA
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -27,12 +30,44 @@ from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
-from services.projector.memories_queries import HANDLERS, STAGED_READS
+from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
 from services.projector.memories_view import MemoriesView
 from services.projector.search import Searcher
+from services.projector.snapshot import held, write_snapshot
 from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme.projector")
+
+
+@dataclass
+class Generation:
+    """One set of read models and the followers that fold into them. Blue/green: a projector serves
+    from one generation; a replay builds the next, which is caught up and then swapped in."""
+
+    view: MemoriesView
+    follower: LogFollower
+    access_follower: LogFollower
+    vectors: VectorView | None = None
+    vector_follower: LogFollower | None = None
+    searcher: Searcher | None = None
+    inflight: int = 0
+    followers_own: bool = True  # False: the followers also feed other sinks (mneme serve's trail)
+    fold_access: bool = True
+
+    @property
+    def followers(self) -> list[LogFollower]:
+        acc = self.access_follower if self.fold_access else None
+        return [f for f in (self.follower, acc, self.vector_follower) if f is not None]
+
+    async def start(self) -> None:
+        for f in self.followers:
+            await f.start()
+
+    async def caught_up(self, target: int, timeout: float = 3600) -> bool:
+        for f in (self.follower, self.vector_follower):
+            if f is not None and not await f.wait_for(target, timeout):
+                return False
+        return True
 
 
 class Projector:
@@ -48,29 +83,76 @@ class Projector:
         also_access: tuple[Sink, ...] = (),
         vectors: VectorView | None = None,
         vector_batch_max: int = 2000,
+        control_id: str | None = None,
+        opener: Callable[[Path], tuple[MemoriesView, VectorView | None]] | None = None,
+        stop_at: int | None = None,
+        access: bool = True,
+        snapshots: Path | None = None,
+        snapshot_every: int = 0,
     ):
         """`also` / `also_access`: more sinks fed by the same followers of the event log and of the
-        access stream (in `mneme serve`, the audit trail): one delivery, one decode."""
+        access stream (in `mneme serve`, the audit trail): one delivery, one decode.
+        `control_id` + `opener`: listen for `swap` requests from `mneme replay` on mneme.ctl.<control_id>.swap
+        and open the generation it names with `opener(path)`.
+        `stop_at`: fold the log only up to this sequence (a point-in-time copy); `access`: fold access records.
+        `snapshots` / `snapshot_every`: write a snapshot there every so many events (and on request)."""
         self.nc = nc
         self.js = nc.jetstream()
-        self.view = view
         self.wait_timeout = wait_timeout
-        sink: Sink = FanOut(view, *also) if also else view
-        self.follower = LogFollower(self.js, sink, batch_max=batch_max, linger=linger)
-        access: Sink = AccessView(view)
-        access = FanOut(access, *also_access) if also_access else access
-        self.access_follower = access_follower(self.js, access, batch_max=batch_max, linger=linger)
-        # the vector projection has a follower of its own: embedding never holds the rows back
-        self.vectors = vectors
-        self.vector_follower: LogFollower | None = None
-        self.searcher: Searcher | None = None
-        if vectors is not None:
-            self.vector_follower = LogFollower(self.js, vectors, batch_max=vector_batch_max, linger=linger)
-            self.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25)
+        self.batch_max, self.linger, self.vector_batch_max = batch_max, linger, vector_batch_max
+        self.also, self.also_access = also, also_access
+        self.control_id = control_id
+        self.opener = opener
+        self.stop_at, self.fold_access = stop_at, access
+        self.snapshots, self.snapshot_every = snapshots, snapshot_every
+        self.gen = self.generation(view, vectors, also=also, also_access=also_access)
         self.serving = asyncio.Event()
         self._subs: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._decoders = {op: msgspec.msgpack.Decoder(t) for op, t in QUERY_TYPES.items()}
+        self._swap_lock = asyncio.Lock()
+        self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
+
+    def generation(self, view: MemoriesView, vectors: VectorView | None, *, also: tuple[Sink, ...] = (),
+                   also_access: tuple[Sink, ...] = ()) -> Generation:  # fmt: skip
+        sink: Sink = FanOut(view, *also) if also else view
+        follower = LogFollower(self.js, sink, batch_max=self.batch_max, linger=self.linger, stop_at=self.stop_at)
+        access: Sink = AccessView(view)
+        access = FanOut(access, *also_access) if also_access else access
+        acc = access_follower(self.js, access, batch_max=self.batch_max, linger=self.linger)
+        gen = Generation(view=view, follower=follower, access_follower=acc, followers_own=not (also or also_access),
+                         fold_access=self.fold_access)  # fmt: skip
+        if vectors is not None:  # a follower of its own: embedding never holds the rows back
+            gen.vectors = vectors
+            gen.vector_follower = LogFollower(self.js, vectors, batch_max=self.vector_batch_max, linger=self.linger,
+                                              stop_at=self.stop_at)  # fmt: skip
+            gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25)
+        return gen
+
+    # the serving generation's parts (what callers and tests use)
+    @property
+    def view(self) -> MemoriesView:
+        return self.gen.view
+
+    @property
+    def follower(self) -> LogFollower:
+        return self.gen.follower
+
+    @property
+    def access_follower(self) -> LogFollower:
+        return self.gen.access_follower
+
+    @property
+    def vectors(self) -> VectorView | None:
+        return self.gen.vectors
+
+    @property
+    def vector_follower(self) -> LogFollower | None:
+        return self.gen.vector_follower
+
+    @property
+    def searcher(self) -> Searcher | None:
+        return self.gen.searcher
 
     @property
     def applied(self) -> int:
@@ -78,25 +160,26 @@ class Projector:
 
     async def start(self, *, serve_queries: bool = True) -> None:
         target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
-        await self.follower.start()
-        await self.access_follower.start()
-        if self.vector_follower is not None:
-            await self.vector_follower.start()
-            self._spawn(self._fill_when_model_ready())
+        await self.gen.start()
+        if self.gen.vectors is not None:
+            self._spawn(self._fill_when_model_ready(self.gen.vectors))
         if serve_queries:
             self._spawn(self._join_when_caught_up(target))
+        if self.control_id and self.opener:
+            self._subs.append(await self.nc.subscribe(S.control_subject(self.control_id, "swap"), cb=self._on_swap))
+        if self.control_id and self.snapshots:
+            self._subs.append(await self.nc.subscribe(S.control_subject(self.control_id, "snapshot"),
+                                                      cb=self._on_snapshot))  # fmt: skip
+        if self.snapshots and self.snapshot_every:
+            self._spawn(self._snapshot_periodically())
 
-    async def _fill_when_model_ready(self) -> None:
-        assert self.vectors is not None
-        if await asyncio.to_thread(self.vectors.model.wait, None):
-            await asyncio.to_thread(self.vectors.fill_pending)
+    async def _fill_when_model_ready(self, vectors: VectorView) -> None:
+        if await asyncio.to_thread(vectors.model.wait, None):
+            await asyncio.to_thread(vectors.fill_pending)
 
     async def _join_when_caught_up(self, target: int) -> None:
-        while not await self.follower.wait_for(target, 3600):
+        while not await self.gen.caught_up(target):
             pass
-        if self.vector_follower is not None:
-            while not await self.vector_follower.wait_for(target, 3600):
-                pass
         for op in QUERY_TYPES:
             self._subs.append(await self.nc.subscribe(S.query_subject(op), queue=S.PROJECTOR_QUEUE, cb=self._on_query))
         self.serving.set()
@@ -110,10 +193,90 @@ class Projector:
                 pass
         if self._tasks:  # queries already running on worker threads finish before the view closes
             await asyncio.wait(set(self._tasks), timeout=self.wait_timeout + 5)
-        await self.access_follower.stop()
-        await self.follower.stop()
-        if self.vector_follower is not None:
-            await self.vector_follower.stop()
+        for f in [*self.gen.followers, *self._retired]:
+            await f.stop()
+
+    # -- blue/green ---------------------------------------------------------------------
+    async def swap(self, view: MemoriesView, vectors: VectorView | None) -> Generation:
+        """Serve from a new generation: start its followers (from its own checkpoints), let it catch up with
+        the log while the current one keeps answering, then switch in one step. The old generation finishes
+        the queries it is running and is returned, stopped, for the caller to close."""
+        async with self._swap_lock:
+            old = self.gen
+            new = self.generation(view, vectors)  # its own followers; the trail stays with the old ones
+            await new.start()
+            if vectors is not None:
+                self._spawn(self._fill_when_model_ready(vectors))
+            while True:
+                head = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
+                if await new.caught_up(head, 60) and head == (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq:
+                    break
+            self.gen = new  # one assignment: every query from here on reads the new generation
+            log.info("projector swapped to %s at sequence %d", view.path, new.follower.applied)
+            while old.inflight:
+                await asyncio.sleep(0.01)
+            if old.followers_own:
+                for f in old.followers:
+                    await f.stop()
+            else:  # mneme serve: the old followers keep feeding the audit trail, without the old views
+                for f, sink in ((old.follower, old.view), (old.access_follower, None), (old.vector_follower, old.vectors)):
+                    if f is None:
+                        continue
+                    if isinstance(f.sink, FanOut):
+                        f.sink.remove(sink if sink is not None else f.sink.sinks[0])
+                        await f.idle()
+                        self._retired.append(f)
+                    else:
+                        await f.stop()
+            return old
+
+    async def _on_swap(self, msg: Msg) -> None:
+        self._spawn(self._answer_swap(msg))
+
+    async def _answer_swap(self, msg: Msg) -> None:
+        try:
+            req = msgspec.json.decode(msg.data)
+            assert self.opener is not None
+            view, vectors = await asyncio.to_thread(self.opener, Path(req["path"]))
+            old = await self.swap(view, vectors)
+            close_generation(old)
+            reply = {"ok": True, "seq": self.applied, "path": view.path}
+        except Exception as exc:  # noqa: BLE001 - reported to the replay command
+            log.exception("swap failed")
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        try:
+            await msg.respond(msgspec.json.encode(reply))
+        except Exception:  # noqa: BLE001 - the asker may be gone
+            log.debug("could not answer the swap request")
+
+    async def snapshot(self) -> dict[str, Any]:
+        """Write a snapshot of the serving generation (its followers hold their commits meanwhile)."""
+        assert self.snapshots is not None
+        async with self._swap_lock:
+            gen = self.gen
+            async with held(gen):
+                return await asyncio.to_thread(write_snapshot, gen.view, gen.vectors, self.snapshots)
+
+    async def _snapshot_periodically(self) -> None:
+        last = 0
+        while True:
+            await asyncio.sleep(5)
+            if self.gen.view.checkpoint - last >= self.snapshot_every:
+                try:
+                    last = (await self.snapshot())["seq"]
+                except Exception:  # noqa: BLE001 - a failed snapshot must not stop the projector
+                    log.exception("snapshot failed")
+
+    async def _on_snapshot(self, msg: Msg) -> None:
+        async def answer() -> None:
+            try:
+                reply = {"ok": True, **(await self.snapshot())}
+            except Exception as exc:  # noqa: BLE001 - reported to the asker
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            with contextlib.suppress(Exception):
+                await msg.respond(msgspec.json.encode(reply))
+
+        self._spawn(answer())
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -124,49 +287,77 @@ class Projector:
         self._spawn(self._answer(msg))
 
     async def _answer(self, msg: Msg) -> None:
-        op = msg.subject[len(S.QUERY_PREFIX) + 1 :]
+        gen = self.gen  # the whole query runs on one generation, even if a swap happens meanwhile
+        gen.inflight += 1
         try:
-            query = self._decoders[op].decode(msg.data)
-            # point reads are answered from staged state; the rest need committed rows
-            committed = type(query) not in STAGED_READS
-            follower = self.follower
-            if isinstance(query, SearchMemories):
-                if self.vector_follower is None:
-                    raise MnemeError("this projector keeps no vector index", details={"op": op})
-                follower = self.vector_follower
-            if not await follower.wait_for(query.min_seq, self.wait_timeout, committed=committed):
-                raise ProjectionLag(
-                    f"the projection has applied sequence {self.applied}, not yet {query.min_seq}; retry shortly",
-                    details={"applied_seq": self.applied, "min_seq": query.min_seq},
-                )
-            result = await asyncio.to_thread(self.run_query, query)
-            reply = Reply(applied_seq=self.applied, result=msgspec.Raw(encoder.encode(result)))
-        except MnemeError as exc:
-            reply = Reply(applied_seq=self.applied, error=exc.to_dict())
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            reply = Reply(applied_seq=self.applied, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
-        except Exception as exc:
-            log.exception("query %s failed", op)
-            reply = Reply(applied_seq=self.applied, error={"code": "INTERNAL", "message": type(exc).__name__})
+            reply = await self._reply(gen, msg)
+        finally:
+            gen.inflight -= 1
         try:
             await msg.respond(encoder.encode(reply))
         except Exception:  # noqa: BLE001 - the asker may be gone
-            log.debug("could not reply to %s", op)
+            log.debug("could not reply to %s", msg.subject)
+
+    async def _reply(self, gen: Generation, msg: Msg) -> Reply:
+        op = msg.subject[len(S.QUERY_PREFIX) + 1 :]
+        applied = gen.follower.applied
+        try:
+            query = self._decoders[op].decode(msg.data)
+            as_of = getattr(query, "as_of", None)
+            # point reads are answered from staged state; the rest, and any read of the past, need committed rows
+            committed = type(query) not in STAGED_READS or as_of is not None
+            need = max(query.min_seq, as_of.seq or 0) if as_of is not None else query.min_seq
+            waits = [gen.follower]
+            if isinstance(query, SearchMemories):
+                if gen.vector_follower is None:
+                    raise MnemeError("this projector keeps no vector index", details={"op": op})
+                waits = [gen.vector_follower] + ([gen.follower] if as_of is not None else [])  # rows resolve as_of
+            lagging = [f for f in waits if not await f.wait_for(need, self.wait_timeout, committed=committed)]
+            applied = gen.follower.applied
+            if lagging:
+                behind = min(f.committed if committed else f.applied for f in lagging)
+                which = "vector index" if lagging[0] is gen.vector_follower else "projection"
+                raise ProjectionLag(
+                    f"the {which} has applied sequence {behind}, not yet {need}; retry shortly",
+                    details={"applied_seq": behind, "min_seq": need},
+                )
+            result = await asyncio.to_thread(run_query, gen, query)
+            return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
+        except MnemeError as exc:
+            return Reply(applied_seq=applied, error=exc.to_dict())
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return Reply(applied_seq=applied, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
+        except Exception as exc:  # noqa: BLE001 - a query must never take the projector down
+            log.exception("query %s failed", op)
+            return Reply(applied_seq=applied, error={"code": "INTERNAL", "message": type(exc).__name__})
 
     def run_query(self, query: Any) -> Any:
-        if isinstance(query, SearchMemories):
-            assert self.searcher is not None
-            return self.searcher.search(query)
-        return HANDLERS[type(query)](self.view, query)
+        return run_query(self.gen, query)
 
 
-async def catch_up(projector: Projector, *, progress: Callable[[int, int, float], None] | None = None) -> int:
-    """Wait until the projector has applied the log as it stands now; report progress on the way."""
-    target = (await projector.js.stream_info(S.EVENTS_STREAM)).state.last_seq
+def run_query(gen: Generation, query: Any) -> Any:
+    if isinstance(query, SearchMemories):
+        assert gen.searcher is not None
+        return gen.searcher.search(query, resolve_as_of(gen.view, query.as_of))
+    return HANDLERS[type(query)](gen.view, query)
+
+
+def close_generation(gen: Generation) -> None:
+    gen.view.close()
+    if gen.vectors is not None:
+        gen.vectors.close()
+
+
+async def catch_up(projector: Projector, *, progress: Callable[[int, int, float], None] | None = None,
+                   target: int | None = None) -> int:  # fmt: skip
+    """Wait until the projector has applied the log as it stands now (or up to `target`); report progress."""
+    if target is None:
+        target = (await projector.js.stream_info(S.EVENTS_STREAM)).state.last_seq
     start = time.monotonic()
-    while not await projector.follower.wait_for(target, 0.5):
+    while not await projector.gen.caught_up(target, 0.5):
         if progress:
-            progress(projector.applied, target, time.monotonic() - start)
+            progress(min(f.applied for f in (projector.follower, projector.vector_follower) if f is not None),
+                     target, time.monotonic() - start)  # fmt: skip
     if progress:
         progress(projector.applied, target, time.monotonic() - start)
     return target

@@ -36,7 +36,8 @@ def point_id(memory_id: str, version: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Cond:
-    """One filter condition. op: eq (value), any (values), range (gte/gt/lte/lt), null (field is null/absent)."""
+    """One filter condition. op: eq (value), any (values), range (gte/gt/lte/lt), null (the field is absent,
+    null or an empty list)."""
 
     field: str
     op: Literal["eq", "any", "range", "null"]
@@ -108,7 +109,7 @@ class EdgeIndex:
         self.q = q
         self.path = Path(path)
         self.dim = dim
-        self._ckpt = self.path.parent / f"{self.path.name}.checkpoint.json"
+        self.checkpoint_file = self.path.parent / f"{self.path.name}.checkpoint.json"
         cfg = q.EdgeConfig(
             vectors={DENSE: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)},
             sparse_vectors={SPARSE: q.EdgeSparseVectorParams(modifier=q.Modifier.Idf)},
@@ -174,7 +175,7 @@ class EdgeIndex:
         if c.op == "any":
             return q.FieldCondition(key=c.field, match=q.MatchAny(list(c.value)))
         if c.op == "null":
-            return q.IsNullCondition(c.field)
+            return q.IsEmptyCondition(c.field)
         return q.FieldCondition(key=c.field, range=q.RangeFloat(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
@@ -209,18 +210,18 @@ class EdgeIndex:
     # -- position
     def load_checkpoint(self) -> int:
         try:
-            return int(json.loads(self._ckpt.read_text())["seq"])
+            return int(json.loads(self.checkpoint_file.read_text())["seq"])
         except (FileNotFoundError, ValueError, KeyError):
             return 0
 
     def save_checkpoint(self, seq: int) -> None:
         self.shard.flush()
-        tmp = self._ckpt.with_suffix(".tmp")
+        tmp = self.checkpoint_file.with_suffix(".tmp")
         with tmp.open("w") as f:
             f.write(json.dumps({"seq": seq}))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self._ckpt)
+        os.replace(tmp, self.checkpoint_file)
 
     def close(self) -> None:
         try:
@@ -299,7 +300,7 @@ class ClientIndex:
         if c.op == "any":
             return m.FieldCondition(key=c.field, match=m.MatchAny(any=list(c.value)))
         if c.op == "null":
-            return m.IsNullCondition(is_null=m.PayloadField(key=c.field))
+            return m.IsEmptyCondition(is_empty=m.PayloadField(key=c.field))
         return m.FieldCondition(key=c.field, range=m.Range(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
@@ -321,7 +322,9 @@ class ClientIndex:
         return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in r.points] for r in results]
 
     def count(self, where: Where) -> int:
-        return int(self.client.count(self.collection, count_filter=self._filter(where), exact=True).count)
+        f = self._filter(where)
+        f.must_not = [*(f.must_not or []), self.m.HasIdCondition(has_id=[META_ID])]  # not the position's point
+        return int(self.client.count(self.collection, count_filter=f, exact=True).count)
 
     def load_checkpoint(self) -> int:
         recs = self.client.retrieve(self.collection, [META_ID], with_payload=True)

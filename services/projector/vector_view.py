@@ -30,8 +30,9 @@ import msgspec
 
 from mneme.domain.state import MemoryState, evolve
 from mneme.embed_cache import EmbeddingCache, text_key
-from mneme.embedding import ModelHandle, ModelLoading
+from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable
 from mneme.follow import Positioned
+from schemas.events import event_name
 from services.projector.vector_index import OPEN, VectorIndex, VPoint, point_id
 
 log = logging.getLogger("mneme.projector.vectors")
@@ -105,6 +106,7 @@ class VectorView:
         self._closes: dict[str, int] = {}  # point id (committed earlier) -> seq_to
         self._pending_dense: dict[str, str] = {}  # written without a dense vector (model loading)
         self.embedded = 0  # texts run through the model (for benchmarks)
+        self._closed = False
 
     # -- Sink
     def _missing(self, batch: list[Positioned]) -> set[str]:
@@ -144,7 +146,7 @@ class VectorView:
                         self._closes[old] = p.seq
                 if new is not None:
                     pid = point_id(new.id, new.version)
-                    payload = payload_of(new, p.seq, p.recorded_at, type(env.event).__struct_config__.tag)
+                    payload = payload_of(new, p.seq, p.recorded_at, event_name(env.event))
                     text = index_text(new)
                     self._upserts[pid] = (VPoint(pid, payload, None, self.bm25.document(text)), text)
                 self._states[mid] = new
@@ -190,8 +192,10 @@ class VectorView:
             return len(self._pending_dense)
 
     def close(self) -> None:
-        self.index.close()
-        self.cache.close()
+        """Closes the index; the cache may be shared with the next generation and closes with the process."""
+        if not self._closed:
+            self._closed = True
+            self.index.close()
 
     @property
     def pending_dense(self) -> int:
@@ -208,7 +212,7 @@ class VectorView:
         if todo:
             try:
                 embedder = self.model.get()
-            except ModelLoading:
+            except (ModelLoading, ModelUnavailable):  # keyword search must go on without a model
                 embedder = None
             if embedder is not None:
                 order = list(todo)

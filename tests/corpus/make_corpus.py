@@ -144,3 +144,31 @@ def v2_lines() -> list[bytes]:
                        request_id=f"req-v2-{i}", event=ev)  # fmt: skip
         out.append(encode_envelope(env))
     return out
+
+
+def v3_lines() -> list[bytes]:
+    """events_v3.jsonl: a schema-2 move (memory_moved_v2, with to_store) and an invalidation, as this
+    version writes them.
+
+        .venv/bin/python -c "from tests.corpus.make_corpus import v3_lines; import sys; \\
+            sys.stdout.buffer.write(b''.join(l + b'\\n' for l in v3_lines()))" > tests/corpus/events_v3.jsonl
+    """
+    from schemas.events import MemoryInvalidated
+
+    mid = "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9"
+    succ = "6f7a8b9c-0d1e-4f2a-b3c4-d5e6f7a8b9c0"
+    actor = Actor(agent_id="agent-7", role="agent")
+    events: list[AnyEvent] = [
+        MemoryCreated(memory_id=mid, version=1, store="notes", path="team/standup", content="Standup at 9:30"),
+        MemoryMoved(memory_id=mid, version=2, from_path="team/standup", to_path="team/rituals/standup",
+                    to_store="notes"),
+        MemoryInvalidated(memory_id=mid, version=3, valid_until=_at(45), reason="moved to 10:00", superseded_by=succ),
+        MemoryInvalidated(memory_id=mid, version=4, valid_until=_at(46), reason="no standups", outdated=True),
+    ]  # fmt: skip
+    out = []
+    for i, ev in enumerate(events):
+        env = Envelope(event_id=f"00000000-0000-4000-8000-0000000003{i:02d}", schema_version=type(ev).SCHEMA_VERSION,
+                       namespace=NS, aggregate_id=mid, occurred_at=_at(40 + i), actor=actor,
+                       request_id=f"req-v3-{i}", event=ev)  # fmt: skip
+        out.append(encode_envelope(env))
+    return out

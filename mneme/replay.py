@@ -1,0 +1,190 @@
+"""`mneme replay`: rebuild the read models from the log into a new generation, verify, swap (blue/green).
+
+1. Connect to the log: --nats-url, else the embedded server of a `mneme serve` running on the
+   data directory, else an embedded server of our own.
+2. Build into `projections/building/` (resumed if a killed replay left one with the same
+   settings), starting from the newest valid snapshot at or before the target, with a progress
+   line (events/s, ETA). `--model` re-embeds with another model (the embedding cache makes an
+   unchanged model's replay cheap).
+3. Verify (rows and points agree with the versions, every read model covers the target).
+4. Swap: rename it to `projections/gen-<time>`, point `projections/CURRENT` at it, and ask
+   the live projector (if one runs) to open it, catch it up and serve from it; the old
+   generation is removed once nothing reads it.
+
+`--upto SEQ|TIME` or `--output DIR` build a frozen copy instead (no swap): the read models as
+they stood then, for forensic work with DuckDB or `mneme serve --data-dir`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from mneme.domain import validation as v
+from mneme.runtime import (
+    control_id,
+    nats_connection,
+    open_vectors,
+    open_view,
+    projection_dir,
+    projections_root,
+    set_current,
+)
+from mneme.settings import CoreSettings, ProjectorSettings
+from schemas import subjects as S
+from services.projector.memories_view import PROJECTION_VERSION
+from services.projector.service import Projector, catch_up
+from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
+
+log = logging.getLogger("mneme.replay")
+BUILDING = "building"
+
+
+async def seq_at(js: JetStreamContext, t: datetime) -> int:
+    """The last sequence the log recorded at or before `t` (0: nothing yet)."""
+    head = (await js.stream_info(S.EVENTS_STREAM)).state.last_seq
+    cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=t)
+    sub = await js.subscribe(S.EVENTS_SUBJECTS, stream=S.EVENTS_STREAM, ordered_consumer=True, config=cfg)
+    try:
+        msg = await sub.next_msg(timeout=1.0)
+        return msg.metadata.sequence.stream - 1
+    except nats.errors.TimeoutError:
+        return head
+    finally:
+        await sub.unsubscribe()
+
+
+def parse_upto(value: str | None) -> int | datetime | None:
+    if value is None:
+        return None
+    if value.strip().isdigit():
+        return int(value)
+    try:
+        t = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise SystemExit(f"--upto: {value!r} is neither a sequence number nor an ISO 8601 time") from None
+    return v.utc(t, "upto")
+
+
+async def replay(
+    core: CoreSettings, ps: ProjectorSettings, *, upto: str | None = None, output: Path | None = None,
+    model: str | None = None, use_snapshots: bool = True, swap: bool = True,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    gps = ps.model_copy(update={"embedding_model": model}) if model else ps
+    frozen = upto is not None or output is not None
+    async with nats_connection(core, "mneme-replay", stack_embedded="attach") as nc:
+        js = nc.jetstream()
+        head = (await js.stream_info(S.EVENTS_STREAM)).state.last_seq
+        bound = parse_upto(upto)
+        target = head if bound is None else min(head, bound if isinstance(bound, int) else await seq_at(js, bound))
+        root = projections_root(core)
+        out = output or (root / BUILDING)
+        settings = {"model": gps.embedding_model if gps.vectors != "off" else None, "upto": target if frozen else None,
+                    "projection_version": PROJECTION_VERSION, "vectors": gps.vectors}  # fmt: skip
+        meta = out / "generation.json"
+        resumed = False
+        if out.exists():
+            old = json.loads(meta.read_text()) if meta.exists() else None
+            resumed = bool(old) and {k: old.get(k) for k in settings} == settings and not output
+            if not resumed:
+                if output and any(out.iterdir()):
+                    raise SystemExit(f"--output {out} exists and is not empty")
+                shutil.rmtree(out, ignore_errors=True)
+        snapshot = None
+        if not resumed and use_snapshots:
+            found = newest_snapshot(core.data_dir / "snapshots", upto=target, model=settings["model"])
+            if found:
+                snapshot = found[1]["seq"]
+                restore_snapshot(found[0], found[1], out, gps.db_name)
+        out.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({**settings, "started": datetime.now(timezone.utc).isoformat()}))
+        view = open_view(core, gps, base=out)
+        vectors = open_vectors(core, gps, base=out)
+        proj = Projector(nc, view, batch_max=gps.batch_max, vectors=vectors, vector_batch_max=gps.vector_batch_max,
+                         stop_at=target, access=not frozen)  # fmt: skip
+        start_seq = view.checkpoint
+        t0 = time.monotonic()
+        await proj.start(serve_queries=False)
+        await catch_up(proj, progress=progress, target=target)
+        if vectors is not None:
+            await asyncio.to_thread(vectors.model.wait, 600)
+            await asyncio.to_thread(vectors.fill_pending)
+            assert proj.vector_follower is not None
+            await proj.vector_follower.wait_for(target, 600)
+        if not frozen:  # access statistics up to the head of the access stream, too
+            acc_head = (await js.stream_info(S.ACCESS_STREAM)).state.last_seq
+            await proj.access_follower.wait_for(acc_head, 600)
+        seconds = time.monotonic() - t0
+        await proj.stop()
+        report = verify_generation(view, vectors, target)
+        digest = view.canonical_digest()
+        embedded = vectors.embedded if vectors is not None else 0
+        view.con.execute("CHECKPOINT")
+        view.close()
+        if vectors is not None:
+            vectors.close()
+        result: dict[str, Any] = {
+            "target_seq": target, "head_seq": head, "resumed_from": start_seq, "snapshot_seq": snapshot,
+            "events": target - start_seq, "seconds": round(seconds, 3),
+            "events_per_s": round((target - start_seq) / seconds, 1) if seconds else None,
+            "embedded": embedded, "model": settings["model"], "verify": report, "digest": digest,
+        }  # fmt: skip
+        if not report["ok"]:
+            result["path"] = str(out)
+            raise ReplayFailed(result)
+        if frozen or not swap:
+            result["path"] = str(out)
+            return result
+        final = root / f"gen-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}"
+        out.rename(final)
+        previous = projection_dir(core)
+        set_current(core, final)
+        result["path"] = str(final)
+        try:
+            msg = await nc.request(S.control_subject(control_id(core), "swap"),
+                                   json.dumps({"path": str(final)}).encode(), timeout=600)  # fmt: skip
+            answer = json.loads(msg.data)
+            if not answer.get("ok"):
+                raise ReplayFailed({**result, "swap": answer})
+            result["swap"] = {"live": True, "serving_seq": answer.get("seq")}
+        except nats.errors.NoRespondersError:
+            result["swap"] = {"live": False, "note": "no projector is running on this data directory; the next "
+                              "start serves the new generation"}  # fmt: skip
+        result["removed"] = remove_generation(core, previous, gps)
+        return result
+
+
+class ReplayFailed(Exception):
+    def __init__(self, result: dict[str, Any]):
+        super().__init__(json.dumps(result.get("verify", result), default=str))
+        self.result = result
+
+
+def remove_generation(core: CoreSettings, gen_dir: Path, ps: ProjectorSettings) -> list[str]:
+    """Delete a swapped-out generation: a directory under projections/, or the read models at the root."""
+    if gen_dir == core.data_dir:
+        gone = []
+        for p in [core.data_dir / ps.db_name, core.data_dir / f"{ps.db_name}.wal",
+                  *core.data_dir.glob("vectors-*")]:  # fmt: skip
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists():
+                p.unlink()
+            else:
+                continue
+            gone.append(p.name)
+        return gone
+    shutil.rmtree(gen_dir, ignore_errors=True)
+    return [gen_dir.name]

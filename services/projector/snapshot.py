@@ -1,0 +1,152 @@
+"""Snapshots of a projector's read models, and the checks a rebuilt generation must pass.
+
+A snapshot is a copy of one generation's files (the DuckDB file after a CHECKPOINT, the
+Qdrant Edge shard after a flush) taken while the generation's followers hold their commits,
+with a manifest: the sequence each read model covers, the projection version, the model,
+and the SHA-256 of every file. A replay starts from the newest snapshot whose manifest
+matches and whose files hash as recorded, and folds only the rest of the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from services.projector.memories_view import PROJECTION_VERSION, MemoriesView
+from services.projector.vector_index import OPEN, Cond, EdgeIndex, Where
+from services.projector.vector_view import VectorView
+
+log = logging.getLogger("mneme.snapshot")
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): _sha256(p) for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+@contextlib.asynccontextmanager
+async def held(gen: Any) -> AsyncIterator[None]:
+    """Every follower of the generation holds its commits (staging goes on) while inside."""
+    async with contextlib.AsyncExitStack() as stack:
+        for f in gen.followers:
+            await stack.enter_async_context(f.paused())
+        yield
+
+
+def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *, keep: int = 2) -> dict[str, Any]:
+    """Copy the (held) generation's files into root/snap-<seq>; returns the manifest. Call inside `held`."""
+    seq = view.checkpoint
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{seq}-{time.monotonic_ns()}"
+    tmp.mkdir()
+    # a transactional copy (MVCC): readers go on, and no CHECKPOINT has to wait for them
+    cur = view.con.cursor()
+    try:
+        db = cur.execute("SELECT current_database()").fetchone()[0]
+        cur.execute(f"ATTACH '{tmp / Path(view.path).name}' AS mneme_snapshot")
+        cur.execute(f'COPY FROM DATABASE "{db}" TO mneme_snapshot')
+        cur.execute("DETACH mneme_snapshot")
+    finally:
+        cur.close()
+    manifest: dict[str, Any] = {"seq": seq, "projection_version": PROJECTION_VERSION, "db": Path(view.path).name,
+                                "created_at": time.time(), "model": None, "vector_seq": None, "vectors": None}  # fmt: skip
+    if vectors is not None and isinstance(vectors.index, EdgeIndex):
+        idx = vectors.index
+        idx.shard.flush()
+        shutil.copytree(idx.path, tmp / idx.path.name)
+        if idx.checkpoint_file.exists():
+            shutil.copy2(idx.checkpoint_file, tmp / idx.checkpoint_file.name)
+        manifest.update(model=vectors.model.name, vector_seq=vectors.checkpoint, vectors=idx.path.name)
+    manifest["files"] = _files(tmp)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    final = root / f"snap-{seq:012d}"
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    for old in sorted(root.glob("snap-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    log.info("snapshot at sequence %d in %s", seq, final)
+    return manifest
+
+
+def valid_snapshot(path: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if manifest.get("projection_version") != PROJECTION_VERSION or _files(path) != manifest.get("files"):
+        return None
+    return manifest
+
+
+def newest_snapshot(root: Path, *, upto: int, model: str | None) -> tuple[Path, dict[str, Any]] | None:
+    """The newest snapshot at or before `upto` for this model whose files hash as its manifest says."""
+    for snap in sorted(root.glob("snap-*"), reverse=True):
+        m = valid_snapshot(snap)
+        if m is None:
+            log.warning("snapshot %s is damaged or of another projection version: skipped", snap)
+            continue
+        if m["seq"] <= upto and (m.get("vector_seq") or 0) <= upto and (model is None or m.get("model") in (None, model)):
+            return snap, m
+    return None
+
+
+def restore_snapshot(snap: Path, manifest: dict[str, Any], target: Path, db_name: str) -> None:
+    """Copy a snapshot's files into an empty generation directory."""
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(snap / manifest["db"], target / db_name)
+    if manifest.get("vectors"):
+        shutil.copytree(snap / manifest["vectors"], target / manifest["vectors"])
+        ck = snap / f"{manifest['vectors']}.checkpoint.json"
+        if ck.exists():
+            shutil.copy2(ck, target / ck.name)
+
+
+def verify_generation(view: MemoriesView, vectors: VectorView | None, target: int) -> dict[str, Any]:
+    """The checks a rebuilt generation passes before it may serve."""
+    cur = view.reader()
+    problems = []
+    if view.checkpoint != target:
+        problems.append(f"rows cover sequence {view.checkpoint}, not {target}")
+    memories = cur.execute("SELECT count(*) FROM memories").fetchone()[0]
+    versions = cur.execute("SELECT count(*) FROM memory_versions").fetchone()[0]
+    open_versions = cur.execute(
+        "SELECT count(*) FROM memory_versions WHERE seq_to IS NULL AND NOT deleted").fetchone()[0]  # fmt: skip
+    if open_versions != memories:
+        problems.append(f"{memories} memories but {open_versions} current versions")
+    stale = cur.execute(
+        "SELECT count(*) FROM memories m LEFT JOIN memory_versions v ON v.id = m.id AND v.version = m.version "
+        "WHERE v.id IS NULL OR v.seq_to IS NOT NULL OR v.deleted OR v.content <> m.content"
+    ).fetchone()[0]
+    if stale:
+        problems.append(f"{stale} memories differ from their latest version")
+    out: dict[str, Any] = {"memories": memories, "versions": versions}
+    if vectors is not None:
+        live_points = vectors.index.count(Where(must=(Cond("seq_to", "range", gte=OPEN),)))
+        all_points = vectors.index.count(Where(must=(Cond("seq_from", "range", gte=1),)))
+        out.update(points=all_points, live_points=live_points, vector_checkpoint=vectors.checkpoint)
+        if vectors.checkpoint != target or vectors.pending_dense:
+            problems.append(f"vectors cover sequence {vectors.checkpoint} ({vectors.pending_dense} without a vector)")
+        if live_points != memories:
+            problems.append(f"{memories} memories but {live_points} current points")
+        nondeleted = cur.execute("SELECT count(*) FROM memory_versions WHERE NOT deleted").fetchone()[0]
+        if all_points != nondeleted:
+            problems.append(f"{nondeleted} versions but {all_points} points")
+    out["ok"] = not problems
+    out["problems"] = problems
+    return out
