@@ -25,6 +25,7 @@ TOOLS = {
     "memory_list", "memory_recent", "memory_prune_expired", "memory_stats",
     "memory_verify", "memory_lock", "memory_unlock", "memory_deprecate", "audit_query",
     "memory_search", "memory_search_keyword", "memory_recall",
+    "memory_history", "memory_diff", "memory_valid", "memory_invalidate", "memory_mark_outdated",
 }  # fmt: skip
 
 
