@@ -113,6 +113,7 @@ class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     fusion: Literal["zscore", "rrf"] = "zscore"
     semantic_weight: float = 0.5  # hybrid: the keyword weight is 1 - semantic_weight
     as_of: AsOf | None = None  # answer as the projection stood then
+    valid_at: UtcTime | None = None  # only memories valid then: valid_from <= t < valid_until
 
 
 class MemoryRow(Struct, frozen=True, kw_only=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from mcp.types import ToolAnnotations
@@ -23,6 +24,12 @@ AsOfArg = Annotated[
     Field(description="Answer as of this moment: a log sequence number (e.g. 1042) or an ISO 8601 time "
                       "(e.g. '2026-11-26T14:02:00Z'; no offset means UTC). Deleted memories reappear as they were, "
                       "later edits vanish, expiry is judged at that time."),
+]  # fmt: skip
+
+ValidAtArg = Annotated[
+    datetime | None,
+    Field(description="Only memories valid at this time (valid_from <= t < valid_until; open ends hold); "
+                      "ISO 8601, no offset means UTC. as_of moves along record time, valid_at along valid time."),
 ]  # fmt: skip
 
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)

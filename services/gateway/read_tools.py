@@ -17,7 +17,20 @@ from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.queries import ListMemories, MemoryStats
 from services.gateway.gateway import Call, Gateway
 from services.gateway.models import AsOfInfo, Memory, MemoryPage, RecentEntry, RecentResult, Stats
-from services.gateway.params import READ, AsOfArg, ContextArg, Kind, Label, MemoryId, Namespace, Path, Store, Tags, Unit
+from services.gateway.params import (
+    READ,
+    AsOfArg,
+    ContextArg,
+    Kind,
+    Label,
+    MemoryId,
+    Namespace,
+    Path,
+    Store,
+    Tags,
+    Unit,
+    ValidAtArg,
+)
 
 HISTORY = 5
 
@@ -75,6 +88,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         sort_by: Literal["created_at", "updated_at", "accessed_at", "importance", "access_count"] = "updated_at",
         sort_order: Literal["asc", "desc"] = "desc",
         as_of: AsOfArg = None,
+        valid_at: ValidAtArg = None,
         context: ContextArg = None,
     ) -> MemoryPage:
         """List memories by store/category or by filters, with pagination (total, has_more) and sorting.
@@ -88,7 +102,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                 recursive=recursive, kind=kind, tags=tuple(tags), category=category, subject=subject,
                 importance_min=importance_min, importance_max=importance_max, status=status,
                 include_expired=include_expired, limit=limit, offset=offset, sort_by=sort_by, sort_order=sort_order,
-                as_of=await gw.as_of(as_of),
+                as_of=await gw.as_of(as_of), valid_at=v.utc(valid_at, "valid_at"),
             )  # fmt: skip
             got = await gw.queries.ask(q)
             now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()

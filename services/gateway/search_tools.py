@@ -12,10 +12,11 @@ from typing import Annotated, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
+from mneme.domain import validation as v
 from schemas.queries import SearchMemories, SearchResult
 from services.gateway.gateway import Call, Gateway
 from services.gateway.models import AsOfInfo, Memory, SearchItem, SearchResults
-from services.gateway.params import READ, AsOfArg, ContextArg, Kind, Label, Namespace, Tags, Unit
+from services.gateway.params import READ, AsOfArg, ContextArg, Kind, Label, Namespace, Tags, Unit, ValidAtArg
 
 Query = Annotated[str, Field(min_length=1, max_length=4096, description="What to look for, in natural language.")]
 Limit = Annotated[int, Field(ge=1, le=100, description="Most results to return.")]
@@ -34,6 +35,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
             rules = (system,) if params.pop("include_rules") and system and system != call.namespace \
                 and call.principal.can_read(system) else ()  # fmt: skip
             params["as_of"] = await gw.as_of(params.get("as_of"))  # type: ignore[arg-type]
+            params["valid_at"] = v.utc(params.get("valid_at"), "valid_at")  # type: ignore[arg-type]
             q = SearchMemories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), mode=mode,
                                rule_namespaces=rules, **params)  # type: ignore[arg-type]  # fmt: skip
             got: SearchResult = await gw.queries.ask(q)
@@ -68,6 +70,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         include_expired: bool = False,
         include_rules: Annotated[bool, Field(description="Also verified rules of your organization.")] = True,
         as_of: AsOfArg = None,
+        valid_at: ValidAtArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
         """Semantic search: memories whose meaning is closest to the query (embedding similarity), with
@@ -75,7 +78,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         return await search(ctx, "memory_search", "semantic", context, namespace, query=query, limit=limit,
                             threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
                             importance_min=importance_min, importance_max=importance_max, status=status,
-                            include_expired=include_expired, include_rules=include_rules, as_of=as_of)  # fmt: skip
+                            include_expired=include_expired, include_rules=include_rules, as_of=as_of, valid_at=valid_at)  # fmt: skip
 
     @mcp.tool(annotations=READ)
     async def memory_search_keyword(
@@ -94,6 +97,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         include_expired: bool = False,
         include_rules: bool = True,
         as_of: AsOfArg = None,
+        valid_at: ValidAtArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
         """Keyword search (BM25 with English stemming): memories containing the query's words, rarer words
@@ -101,7 +105,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         return await search(ctx, "memory_search_keyword", "keyword", context, namespace, query=query, limit=limit,
                             threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
                             importance_min=importance_min, importance_max=importance_max, status=status,
-                            include_expired=include_expired, include_rules=include_rules, as_of=as_of)  # fmt: skip
+                            include_expired=include_expired, include_rules=include_rules, as_of=as_of, valid_at=valid_at)  # fmt: skip
 
     @mcp.tool(annotations=READ)
     async def memory_recall(
@@ -124,6 +128,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         include_expired: bool = False,
         include_rules: bool = True,
         as_of: AsOfArg = None,
+        valid_at: ValidAtArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
         """Hybrid recall: semantic and keyword search fused into one ranking; the best default for
@@ -132,4 +137,4 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                             threshold=threshold, fusion=fusion, semantic_weight=semantic_weight, kind=kind,
                             category=category, subject=subject, tags=tuple(tags), importance_min=importance_min,
                             importance_max=importance_max, status=status, include_expired=include_expired,
-                            include_rules=include_rules, as_of=as_of)  # fmt: skip
+                            include_rules=include_rules, as_of=as_of, valid_at=valid_at)  # fmt: skip

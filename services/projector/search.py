@@ -56,6 +56,9 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
         must.append(Cond("expires_at", "range", gt=now.timestamp()))
     if not q.include_invalid:
         must.append(Cond("valid_until", "range", gt=now.timestamp()))
+    if q.valid_at is not None:  # valid time: from inclusive, until exclusive
+        t = q.valid_at.timestamp()
+        must += [Cond("valid_from", "range", lte=t), Cond("valid_until", "range", gt=t)]
     if q.kind:
         must.append(Cond("kind", "eq", q.kind))
     if q.category:
