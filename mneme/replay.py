@@ -90,7 +90,7 @@ async def replay(
         bound = parse_upto(upto)
         target = head if bound is None else min(head, bound if isinstance(bound, int) else await seq_at(js, bound))
         root = projections_root(core)
-        out = output or (root / BUILDING)
+        out = output or (root / (f"asof-{target}" if frozen else BUILDING))
         settings = {"model": gps.embedding_model if gps.vectors != "off" else None, "upto": target if frozen else None,
                     "projection_version": PROJECTION_VERSION, "vectors": gps.vectors}  # fmt: skip
         meta = out / "generation.json"
