@@ -80,12 +80,19 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+_last_progress: list[tuple[int, int]] = []
+
+
 def _progress(done: int, total: int, seconds: float) -> None:
+    if _last_progress and _last_progress[-1] == (done, total) and done >= total:
+        return  # the final line is printed once
+    _last_progress[:] = [(done, total)]
     rate = done / seconds if seconds > 0 else 0.0
     eta = (total - done) / rate if rate > 0 else 0.0
     width = 30
     filled = int(width * done / total) if total else width
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} events  {rate:,.0f}/s  ETA {eta:,.0f}s")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} events  {rate:,.0f}/s  "
+                     f"ETA {eta:,.0f}s")  # fmt: skip
     sys.stderr.flush()
     if done >= total:
         sys.stderr.write("\n")
