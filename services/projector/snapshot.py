@@ -66,6 +66,7 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
     manifest: dict[str, Any] = {"seq": seq, "projection_version": PROJECTION_VERSION, "db": Path(view.path).name,
                                 "created_at": time.time(), "model": None, "vector_seq": None, "vectors": None}  # fmt: skip
     if vectors is not None and isinstance(vectors.index, EdgeIndex):
+        vectors.save()  # flushes the shard and writes the position it covers
         idx = vectors.index
         idx.shard.flush()
         shutil.copytree(idx.path, tmp / idx.path.name)
