@@ -242,6 +242,9 @@ async def until_stopped(main: Awaitable[None]) -> None:
 async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings) -> None:
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
+        log_nc = await connect(str(nc.connected_url.geturl()) if nc.connected_url else core.nats_url or "",
+                               "mneme-serve-log")  # fmt: skip
+        stack.push_async_callback(close_nats, log_nc)
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
         view = open_view(core, ps)
@@ -251,7 +254,7 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
                               also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),),
                               vectors=vectors, vector_batch_max=ps.vector_batch_max, control_id=control_id(core),
                               opener=opener(core, ps, vectors), snapshots=core.data_dir / "snapshots",
-                              snapshot_every=ps.snapshot_every)  # fmt: skip
+                              snapshot_every=ps.snapshot_every, log_nc=log_nc)  # fmt: skip
         stack.callback(lambda: close_generation(projector.gen))  # (the serving one: a replay may have swapped it)
         await projector.start()
         stack.push_async_callback(projector.stop)
@@ -272,12 +275,14 @@ async def projector(
 ) -> None:  # fmt: skip
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
+        log_nc = await connect(core.nats_url or "", "mneme-projector-log")
+        stack.push_async_callback(close_nats, log_nc)
         view = open_view(core, ps, fresh=rebuild)
         vectors = open_vectors(core, ps, fresh=rebuild)
         proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
                          vectors=vectors, vector_batch_max=ps.vector_batch_max, control_id=control_id(core),
                          opener=opener(core, ps, vectors), snapshots=core.data_dir / "snapshots",
-                         snapshot_every=ps.snapshot_every)  # fmt: skip
+                         snapshot_every=ps.snapshot_every, log_nc=log_nc)  # fmt: skip
         stack.callback(lambda: close_generation(proj.gen))
         await proj.start()
         stack.push_async_callback(proj.stop)

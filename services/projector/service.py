@@ -89,15 +89,18 @@ class Projector:
         access: bool = True,
         snapshots: Path | None = None,
         snapshot_every: int = 0,
+        log_nc: NATS | None = None,
     ):
         """`also` / `also_access`: more sinks fed by the same followers of the event log and of the
         access stream (in `mneme serve`, the audit trail): one delivery, one decode.
         `control_id` + `opener`: listen for `swap` requests from `mneme replay` on mneme.ctl.<control_id>.swap
         and open the generation it names with `opener(path)`.
         `stop_at`: fold the log only up to this sequence (a point-in-time copy); `access`: fold access records.
-        `snapshots` / `snapshot_every`: write a snapshot there every so many events (and on request)."""
+        `snapshots` / `snapshot_every`: write a snapshot there every so many events (and on request).
+        `log_nc`: a second connection for the followers, so a catch-up that overruns the server's buffer for
+        its connection (a slow consumer, disconnected and resumed) never takes the query path with it."""
         self.nc = nc
-        self.js = nc.jetstream()
+        self.js = (log_nc or nc).jetstream()
         self.wait_timeout = wait_timeout
         self.batch_max, self.linger, self.vector_batch_max = batch_max, linger, vector_batch_max
         self.also, self.also_access = also, also_access
