@@ -23,7 +23,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,9 @@ BUILDING = "building"
 async def seq_at(js: JetStreamContext, t: datetime) -> int:
     """The last sequence the log recorded at or before `t` (0: nothing yet)."""
     head = (await js.stream_info(S.EVENTS_STREAM)).state.last_seq
-    cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=t)
+    # the stream keeps nanoseconds, mneme reports microseconds: a sequence recorded within the microsecond
+    # `t` names is at or before it
+    cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=t + timedelta(microseconds=1))
     sub = await js.subscribe(S.EVENTS_SUBJECTS, stream=S.EVENTS_STREAM, ordered_consumer=True, config=cfg)
     try:
         msg = await sub.next_msg(timeout=1.0)

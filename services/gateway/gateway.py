@@ -221,6 +221,8 @@ class Gateway:
             return None
         if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
             seq = int(value)
+            if seq < 0:
+                raise InvalidInput("as_of", "a log sequence is 0 or more")
             head = await self.log.last_seq()
             if seq > head:
                 raise InvalidInput("as_of", f"sequence {seq} is beyond the head of the log ({head})")

@@ -204,6 +204,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         async def go(call: Call) -> LifecycleResult:
             successor = None
             if superseded_by is not None:  # it must be a memory the caller can see in the same namespace
+                v.memory_id(superseded_by, "superseded_by")
                 try:
                     successor = (await gw.resolve(call.namespace, superseded_by, None, None, await gw.min_seq())).memory.id
                 except MemoryNotFound:
