@@ -111,6 +111,17 @@ def set_current(core: CoreSettings, gen_dir: Path) -> None:
     os.replace(tmp, root / CURRENT)
 
 
+def serving_settings(core: CoreSettings, ps: ProjectorSettings) -> ProjectorSettings:
+    """The settings the serving generation was built with: after `mneme replay --model M`, its model."""
+    meta = projection_dir(core) / "generation.json"
+    if meta.exists():
+        model = json.loads(meta.read_text()).get("model")
+        if model and model != ps.embedding_model:
+            log.info("the serving generation was embedded with %s: using it (not %s)", model, ps.embedding_model)
+            return ps.model_copy(update={"embedding_model": model})
+    return ps
+
+
 def control_id(core: CoreSettings) -> str:
     """The name a projector listens on for operator requests: derived from its data directory."""
     return hashlib.sha256(str(core.data_dir.resolve()).encode()).hexdigest()[:16]
@@ -240,6 +251,7 @@ async def until_stopped(main: Awaitable[None]) -> None:
 
 
 async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings) -> None:
+    ps = serving_settings(core, ps)
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
         log_nc = await connect(str(nc.connected_url.geturl()) if nc.connected_url else core.nats_url or "",
@@ -273,6 +285,7 @@ async def projector(
     core: CoreSettings, ps: ProjectorSettings, *, rebuild: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> None:  # fmt: skip
+    ps = serving_settings(core, ps)
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
         log_nc = await connect(core.nats_url or "", "mneme-projector-log")

@@ -601,3 +601,23 @@ async def test_a_schema_1_move_is_upcast_live_and_in_a_replay(tmp_path: Path, na
         assert (then["path"], then["version"]) == ("projects/mneme/adr/0001-event-log", 2)
     finally:
         await stack.close()
+
+
+async def test_replay_with_another_model_re_embeds_and_serves_it_after_a_restart(stack: Stack) -> None:
+    """`mneme replay --model M`: the new generation is embedded with M, the live projector swaps to it only
+    once M answers, and a restart keeps serving M (the generation's model, not the setting's)."""
+    from mneme.runtime import serving_settings
+
+    ns = "replay/model"
+    a = await stack.call("memory_add", namespace=ns, content="The user drinks green tea every morning")
+    await stack.call("memory_add", namespace=ns, content="The build server runs on Fridays")
+    before = await stack.call("memory_search", namespace=ns, query="favourite morning drink", limit=1)
+    assert before["model"] == "paraphrase-MiniLM-L3-v2"
+    core = core_of(stack)
+    result = await replay(core, ProjectorSettings(), model="minilm-l6-int8")
+    assert result["verify"]["ok"] and result["model"] == "minilm-l6-int8" and result["swap"]["live"], result
+    assert result["embedded"] >= 2  # nothing of this model was cached: it ran
+    after = await stack.call("memory_search", namespace=ns, query="favourite morning drink", limit=1)  # no sleep
+    assert after["model"] == "all-MiniLM-L6-v2-int8" and after["results"][0]["id"] == a["id"], after
+    assert serving_settings(core, ProjectorSettings()).embedding_model == "minilm-l6-int8"
+    assert (projection_dir(core) / "vectors-minilm-l6-int8").is_dir()

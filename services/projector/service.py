@@ -210,8 +210,9 @@ class Projector:
             old = self.gen
             new = self.generation(view, vectors)  # its own followers; the trail stays with the old ones
             await new.start()
-            if vectors is not None:
-                self._spawn(self._fill_when_model_ready(vectors))
+            if vectors is not None:  # a new model (a replay --model) answers semantic search before it serves
+                await asyncio.to_thread(vectors.model.wait, 600)
+                await asyncio.to_thread(vectors.fill_pending)
             while True:
                 head = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
                 if await new.caught_up(head, 60) and head == (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq:
