@@ -69,8 +69,10 @@ class LogFollower:
         subjects: str = S.EVENTS_SUBJECTS,
         decode: Callable[[bytes], Any] = decode_envelope,
         stop_at: int | None = None,
+        pending_msgs_limit: int | None = None,
     ):
-        """`stop_at`: fold nothing past this sequence (a point-in-time copy of the log)."""
+        """`stop_at`: fold nothing past this sequence (a point-in-time copy of the log).
+        `pending_msgs_limit`: nats-py's buffer of undelivered messages (tests make it small to force drops)."""
         self.js = js
         self.stream, self.subjects, self.decode = stream, subjects, decode
         self.sink = sink
@@ -82,6 +84,13 @@ class LogFollower:
         self._wake = asyncio.Event()
         self._commit_asked = False
         self.stop_at = stop_at
+        self.pending_msgs_limit = pending_msgs_limit
+        self._last_seen = 0
+        self._accept_any = True
+        self._resync_from: int | None = None
+        self.resyncs = 0
+        self.idle_check = 2.0  # seconds without a message before the tail of the stream is checked
+        self._last_arrival = 0.0
         self._paused = 0
         self._pending = 0
         self._first_pending = 0.0
@@ -95,18 +104,69 @@ class LogFollower:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="log-follower")
-        cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self.committed + 1)
+        await self._subscribe(self.committed + 1)
+
+    async def _subscribe(self, start: int) -> None:
+        cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+        self._last_seen = start - 1
+        self._accept_any = True  # the first message may be past a hole the stream really has
         # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
         # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
+        extra = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}
         self._sub = await self.js.subscribe(
             self.subjects, stream=self.stream, cb=self._on_msg, ordered_consumer=True, config=cfg, idle_heartbeat=1.0,
-        )
+            **extra,
+        )  # fmt: skip
 
     async def _on_msg(self, msg: Msg) -> None:
-        if self.stop_at is not None and msg.metadata.sequence.stream > self.stop_at:
+        seq = msg.metadata.sequence.stream
+        if self._resync_from is not None or seq <= self._last_seen:
+            return  # a gap was seen: everything until the new subscription is ignored (and refetched)
+        if seq != self._last_seen + 1 and not self._accept_any:
+            # nats-py dropped messages (its pending buffer overflowed: it answers flow control on arrival,
+            # so the server does not wait for us) and the ordered consumer does not notice: fetch again
+            # from the first missing sequence.
+            log.warning("%s: sequences %d..%d were lost in delivery; fetching again from %d",
+                        self.stream, self._last_seen + 1, seq - 1, self._last_seen + 1)  # fmt: skip
+            self._resync_from = self._last_seen + 1
+            self.resyncs += 1
+            self._wake.set()
+            return
+        self._accept_any = False
+        self._last_seen = seq
+        self._last_arrival = asyncio.get_running_loop().time()
+        if self.stop_at is not None and seq > self.stop_at:
             return  # past the point in time being rebuilt
         await self._queue.put(msg)
         self._wake.set()
+
+    async def _check_tail(self) -> None:
+        """Nothing arrived for a while: if the stream holds more than we have seen, the last messages were
+        dropped in delivery (no later message will reveal that gap): fetch again."""
+        self._last_arrival = asyncio.get_running_loop().time()
+        if self._resync_from is not None or self._sub is None:
+            return
+        try:
+            head = (await self.js.stream_info(self.stream)).state.last_seq
+        except Exception:  # noqa: BLE001 - NATS unreachable: the ordered consumer reconnects by itself
+            return
+        if self.stop_at is not None:
+            head = min(head, self.stop_at)
+        if head > self._last_seen:
+            log.warning("%s: delivery stopped at %d of %d; fetching again", self.stream, self._last_seen, head)
+            self._resync_from = self._last_seen + 1
+            self.resyncs += 1
+
+    async def _resync(self) -> None:
+        start = self._resync_from
+        assert start is not None
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - the connection may be gone; the new subscription decides
+                log.debug("unsubscribe before a resync failed", exc_info=True)
+        self._resync_from = None
+        await self._subscribe(start)
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
@@ -175,14 +235,16 @@ class LogFollower:
         while True:
             self._wake.clear()
             if self._queue.empty() and (not self._commit_asked or self._paused):
-                timeout = None
+                timeout: float | None = self.idle_check
                 if self._pending and not self._paused:
-                    timeout = self._first_pending + self.linger - loop.time()
-                if timeout is None or timeout > 0:
+                    timeout = min(self.idle_check, self._first_pending + self.linger - loop.time())
+                if timeout > 0:
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout)
                     except asyncio.TimeoutError:
                         pass
+                if self._queue.empty() and loop.time() - self._last_arrival >= self.idle_check:
+                    await self._check_tail()
             batch: list[Msg] = []
             while len(batch) < self.batch_max:
                 try:
@@ -200,6 +262,8 @@ class LogFollower:
             due = due or (self._pending > 0 and loop.time() - self._first_pending >= self.linger)
             if self._paused:
                 due = False
+            if self._resync_from is not None and self._queue.empty():
+                await self._resync()  # everything before the gap is staged; fetch from the first missing one
             if self._pending and due:
                 self._commit_asked = False
                 self._pending = 0
