@@ -30,6 +30,7 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from schemas import subjects as S
 from schemas.events import decode_envelope
@@ -86,10 +87,11 @@ class LogFollower:
         self.stop_at = stop_at
         self.pending_msgs_limit = pending_msgs_limit
         self._last_seen = 0
-        self._accept_any = True
         self._resync_from: int | None = None
         self.resyncs = 0
         self.idle_check = 2.0  # seconds without a message before the tail of the stream is checked
+        self._stopping = False
+        self._sub_gen = 0
         self._last_arrival = 0.0
         self._paused = 0
         self._pending = 0
@@ -109,12 +111,18 @@ class LogFollower:
     async def _subscribe(self, start: int) -> None:
         cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
         self._last_seen = start - 1
-        self._accept_any = True  # the first message may be past a hole the stream really has
         # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
         # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
         extra = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}
+        self._sub_gen += 1
+        gen = self._sub_gen
+
+        async def on_msg(msg: Msg) -> None:
+            if gen == self._sub_gen:  # a message still in flight from a replaced subscription is not ours
+                await self._on_msg(msg)
+
         self._sub = await self.js.subscribe(
-            self.subjects, stream=self.stream, cb=self._on_msg, ordered_consumer=True, config=cfg, idle_heartbeat=1.0,
+            self.subjects, stream=self.stream, cb=on_msg, ordered_consumer=True, config=cfg, idle_heartbeat=1.0,
             **extra,
         )  # fmt: skip
 
@@ -122,7 +130,7 @@ class LogFollower:
         seq = msg.metadata.sequence.stream
         if self._resync_from is not None or seq <= self._last_seen:
             return  # a gap was seen: everything until the new subscription is ignored (and refetched)
-        if seq != self._last_seen + 1 and not self._accept_any:
+        if seq != self._last_seen + 1 and not await self._is_hole(self._last_seen + 1):
             # nats-py dropped messages (its pending buffer overflowed: it answers flow control on arrival,
             # so the server does not wait for us) and the ordered consumer does not notice: fetch again
             # from the first missing sequence.
@@ -132,19 +140,29 @@ class LogFollower:
             self.resyncs += 1
             self._wake.set()
             return
-        self._accept_any = False
-        self._last_seen = seq
         self._last_arrival = asyncio.get_running_loop().time()
-        if self.stop_at is not None and seq > self.stop_at:
-            return  # past the point in time being rebuilt
-        await self._queue.put(msg)
+        if self.stop_at is None or seq <= self.stop_at:  # (past stop_at: not folded in a point-in-time copy)
+            # a put that never completes (nats-py cancels a callback when it resets its ordered consumer)
+            # must not count as seen: the next message then reveals the gap
+            await self._queue.put(msg)
+        self._last_seen = seq
         self._wake.set()
+
+    async def _is_hole(self, seq: int) -> bool:
+        """True when the stream itself has no message at `seq` (deleted or purged), so skipping it is right."""
+        try:
+            await self.js.get_msg(self.stream, seq=seq)
+        except NotFoundError:
+            return True
+        except Exception:  # noqa: BLE001 - cannot tell: fetch again, which is always safe
+            return False
+        return False
 
     async def _check_tail(self) -> None:
         """Nothing arrived for a while: if the stream holds more than we have seen, the last messages were
         dropped in delivery (no later message will reveal that gap): fetch again."""
         self._last_arrival = asyncio.get_running_loop().time()
-        if self._resync_from is not None or self._sub is None:
+        if self._resync_from is not None or self._sub is None or self._stopping:
             return
         try:
             head = (await self.js.stream_info(self.stream)).state.last_seq
@@ -160,6 +178,8 @@ class LogFollower:
     async def _resync(self) -> None:
         start = self._resync_from
         assert start is not None
+        if self._stopping:  # stop() has unsubscribed: no new subscription
+            return
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
@@ -181,6 +201,7 @@ class LogFollower:
 
     async def stop(self) -> None:
         """Stop delivery, stage and commit what has arrived, then end the loop."""
+        self._stopping = True
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
