@@ -142,8 +142,9 @@ class LogFollower:
             return
         self._last_arrival = asyncio.get_running_loop().time()
         if self.stop_at is None or seq <= self.stop_at:  # (past stop_at: not folded in a point-in-time copy)
-            # a put that never completes (nats-py cancels a callback when it resets its ordered consumer)
-            # must not count as seen: the next message then reveals the gap
+            # a put that never completes (the callback was abandoned: observed as exactly one lost sequence,
+            # queue_max + 1, in tests/test_follow_gaps.py; the nats-py path not pinned down) must not count
+            # as seen, so the next message reveals the gap
             await self._queue.put(msg)
         self._last_seen = seq
         self._wake.set()

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from mneme.embed_cache import EmbeddingCache, text_key
+from mneme.domain import validation as v
 from mneme.embedding import ModelHandle
 from mneme.errors import InvalidInput
 from schemas.queries import AsOfResolved, SearchHit, SearchMemories, SearchResult
@@ -65,8 +66,8 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
         must.append(Cond("category", "eq", q.category))
     if q.subject:
         must.append(Cond("subject", "eq", normalize_subject(q.subject)))
-    for t in q.tags:  # stored tags are trimmed and lower-cased (mneme/domain/validation.py)
-        must.append(Cond("tags", "eq", t.strip().lower()))
+    for t in v.tags(q.tags):  # normalised as stored tags are
+        must.append(Cond("tags", "eq", t))
     if q.importance_min is not None or q.importance_max is not None:
         must.append(Cond("importance", "range", gte=q.importance_min, lte=q.importance_max))
     return Where(must=tuple(must))
@@ -94,16 +95,15 @@ class Searcher:
         now = at.time if at is not None and at.time is not None else q.now
         where = where_of(q, now, at)
         fetch = max(FETCH_MIN, q.limit * 5)
-        searches = []
+        searches: dict[str, Search] = {}  # retriever -> its query; one batched call runs them all
         if q.mode in ("semantic", "hybrid"):
-            searches.append(Search("dense", self.query_vector(text), where, fetch))
+            searches["dense"] = Search("dense", self.query_vector(text), where, fetch)
         if q.mode in ("keyword", "hybrid"):
             sparse = self.bm25.query(text)
-            if sparse[0]:
-                searches.append(Search("bm25", sparse, where, fetch))
-        results = self.index.search(searches) if searches else []
-        dense = results[0] if q.mode != "keyword" else []
-        keyword = results[-1] if q.mode != "semantic" and len(results) > (q.mode == "hybrid") else []
+            if sparse[0]:  # (a query of stop words only has no keyword retriever)
+                searches["bm25"] = Search("bm25", sparse, where, fetch)
+        found = dict(zip(searches, self.index.search(list(searches.values())), strict=True)) if searches else {}
+        dense, keyword = found.get("dense", []), found.get("bm25", [])
         if q.mode == "semantic":
             scored = {h.id: (max(h.score, 0.0), h) for h in dense}
         elif q.mode == "keyword":

@@ -135,9 +135,9 @@ class EdgeIndex:
     def _point(self, p: VPoint) -> Any:
         vec: dict[str, Any] = {}
         if p.dense is not None:
-            vec[DENSE] = list(p.dense)
+            vec[DENSE] = p.dense  # (already a list: no copy per point)
         if p.sparse is not None:
-            vec[SPARSE] = self.q.SparseVector(indices=list(p.sparse[0]), values=list(p.sparse[1]))
+            vec[SPARSE] = self.q.SparseVector(indices=p.sparse[0], values=p.sparse[1])
         return self.q.Point(id=p.id, vector=vec, payload=p.payload)
 
     def upsert(self, points: list[VPoint]) -> None:
@@ -261,9 +261,9 @@ class ClientIndex:
     def _point(self, p: VPoint) -> Any:
         vec: dict[str, Any] = {}
         if p.dense is not None:
-            vec[DENSE] = list(p.dense)
+            vec[DENSE] = p.dense  # (already a list: no copy per point)
         if p.sparse is not None:
-            vec[SPARSE] = self.m.SparseVector(indices=list(p.sparse[0]), values=list(p.sparse[1]))
+            vec[SPARSE] = self.m.SparseVector(indices=p.sparse[0], values=p.sparse[1])
         return self.m.PointStruct(id=p.id, vector=vec, payload=p.payload)
 
     def upsert(self, points: list[VPoint]) -> None:
