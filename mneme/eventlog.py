@@ -63,12 +63,15 @@ class EventLog:
         self.connected = connected or (lambda: True)
 
     async def append(
-        self, subject: str, data: bytes, *, msg_id: str, expected_seq: int, expected_subject: str | None = None
-    ) -> tuple[int, bool]:
-        """Publish one event. Returns (stream sequence, duplicate)."""
+        self, subject: str, data: bytes, *, msg_id: str, expected_seq: int, expected_subject: str | None = None,
+        digest: str | None = None,
+    ) -> tuple[int, bool]:  # fmt: skip
+        """Publish one event. Returns (stream sequence, duplicate). `digest` names the request's arguments."""
         if not self.connected():  # fail fast instead of queueing a write behind a reconnect
             raise Unavailable("NATS is unreachable: the write was not sent; retry with the same request_id")
         headers = {S.HDR_MSG_ID: msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: str(expected_seq)}
+        if digest:
+            headers[S.HDR_REQUEST_DIGEST] = digest
         if expected_subject:
             headers[S.HDR_EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = expected_subject
         try:
@@ -105,6 +108,16 @@ class EventLog:
             if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:
                 return msg.seq
         return None
+
+    async def header(self, seq: int, name: str) -> str | None:
+        """One header of the message at `seq` (None when it has none, or the message is gone)."""
+        try:
+            msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq, direct=True)
+        except NotFoundError:
+            return None
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+            raise Unavailable("the event log (NATS JetStream) did not answer") from None
+        return (msg.headers or {}).get(name)
 
     async def last_seq(self) -> int:
         try:

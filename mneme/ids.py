@@ -22,6 +22,12 @@ def _v4_from(text: str) -> str:
     return str(uuid.UUID(bytes=bytes(digest)))
 
 
+def request_key(agent_id: str, operation: str, request_id: str) -> str:
+    """An idempotency key is scoped per principal and operation: two agents' "r-1" are two requests, and so
+    are one agent's "r-1" for a create and for an update."""
+    return f"{agent_id}/{operation}/{request_id}"
+
+
 def memory_id_for(namespace: str, request_id: str) -> str:
     return _v4_from(f"mneme/memory/{namespace}/{request_id}")
 

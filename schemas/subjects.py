@@ -23,6 +23,8 @@ AUDITOR_QUEUE = "mneme-auditors"
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 HDR_EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+# SHA-256 of the command a request id was first used for: the same key with other arguments is refused.
+HDR_REQUEST_DIGEST = "Mneme-Request-Digest"
 
 # JetStream API error code for a failed expected-last-(subject-)sequence check.
 ERR_WRONG_LAST_SEQUENCE = 10071

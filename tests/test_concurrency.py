@@ -28,9 +28,10 @@ class Remote:
         return result_of(await self.s.call_tool(tool, args))
 
 
-async def two_gateways(stack: Stack, es: AsyncExitStack) -> tuple[Remote, Remote]:
+async def two_gateways(stack: Stack, es: AsyncExitStack, agents: tuple[str, str] = ("gw-a", "gw-b")
+                       ) -> tuple[Remote, Remote]:  # fmt: skip
     out = []
-    for name in ("gw-a", "gw-b"):
+    for name in agents:
         r, w = await es.enter_async_context(
             stdio_client(gateway_params(stack.url, env={"MNEME_GATEWAY_AGENT_ID": name}))
         )
@@ -125,9 +126,10 @@ async def test_same_request_id_creates_one_memory(stack: Stack) -> None:
 
 
 async def test_retry_through_another_gateway_is_one_event(stack: Stack) -> None:
-    """The same request id sent through two gateways at once (a client retrying elsewhere)."""
+    """The same request id sent through two gateways at once (a client retrying elsewhere: the same principal;
+    another principal's request id is another request)."""
     async with AsyncExitStack() as es:
-        a, b = await two_gateways(stack, es)
+        a, b = await two_gateways(stack, es, agents=("client", "client"))
         for i in range(10):
             rid = f"retry-{i}"
             res = await asyncio.gather(

@@ -8,6 +8,7 @@ of times (invariant 4). It never writes a read model (invariant 1).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,9 +18,9 @@ import msgspec
 
 from mneme.domain import decider
 from mneme.domain.state import MemoryState, evolve
-from mneme.errors import ConcurrencyConflict, MemoryNotFound, MnemeError
+from mneme.errors import ConcurrencyConflict, IdempotencyKeyReused, MemoryNotFound, MnemeError
 from mneme.eventlog import EventLog, WrongLastSequence
-from mneme.ids import event_id_for, memory_id_for
+from mneme.ids import event_id_for, memory_id_for, request_key
 from schemas import subjects as S
 from schemas.commands import (
     CreateMemory,
@@ -38,6 +39,32 @@ from schemas.queries import GetMemory, PathOwner
 from services.gateway.queries import QueryClient
 
 Clock = Callable[[], datetime]
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+Command = (CreateMemory | UpdateMemory | MoveMemory | DeleteMemory | RestoreMemory | VerifyMemory | LockMemory
+           | UnlockMemory | DeprecateMemory | InvalidateMemory)  # fmt: skip
+# the operation a request id is scoped to (with the principal): one agent's "r-1" for an add and for an update
+# are two requests
+OPERATION = {CreateMemory: "add", UpdateMemory: "update", MoveMemory: "move", DeleteMemory: "delete",
+             RestoreMemory: "restore", VerifyMemory: "verify", LockMemory: "lock", UnlockMemory: "unlock",
+             DeprecateMemory: "deprecate", InvalidateMemory: "invalidate"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request's identity: its scoped idempotency key and the digest of its arguments."""
+
+    request_id: str
+    operation: str
+    key: str
+    digest: str
+
+    @classmethod
+    def of(cls, cmd: Command, actor: Actor, request_id: str) -> Request:
+        op = OPERATION[type(cmd)]
+        if isinstance(cmd, InvalidateMemory):  # `at` is the gateway's clock, not an argument: a retry differs there
+            cmd = msgspec.structs.replace(cmd, at=_EPOCH)
+        body = msgspec.json.encode(cmd, order="sorted")
+        return cls(request_id, op, request_key(actor.agent_id, op, request_id), hashlib.sha256(body).hexdigest())
 
 
 def utc_now() -> datetime:
@@ -118,9 +145,10 @@ class CommandService:
         self, cmd: CreateMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
     ) -> Written:
         ns = cmd.namespace
-        memory_id = memory_id_for(ns, request_id)
+        req = Request.of(cmd, actor, request_id)
+        memory_id = memory_id_for(ns, req.key)
         subject = S.memory_subject(ns, cmd.store, memory_id)
-        msg_id = f"{request_id}:{memory_id}"
+        msg_id = f"{req.key}:{memory_id}"
 
         async def attempt(min_seq: int) -> Written:
             owner, expected, expected_subject = None, 0, None
@@ -131,7 +159,8 @@ class CommandService:
                     PathOwner(namespace=ns, now=self.clock(), min_seq=min_seq, store=cmd.store, path=cmd.path)
                 )
                 if po.memory_id == memory_id:  # this very request landed before: answer as a retry
-                    return await self._replay_of(ns, memory_id, min_seq)
+                    landed = await self.log.landed(subject, 0, msg_id)
+                    return await self._replay_of(ns, memory_id, landed or min_seq, req)
                 owner, expected, expected_subject = po.memory_id, po.store_seq, S.store_filter(ns, cmd.store)
             event = decider.decide_create(cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content,
                                           actor=actor)  # fmt: skip
@@ -139,22 +168,22 @@ class CommandService:
             try:
                 seq, dup = await self._append_claim(
                     subject, encode_envelope(env), msg_id=msg_id, expected=expected, expected_subject=expected_subject,
-                    memory_id=memory_id, path=cmd.path,
+                    memory_id=memory_id, path=cmd.path, digest=req.digest,
                 )  # fmt: skip
             except WrongLastSequence:
                 landed = await self.log.landed(subject, 0, msg_id)
                 if landed is not None:
-                    return await self._replay_of(ns, memory_id, landed)
+                    return await self._replay_of(ns, memory_id, landed, req)
                 raise
             if dup:
-                return await self._replay_of(ns, memory_id, seq)
+                return await self._replay_of(ns, memory_id, seq, req)
             return Written(evolve(None, env, seq), seq, event)
 
         return await self._retrying(attempt, min_seq, request_id)
 
     async def _append_claim(
         self, subject: str, data: bytes, *, msg_id: str, expected: int, expected_subject: str | None,
-        memory_id: str, path: str | None,
+        memory_id: str, path: str | None, digest: str,
     ) -> tuple[int, bool]:  # fmt: skip
         """Append; when a path claim loses only to events that cannot matter to it, retry at once.
 
@@ -166,7 +195,7 @@ class CommandService:
         for _ in range(8):
             try:
                 return await self.log.append(subject, data, msg_id=msg_id, expected_seq=expected,
-                                             expected_subject=expected_subject)  # fmt: skip
+                                             expected_subject=expected_subject, digest=digest)  # fmt: skip
             except WrongLastSequence as lost:
                 if expected_subject is None or path is None or lost.last_seq <= expected:
                     raise
@@ -198,14 +227,18 @@ class CommandService:
                 return False
         return True
 
-    async def _replay_of(self, ns: str, memory_id: str, seq: int) -> Written:
+    async def _replay_of(self, ns: str, memory_id: str, seq: int, req: Request) -> Written:
+        """A request that landed before: a retry if its arguments are the same, else the key was reused.
+        (Events written before digests were recorded carry none: they are taken as retries.)"""
+        stored = await self.log.header(seq, S.HDR_REQUEST_DIGEST)
+        if stored is not None and stored != req.digest:
+            raise IdempotencyKeyReused(req.request_id, req.operation, memory_id, seq)
         state = await self._load(ns, memory_id, seq)
         return Written(state, seq, None, duplicate=True)
 
     async def _change(
         self,
-        ns: str,
-        memory_id: str,
+        cmd: Command,
         decide: Callable[[MemoryState | None, str | None], AnyEvent | None],
         *,
         actor: Actor,
@@ -215,7 +248,9 @@ class CommandService:
         new_path: str | None = None,
     ) -> Written:
         """Load → decide → append for an existing memory. `new_path` claims a path (move)."""
-        msg_id = f"{request_id}:{memory_id}"
+        ns, memory_id = cmd.namespace, cmd.memory_id
+        req = Request.of(cmd, actor, request_id)
+        msg_id = f"{req.key}:{memory_id}"
 
         async def attempt(min_seq: int) -> Written:
             state = await self._load(ns, memory_id, min_seq)
@@ -236,15 +271,15 @@ class CommandService:
             try:
                 seq, dup = await self._append_claim(
                     subject, encode_envelope(env), msg_id=msg_id, expected=expected, expected_subject=expected_subject,
-                    memory_id=memory_id, path=new_path,
+                    memory_id=memory_id, path=new_path, digest=req.digest,
                 )  # fmt: skip
             except WrongLastSequence:
                 landed = await self.log.landed(subject, state.last_seq, msg_id)
                 if landed is not None:
-                    return await self._replay_of(ns, memory_id, landed)
+                    return await self._replay_of(ns, memory_id, landed, req)
                 raise
             if dup:
-                return await self._replay_of(ns, memory_id, seq)
+                return await self._replay_of(ns, memory_id, seq, req)
             return Written(evolve(state, env, seq), seq, event)
 
         return await self._retrying(attempt, min_seq, request_id)
@@ -252,28 +287,28 @@ class CommandService:
     async def update(self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                      correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content, actor=actor),
+            cmd, lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content, actor=actor),
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip
 
     async def move(self, cmd: MoveMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                    correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, owner: decider.decide_move(st, cmd, path_owner=owner, actor=actor),
+            cmd, lambda st, owner: decider.decide_move(st, cmd, path_owner=owner, actor=actor),
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id, new_path=cmd.to_path,
         )  # fmt: skip
 
     async def delete(self, cmd: DeleteMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                      correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_delete(st, cmd, actor=actor),
+            cmd, lambda st, _: decider.decide_delete(st, cmd, actor=actor),
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip
 
     async def restore(self, cmd: RestoreMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
                       correlation_id: str | None = None) -> Written:  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, _: decider.decide_restore(st, cmd, actor=actor),
+            cmd, lambda st, _: decider.decide_restore(st, cmd, actor=actor),
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip
 
@@ -287,6 +322,6 @@ class CommandService:
             InvalidateMemory: decider.decide_invalidate,
         }[type(cmd)]  # fmt: skip
         return await self._change(
-            cmd.namespace, cmd.memory_id, lambda st, _: decide(st, cmd, actor=actor),  # type: ignore[operator]
+            cmd, lambda st, _: decide(st, cmd, actor=actor),  # type: ignore[operator]
             actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
         )  # fmt: skip

@@ -32,6 +32,9 @@ ValidAtArg = Annotated[
                       "ISO 8601, no offset means UTC. as_of moves along record time, valid_at along valid time."),
 ]  # fmt: skip
 
+# Hints must hold for a tool called with its defaults: memory_add without a request_id creates a new memory
+# on every call, so it is not idempotent (a client that retries idempotent tools would duplicate memories).
+CREATE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)

@@ -21,6 +21,7 @@ from schemas.queries import ExpiredMemories
 from services.gateway.gateway import Call, Gateway
 from services.gateway.models import AddResult, DeleteResult, Memory, MoveResult, PruneResult, UpdateResult
 from services.gateway.params import (
+    CREATE,
     DESTRUCTIVE,
     WRITE,
     Citations,
@@ -38,7 +39,7 @@ from services.gateway.params import (
 
 
 def register(mcp: MCPServer, gw: Gateway) -> None:
-    @mcp.tool(annotations=WRITE)
+    @mcp.tool(annotations=CREATE)
     async def memory_add(
         ctx: Context,
         content: Annotated[str, Field(min_length=1, description="The memory text.")],
