@@ -34,8 +34,13 @@ class InvalidInput(MnemeError):
 class MemoryNotFound(MnemeError):
     code = "MEMORY_NOT_FOUND"
 
-    def __init__(self, ref: str):
-        super().__init__(f"Memory not found: {ref}")
+    def __init__(self, ref: str, *, expired_at: str | None = None):
+        if expired_at is None:
+            super().__init__(f"Memory not found: {ref}")
+        else:  # hidden, not gone: the tools that take include_expired show it, and it keeps its path
+            super().__init__(f"Memory not found: {ref} expired at {expired_at} (include_expired=true shows it; "
+                             "it keeps its path until memory_prune_expired or a permanent delete)",
+                             details={"expired_at": expired_at})  # fmt: skip
 
 
 class PathExists(MnemeError):
@@ -43,7 +48,8 @@ class PathExists(MnemeError):
 
     def __init__(self, store: str, path: str, memory_id: str | None = None, field: str = "path"):
         super().__init__(
-            f"A memory already exists at {store}:{path}",
+            f"A memory already exists at {store}:{path} (an expired memory keeps its path until "
+            "memory_prune_expired or a permanent delete)",
             field=field,
             details={"memory_id": memory_id} if memory_id else None,
         )
@@ -86,6 +92,19 @@ class InvalidContext(MnemeError):
 
     def __init__(self, message: str, field: str | None = "context"):
         super().__init__(message, field=field)
+
+
+class IdempotencyKeyReused(MnemeError):
+    """The same request id, by the same principal for the same operation, with different arguments."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+
+    def __init__(self, request_id: str, operation: str, memory_id: str, seq: int, field: str = "request_id"):
+        super().__init__(
+            f"request_id {request_id!r} was already used for a {operation} with different arguments "
+            f"(memory {memory_id}, log sequence {seq}): a request id names one request; use a new one",
+            field=field, details={"memory_id": memory_id, "seq": seq},
+        )  # fmt: skip
 
 
 class ConcurrencyConflict(MnemeError):

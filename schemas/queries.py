@@ -119,7 +119,7 @@ class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 class MemoryRow(Struct, frozen=True, kw_only=True):
     memory: MemoryState
     accessed_at: UtcTime | None = None
-    access_count: int = 0
+    access_count: int | None = 0  # None in past reads (as_of): access statistics are kept only as they are now
 
 
 class VersionInfo(Struct, frozen=True, kw_only=True):

@@ -73,11 +73,13 @@ async def populate(stack: Stack, ns: str, n: int = 12) -> list[str]:
     permanent deletes, a recreate at a freed path."""
     ids = []
     for i in range(n):
-        ids.append((await stack.call("memory_add", namespace=ns, content=f"quokka fact {i} about topic {i % 3}",
+        text = f"quokka fact {i} about topic {i % 3}: Jürgen in Zürich 🚀 東京"  # non-ASCII in every digest
+        ids.append((await stack.call("memory_add", namespace=ns, content=text,
                                      store="kb", path=f"c{i % 3}/m{i}", tags=[f"t{i % 2}"], importance=0.1 * (i % 10),
-                                     metadata={"i": i}))["id"])  # fmt: skip
+                                     metadata={"i": i, "città": "Zürich ☕"}))["id"])  # fmt: skip
     for mid in ids[: n // 2]:
-        await stack.call("memory_update", id=mid, namespace=ns, content=f"quokka changed {mid[:8]}", citations=["x:1"])
+        await stack.call("memory_update", id=mid, namespace=ns, content=f"quokka changed {mid[:8]} — naïve café",
+                         citations=["x:1"])  # fmt: skip
     await stack.call("memory_move", id=ids[1], namespace=ns, to_path="moved/m1")
     await stack.call("memory_delete", id=ids[2], namespace=ns)  # archived
     await stack.call("memory_restore", id=ids[2], namespace=ns)

@@ -190,6 +190,9 @@ def decide_restore(state: MemoryState | None, cmd: RestoreMemory, *, actor: Acto
     _may_change(st, actor)
     if st.status == ACTIVE:
         return None
+    if st.status != ARCHIVED:  # deprecation says the memory is obsolete; restoring an archive must not erase that
+        raise InvalidState(f"memory {st.id} is {st.status}, not archived: restore brings back archived memories "
+                           "(a deprecated memory stays readable as it is)")  # fmt: skip
     return MemoryRestored(memory_id=st.id, version=st.version + 1)
 
 

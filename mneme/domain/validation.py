@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -27,6 +28,22 @@ _NAMESPACE_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_. -]{0,127}")
 _KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # Patterns are applied with fullmatch: "$" would also accept a trailing newline.
+
+
+# Characters that have no place in an identifier: controls (NUL, ESC of ANSI sequences, newlines), format
+# characters (right-to-left overrides, zero-width joiners, the BOM) and lone surrogates. Content keeps them.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs"})
+
+
+def plain_text(value: str, field: str, *, spaces: bool = False) -> str:
+    """An identifier-like text (tag, category, subject, citation, metadata key) shows what it holds.
+    `spaces`: whitespace controls (tab, newline) pass, for labels that collapse whitespace to one space."""
+    for i, ch in enumerate(value):
+        if unicodedata.category(ch) in _HIDDEN and not (spaces and ch.isspace()):
+            name = unicodedata.name(ch, "a control character")
+            raise InvalidInput(field, f"character {i} is U+{ord(ch):04X} ({name}): control and format characters "
+                               "are not allowed here (content may hold them)")  # fmt: skip
+    return value
 
 
 def namespace(value: str, field: str = "namespace") -> str:
@@ -90,7 +107,7 @@ def label(value: str | None, field: str) -> str | None:
     """category / subject: free text, trimmed, 1-128 characters."""
     if value is None:
         return None
-    v = " ".join(value.split())
+    v = " ".join(plain_text(value, field, spaces=True).split())
     if not v or len(v) > MAX_LABEL_CHARS:
         raise InvalidInput(field, f"must be 1-{MAX_LABEL_CHARS} non-blank characters")
     return v
@@ -101,7 +118,7 @@ def tags(values: tuple[str, ...] | list[str], field: str = "tags") -> tuple[str,
         raise InvalidInput(field, f"at most {MAX_TAGS} tags")
     out: list[str] = []
     for t in values:
-        v = t.strip().lower()
+        v = plain_text(t, field).strip().lower()
         if not v or len(v) > MAX_TAG_CHARS:
             raise InvalidInput(field, f"each tag must be 1-{MAX_TAG_CHARS} non-blank characters")
         if v not in out:
@@ -113,6 +130,7 @@ def citations(values: tuple[str, ...] | list[str], field: str = "citations") -> 
     if len(values) > MAX_CITATIONS:
         raise InvalidInput(field, f"at most {MAX_CITATIONS} citations")
     for c in values:
+        plain_text(c, field)
         if not c.strip() or len(c) > MAX_CITATION_CHARS:
             raise InvalidInput(field, f"each citation must be 1-{MAX_CITATION_CHARS} non-blank characters")
     return tuple(values)
@@ -135,7 +153,21 @@ def metadata(value: dict[str, Any], field: str = "metadata") -> dict[str, Any]:
         raise InvalidInput(field, f"is {len(encoded)} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
     if msgspec.json.decode(encoded) != value:
         raise InvalidInput(field, "must be plain JSON (string keys, finite numbers, lists, objects)")
+    _metadata_keys(value, field)
     return value
+
+
+def _metadata_keys(value: Any, field: str) -> None:
+    """Keys are identifiers (no control or format characters); values are content and keep theirs."""
+    stack = [(value, field)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            for k, child in node.items():
+                plain_text(k, f"{where}.{k}" if k.isprintable() else where)
+                stack.append((child, f"{where}.{k}"))
+        elif isinstance(node, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(node))
 
 
 def utc(value: datetime | None, field: str) -> datetime | None:

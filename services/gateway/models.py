@@ -64,8 +64,9 @@ class Memory(BaseModel):
     expired: bool = False
     valid_from: datetime | None = None
     valid_until: datetime | None = None
-    accessed_at: datetime | None = None
-    access_count: int | None = 0
+    accessed_at: datetime | None = Field(None, description="Last read (none in past reads: as_of).")
+    access_count: int | None = Field(0, description="Reads so far; null in past reads (as_of), whose answer "
+                                     "describes the memory as it was, not how often it has been read since.")
     seq: int | None = Field(description="Log position of this version (stream sequence); omitted for agents on a "
                             "trimmed surface.")
     history: list[Version] = Field(default_factory=list, description="Recent versions, newest first (memory_get).")

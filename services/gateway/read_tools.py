@@ -60,7 +60,8 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                                                                    version=version, as_of=at)  # fmt: skip
             now = resolved.time if resolved is not None and resolved.time is not None else gw.now()
             if version is None and row.memory.is_expired(now) and not include_expired:
-                raise MemoryNotFound(id or f"{store}:{path}")
+                assert row.memory.expires_at is not None
+                raise MemoryNotFound(id or f"{store}:{path}", expired_at=row.memory.expires_at.isoformat())
             call.read([row.memory.id])
             m = Memory.of(row.memory, now, row, history)
             m.as_of = AsOfInfo.of(resolved)
@@ -95,6 +96,9 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         status 'live' (default) is everything not archived: active and deprecated."""
 
         async def go(call: Call) -> MemoryPage:
+            if as_of is not None and sort_by in ("accessed_at", "access_count"):
+                raise InvalidInput("sort_by", f"{sort_by} is not kept per moment: past reads (as_of) carry no "
+                                   "access statistics; sort by created_at, updated_at or importance")  # fmt: skip
             q = ListMemories(
                 namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
                 store=v.store(store) if store is not None else None,

@@ -85,6 +85,13 @@ def changed_fields(before: MemoryState | None, after: MemoryState) -> list[str]:
     return [f for f in FIELDS if _value(before, f) != _value(after, f)]
 
 
+def content_diff(before: str, after: str, from_name: str, to_name: str) -> str:
+    """A unified diff, one line per line: content without a final newline must not glue the removed line
+    to the added one, as difflib does with keepends=True."""
+    return "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), from_name, to_name,
+                                          lineterm=""))  # fmt: skip
+
+
 def register(mcp: MCPServer, gw: Gateway) -> None:
     async def versions(call: Call, memory_id: str, **kw: Any) -> tuple[list[VersionDetail], int]:
         q = MemoryHistory(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
@@ -159,9 +166,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
                        for f in FIELDS if _value(a, f) != _value(b, f)]  # fmt: skip
             text = None
             if a.content != b.content:
-                text = "".join(difflib.unified_diff(a.content.splitlines(keepends=True),
-                                                    b.content.splitlines(keepends=True),
-                                                    f"version {from_version}", f"version {target}"))  # fmt: skip
+                text = content_diff(a.content, b.content, f"version {from_version}", f"version {target}")
             call.read([id])
             return DiffResult(id=id, from_version=from_version, to_version=target, changes=changes,
                               content_diff=text)  # fmt: skip

@@ -80,7 +80,11 @@ _SORT = {
 }
 
 
-def _row(r: tuple[Any, ...]) -> MemoryRow:
+def _row(r: tuple[Any, ...], past: bool = False) -> MemoryRow:
+    """A row as a memory with its access statistics; a past read (as_of) carries none: statistics are folded
+    from read records as they are now, and today's count is no answer to 'what did it look like then'."""
+    if past:
+        return MemoryRow(memory=row_state(r[:N_STATE]), accessed_at=None, access_count=None)
     return MemoryRow(memory=row_state(r[:N_STATE]), accessed_at=r[N_STATE], access_count=r[N_STATE + 1])
 
 
@@ -142,7 +146,7 @@ def _get_as_of(view: MemoriesView, q: GetMemory) -> GetResult:
     r = view.reader().execute(f"{_select(at)} WHERE {' AND '.join(where)}", args).fetchone()
     if r is None:
         return GetResult(item=None, as_of=at)
-    row = _row(r)
+    row = _row(r, past=True)
     history = []
     if q.history:
         history = [VersionInfo(version=v[0], seq=v[1], recorded_at=v[2], event_type=v[3], request_id=v[4],
@@ -256,7 +260,7 @@ def list_(view: MemoriesView, q: ListMemories) -> ListResult:
             f"SELECT count(*) FROM {source(at)} m LEFT JOIN access_stats a ON a.id = m.id WHERE {' AND '.join(where)}",
             args,
         ).fetchone()[0]
-    return ListResult(items=[_row(r) for r in rows], total=total, as_of=at)
+    return ListResult(items=[_row(r, past=at is not None) for r in rows], total=total, as_of=at)
 
 
 def expired(view: MemoriesView, q: ExpiredMemories) -> ListResult:
@@ -302,7 +306,7 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         "SELECT count(*), count(*) FILTER (m.status = 'active'), count(*) FILTER (m.status = 'archived'), "
         "count(*) FILTER (m.status = 'deprecated'), "
         "count(*) FILTER (m.expires_at IS NOT NULL AND m.expires_at <= ?), min(m.created_at), max(m.created_at), "
-        f"coalesce(sum(octet_length(m.content::BLOB) + octet_length(m.metadata::BLOB)), 0) FROM {src} m WHERE {scope}",
+        f"coalesce(sum(strlen(m.content) + strlen(m.metadata)), 0) FROM {src} m WHERE {scope}",
         [now, *args],
     ).fetchone()
     importance = (
@@ -313,7 +317,7 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         "AND m.status <> 'archived') GROUP BY t ORDER BY n DESC, t LIMIT ?",
         [*args, q.top_tags],
     ).fetchall()
-    most = cur.execute(
+    most = [] if at is not None else cur.execute(  # statistics are not kept per moment (see _row)
         f"SELECT m.id, a.access_count FROM {src} m JOIN access_stats a ON a.id = m.id WHERE {scope} "
         "ORDER BY a.access_count DESC, m.id LIMIT 5",
         args,
