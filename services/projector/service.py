@@ -196,6 +196,8 @@ class Projector:
                 pass
         if self._tasks:  # queries already running on worker threads finish before the view closes
             await asyncio.wait(set(self._tasks), timeout=self.wait_timeout + 5)
+        if self.gen.vectors is not None:  # a stop must not wait for a backlog's embeddings (they are redone)
+            self.gen.vectors.stop_embedding()
         for f in [*self.gen.followers, *self._retired]:
             await f.stop()
         if self.gen.vectors is not None:  # the vector position is saved lazily: save it now

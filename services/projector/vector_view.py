@@ -38,6 +38,9 @@ from services.projector.vector_index import OPEN, VectorIndex, VPoint, point_id
 
 log = logging.getLogger("mneme.projector.vectors")
 FAR = 1e15  # an open end of a time interval, in epoch seconds (filters are ranges, never nulls)
+# Texts per call into the model: between two calls a stopping projector stops embedding (a 2,000-text commit
+# took 3-20 s on a busy 2-core machine, longer than a supervisor waits after SIGTERM).
+EMBED_CHUNK = 256
 _state_enc = msgspec.json.Encoder()
 _state_dec = msgspec.json.Decoder(MemoryState)
 
@@ -107,6 +110,7 @@ class VectorView:
         self._closes: dict[str, int] = {}  # point id (committed earlier) -> seq_to
         self._pending_dense: dict[str, str] = {}  # written without a dense vector (model loading)
         self.embedded = 0  # texts run through the model (for benchmarks)
+        self._embedding = True  # False once stopping: commits write what the cache holds, the rest stays pending
         self.save_every = 2.0
         self._saved_at = 0.0
         self._closed = False
@@ -213,6 +217,11 @@ class VectorView:
             self._closed = True
             self.index.close()
 
+    def stop_embedding(self) -> None:
+        """Shutting down: commits no longer wait for the model. Points without a vector stay pending, so the
+        saved position stays behind them and the next start folds and embeds them again (idempotently)."""
+        self._embedding = False
+
     @property
     def pending_dense(self) -> int:
         return len(self._pending_dense)
@@ -232,11 +241,14 @@ class VectorView:
                 embedder = None
             if embedder is not None:
                 order = list(todo)
-                vecs = embedder.embed([todo[k] for k in order])
-                fresh = dict(zip(order, vecs, strict=True))
-                self.embedded += len(order)
-                self.cache.put_many(model_id, fresh)
-                found.update(fresh)
+                for i in range(0, len(order), EMBED_CHUNK):
+                    if not self._embedding:
+                        break
+                    chunk = order[i:i + EMBED_CHUNK]
+                    fresh = dict(zip(chunk, embedder.embed([todo[k] for k in chunk]), strict=True))
+                    self.embedded += len(chunk)
+                    self.cache.put_many(model_id, fresh)
+                    found.update(fresh)
         vectors = {pid: found[k].tolist() for pid, k in keys.items() if k in found}
         missing = {pid: texts[pid] for pid, k in keys.items() if k not in found}
         return vectors, missing

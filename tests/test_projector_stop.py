@@ -1,0 +1,63 @@
+"""A projector stops within a bounded time even with an embedding backlog: points whose vectors were not
+computed stay pending, the saved position stays behind them, and the next start embeds them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mneme.embedded_nats import EmbeddedNats
+from mneme.embedding import DEFAULT_MODEL, ModelHandle, OnnxEmbedder
+from tests.harness import open_vectors, shared_model, start_stack
+
+pytestmark = pytest.mark.anyio
+
+
+class SlowEmbedder:
+    """The real model, 10 ms a text slower: a busy machine's rate, so a backlog takes long to embed."""
+
+    def __init__(self) -> None:
+        self.inner = OnnxEmbedder(DEFAULT_MODEL)
+        self.model_id, self.dim = self.inner.model_id, self.inner.dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        time.sleep(0.01 * len(texts))
+        return self.inner.embed(texts)
+
+
+async def test_stop_does_not_wait_for_a_backlogs_embeddings(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    slow = ModelHandle(DEFAULT_MODEL, factory=SlowEmbedder).start()
+    assert await asyncio.to_thread(slow.wait, 60)
+    stack = await start_stack(data, nats_server, vectors=open_vectors(data, slow))
+    n = 1200
+    try:
+        for i in range(n):
+            await stack.call("memory_add", content=f"backlog memory number {i} about zebra {i * 7919 % 1000}")
+        head = await stack.last_seq()
+        assert stack.projector.vector_follower.committed < head  # the vectors are behind: 12 s of embedding left
+    finally:
+        t0 = time.monotonic()
+        await stack.close()
+        took = time.monotonic() - t0
+    assert took < 8, f"stop waited {took:.1f} s for embeddings"  # a chunk of 256 is 2.6 s at this rate
+
+    # the next start, with the model at full speed, embeds what was left: every memory is found by meaning
+    assert await asyncio.to_thread(shared_model().wait, 60)
+    again = await start_stack(data, nats_server, vectors=open_vectors(data, shared_model()))
+    try:
+        assert await again.projector.vector_follower.wait_for(head, 120, committed=True)
+        deadline = time.monotonic() + 60
+        while again.projector.gen.vectors.pending_dense and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert again.projector.gen.vectors.pending_dense == 0
+        found = await again.call("memory_search", query=f"backlog memory number {n - 1} about zebra", limit=5,
+                                 threshold=0)  # fmt: skip
+        assert any(r["content"].startswith(f"backlog memory number {n - 1} ") for r in found["results"]), found
+    finally:
+        await again.close()
