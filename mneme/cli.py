@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mneme import __version__
+from mneme.preflight import Refused, bind, check_http
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -100,20 +101,37 @@ def _progress(done: int, total: int, seconds: float) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    try:
+        code = run(args)
+    except Refused as exc:
+        sys.stderr.write(f"mneme: {exc}\n")
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The stdio transport reads stdin on a worker thread that cannot be interrupted;
+    # everything is closed by now, so leave without waiting for it.
+    os._exit(code)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.command == "hash-token":
         from mneme.principals import hash_token
 
         print(hash_token(args.token))
-        return
+        return 0
     s = _settings(args)
     logging.basicConfig(level=s["core"].log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    listener = None
+    if args.command in ("serve", "gateway") and s["gs"].transport == "http":
+        check_http(s["gs"])  # before NATS, the projector or even the heavy imports: a refusal is quick
+        listener = bind(s["gs"])
     from mneme import runtime
 
     code = 0
     if args.command == "serve":
-        asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"]))
+        asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"], listener))
     elif args.command == "gateway":
-        asyncio.run(runtime.gateway(s["core"], s["gs"]))
+        asyncio.run(runtime.gateway(s["core"], s["gs"], listener))
     elif args.command == "projector":
         asyncio.run(runtime.projector(s["core"], s["ps"], rebuild=args.rebuild))
     elif args.command == "auditor":
@@ -154,11 +172,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps({"records": n, "format": args.format, "path": str(args.out)}))
         finally:
             trail.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The stdio transport reads stdin on a worker thread that cannot be interrupted;
-    # everything is closed by now, so leave without waiting for it.
-    os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

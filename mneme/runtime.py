@@ -15,20 +15,21 @@ import json
 import logging
 import os
 import shutil
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+import socket
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import nats
 import nats.errors
 from nats.aio.client import Client as NATS
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
+from mneme.mcp_serve import Mcp, until_stopped
+from mneme.preflight import Refused, bind, check_http
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from schemas import subjects as S
@@ -38,7 +39,6 @@ from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
 from services.gateway.queries import QueryClient
-from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector, close_generation
 from services.projector.vector_index import ClientIndex, EdgeIndex, VectorIndex
@@ -66,7 +66,7 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | 
             url = running_url(core.data_dir / "nats")
         if url is None:
             if not stack_embedded:
-                raise SystemExit("--nats-url (or MNEME_NATS_URL) is required for this command")
+                raise Refused("--nats-url (or MNEME_NATS_URL) is required for this command")
             server = EmbeddedNats(core.data_dir / "nats")
             url = await server.start()
             stack.push_async_callback(server.stop)
@@ -151,7 +151,7 @@ def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = Fal
     index: VectorIndex
     if ps.vectors == "qdrant":
         if not ps.qdrant_url:
-            raise SystemExit("MNEME_PROJECTOR_QDRANT_URL is required with MNEME_PROJECTOR_VECTORS=qdrant")
+            raise Refused("MNEME_PROJECTOR_QDRANT_URL is required with MNEME_PROJECTOR_VECTORS=qdrant")
         gen = "" if base == core.data_dir else f"-{base.name}"
         name = f"{ps.qdrant_collection}-{ps.embedding_model}{gen}"
         index = ClientIndex(name, model.dim, url=ps.qdrant_url, api_key=ps.qdrant_api_key)
@@ -193,64 +193,9 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
                    consistency=gs.consistency)  # fmt: skip
 
 
-def bearer_auth(app: ASGIApp, directory: Directory) -> ASGIApp:
-    """Refuse HTTP requests without a known bearer token (401) before they reach MCP."""
-
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
-            if directory.for_headers(headers) is None:
-                body = b'{"error": {"code": "UNAUTHORIZED", "message": "a valid bearer token is required"}}'
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="mneme"')]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await app(scope, receive, send)
-
-    return guarded
-
-
-async def run_mcp(gw: Gateway, gs: GatewaySettings) -> None:
-    server = build_server(gw)
-    try:
-        if gs.transport == "stdio":
-            await server.run_stdio_async()
-            return
-        if gw.directory is None and not (gs.http_anonymous and gs.host in ("127.0.0.1", "localhost", "::1")):
-            raise SystemExit(
-                "refusing to serve HTTP without bearer tokens: set MNEME_GATEWAY_PRINCIPALS_FILE "
-                "(or MNEME_GATEWAY_HTTP_ANONYMOUS=true for local development on loopback)"
-            )
-        import uvicorn
-
-        app: ASGIApp = server.streamable_http_app(host=gs.host)
-        if gw.directory is not None:
-            app = bearer_auth(app, gw.directory)
-        await uvicorn.Server(uvicorn.Config(app, host=gs.host, port=gs.port, log_level="warning")).serve()
-    finally:
-        await gw.access.flush()
-
-
-async def until_stopped(main: Awaitable[None]) -> None:
-    """Run `main` until it ends or SIGINT/SIGTERM arrives, whichever is first."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    main_task = asyncio.ensure_future(main)
-    stop_task = asyncio.ensure_future(stop.wait())
-    done, _ = await asyncio.wait({main_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-    for t in (main_task, stop_task):
-        if t not in done:
-            t.cancel()
-            # Bounded: the stdio transport reads stdin on a thread that a cancel cannot
-            # interrupt, so never wait on it for long; the process exits after cleanup.
-            await asyncio.wait({t}, timeout=2)
-    if main_task in done and main_task.exception() is not None:
-        raise main_task.exception()  # type: ignore[misc]
-
-
-async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings) -> None:
+async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings,
+                listener: socket.socket | None = None) -> None:  # fmt: skip
+    listener = http_listener(gs, listener)
     ps = serving_settings(core, ps)
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
@@ -273,12 +218,24 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
         auditor = Auditor(nc, trail, fed_by=[projector.follower, projector.access_follower])  # audit queries
         await auditor.start()
         stack.push_async_callback(auditor.stop)
-        await until_stopped(run_mcp(make_gateway(nc, gs), gs))
+        mcp = Mcp(make_gateway(nc, gs), gs, listener)
+        await until_stopped(mcp.run(), graceful=mcp.stop)
 
 
-async def gateway(core: CoreSettings, gs: GatewaySettings) -> None:
+async def gateway(core: CoreSettings, gs: GatewaySettings, listener: socket.socket | None = None) -> None:
+    listener = http_listener(gs, listener)
     async with nats_connection(core, "mneme-gateway", stack_embedded=False) as nc:
-        await until_stopped(run_mcp(make_gateway(nc, gs), gs))
+        mcp = Mcp(make_gateway(nc, gs), gs, listener)
+        await until_stopped(mcp.run(), graceful=mcp.stop)
+
+
+def http_listener(gs: GatewaySettings, listener: socket.socket | None) -> socket.socket | None:
+    """The HTTP socket, bound before anything starts (the command line binds it before it even imports
+    this module, so that a refusal is quick)."""
+    if gs.transport != "http" or listener is not None:
+        return listener
+    check_http(gs)
+    return bind(gs)
 
 
 async def projector(
