@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from mneme import __version__
-from mneme.preflight import Refused, bind, check_http
+from mneme.errors import MnemeError
+from mneme.preflight import Refused, bind, check_http, require_log
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -99,20 +100,6 @@ def _progress(done: int, total: int, seconds: float) -> None:
         sys.stderr.write("\n")
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    try:
-        code = run(args)
-    except Refused as exc:
-        sys.stderr.write(f"mneme: {exc}\n")
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The stdio transport reads stdin on a worker thread that cannot be interrupted;
-    # everything is closed by now, so leave without waiting for it.
-    os._exit(code)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.command == "hash-token":
         from mneme.principals import hash_token
@@ -125,9 +112,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command in ("serve", "gateway") and s["gs"].transport == "http":
         check_http(s["gs"])  # before NATS, the projector or even the heavy imports: a refusal is quick
         listener = bind(s["gs"])
+    elif args.command in ("rebuild", "replay"):
+        require_log(s["core"])  # (they check again, but this is before the heavy imports)
     from mneme import runtime
 
-    code = 0
     if args.command == "serve":
         asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"], listener))
     elif args.command == "gateway":
@@ -137,8 +125,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.command == "auditor":
         asyncio.run(runtime.auditor(s["core"], s["aus"]))
     elif args.command == "rebuild":
-        out = asyncio.run(runtime.rebuild(s["core"], s["ps"], output=args.output, progress=_progress))
-        print(json.dumps(out))
+        from mneme.maintenance import rebuild
+
+        print(json.dumps(asyncio.run(rebuild(s["core"], s["ps"], output=args.output, progress=_progress))))
     elif args.command == "replay":
         from mneme.replay import ReplayFailed, replay
 
@@ -146,12 +135,15 @@ def run(args: argparse.Namespace) -> int:
             out = asyncio.run(replay(s["core"], s["ps"], upto=args.upto, output=args.output, model=args.model,
                                      use_snapshots=not args.no_snapshot, progress=_progress))  # fmt: skip
         except ReplayFailed as exc:
-            out, code = exc.result, 1
+            print(json.dumps(exc.result, default=str))
+            return 1
         print(json.dumps(out, default=str))
     elif args.command == "snapshot":
-        out = asyncio.run(runtime.snapshot(s["core"], s["ps"]))
+        from mneme.maintenance import snapshot
+
+        out = asyncio.run(snapshot(s["core"], s["ps"]))
         print(json.dumps(out, default=str))
-        code = 0 if out.get("ok", True) else 1
+        return 0 if out.get("ok", True) else 1
     elif args.command == "audit":
         from services.auditor.trail import Trail
 
@@ -160,19 +152,43 @@ def run(args: argparse.Namespace) -> int:
             if args.action == "verify":
                 checked, broken = trail.verify()
                 print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken}))
-                code = 0 if broken is None else 1
-            else:
-                from services.auditor.trail_queries import export
+                return 0 if broken is None else 1
+            from services.auditor.trail_queries import export
 
-                if args.out is None:
-                    raise SystemExit("audit export needs --out FILE")
-                filters = {"since": args.since, "until": args.until, "agent_id": args.agent,
-                           "memory_id": args.memory, "action": args.action_prefix}  # fmt: skip
-                n = export(trail, args.out, args.format, filters)
-                print(json.dumps({"records": n, "format": args.format, "path": str(args.out)}))
+            if args.out is None:
+                raise Refused("audit export needs --out FILE")
+            filters = {"since": args.since, "until": args.until, "agent_id": args.agent,
+                       "memory_id": args.memory, "action": args.action_prefix}  # fmt: skip
+            n = export(trail, args.out, args.format, filters)
+            print(json.dumps({"records": n, "format": args.format, "path": str(args.out)}))
         finally:
             trail.close()
-    return code
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        code = run(args)
+    except Refused as exc:
+        sys.stderr.write(f"mneme: {exc}\n")
+        code = 1
+    except MnemeError as exc:  # e.g. an embedding model that failed to load during a replay
+        sys.stderr.write(f"mneme: {exc.message}\n")
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - one line for the operator; the traceback for whoever debugs
+        logging.getLogger("mneme").debug("%s failed", args.command, exc_info=True)
+        text = " ".join(str(exc).split())
+        sys.stderr.write(f"mneme: {args.command} failed: {type(exc).__name__}: {text} "
+                         "(--log-level DEBUG shows where)\n")  # fmt: skip
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The stdio transport reads stdin on a worker thread that cannot be interrupted;
+    # everything is closed by now, so leave without waiting for it.
+    os._exit(code)
 
 
 if __name__ == "__main__":

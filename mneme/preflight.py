@@ -1,7 +1,10 @@
 """What a command checks before it touches anything, and the one error an operator sees.
 
-`serve --transport http` checks its configuration and binds its port before it starts NATS and
-the projector. Each refusal is a `Refused`: the command line prints its message as one line and
+A command that acts on existing data (replay, rebuild, snapshot, audit) refuses a data directory
+that holds none, rather than creating an empty store and reporting success; one that would
+replace a file another process holds refuses rather than swapping it underneath; `serve
+--transport http` checks its configuration and binds its port before it starts NATS and the
+projector. Each refusal is a `Refused`: the command line prints its message as one line and
 exits 1. This module imports little, so that a refusal is quick.
 """
 
@@ -9,13 +12,84 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import re
 import socket
+from datetime import datetime, timezone
+from pathlib import Path
 
+from mneme.embedded_nats import running_url
 from mneme.settings import CoreSettings, GatewaySettings
 
 
 class Refused(Exception):
     """A command that cannot go ahead, for a reason the operator can act on (one line, exit 1)."""
+
+
+def embedded_log(core: CoreSettings) -> Path:
+    return core.data_dir / "nats"
+
+
+def serve_url(core: CoreSettings) -> str | None:
+    """The NATS URL of a `mneme serve` running on this data directory, if one is."""
+    return running_url(embedded_log(core))
+
+
+def require_directory(core: CoreSettings) -> None:
+    if not core.data_dir.is_dir():
+        raise Refused(f"data directory {core.data_dir} does not exist: check --data-dir (or MNEME_DATA_DIR)")
+
+
+def require_log(core: CoreSettings) -> None:
+    """The log this command reads must exist: behind --nats-url, in a running `mneme serve`, or in the
+    embedded store under the data directory. (With --nats-url the data directory may be new: a replica's
+    read models can be built anywhere; without it, a directory with no log would get a new, empty one.)"""
+    if core.nats_url is not None or serve_url(core) is not None:
+        return
+    require_directory(core)
+    if not (embedded_log(core) / "jetstream").is_dir():
+        raise Refused(f"{core.data_dir} holds no mneme data (no event log in {embedded_log(core)}): "
+                      "check --data-dir, or give --nats-url")  # fmt: skip
+
+
+def holder(exc: Exception) -> str | None:
+    """Who holds a DuckDB file, from the error DuckDB gives a second process; None if it is another error."""
+    text = str(exc)
+    if "lock" not in text.lower():
+        return None
+    pid = re.search(r"PID (\d+)", text)
+    return f"process {pid.group(1)}" if pid else "another process"
+
+
+def held_message(path: Path, who: str, core: CoreSettings) -> str:
+    running = "a running mneme serve" if serve_url(core) else "a running mneme process"
+    return f"{path} is held by {running} ({who}); DuckDB allows one process per file: stop it first"
+
+
+def parse_time(value: str | None, flag: str) -> datetime | None:
+    """An ISO 8601 time from the command line (no offset means UTC)."""
+    if value is None:
+        return None
+    try:
+        t = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise Refused(f"{flag}: {value!r} is not an ISO 8601 time (e.g. 2026-11-26T14:02:00Z or 2026-11-26)") \
+            from None  # fmt: skip
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def check_model(name: str, flag: str, *, installed: bool = True) -> None:
+    """An embedding model that exists (and, with `installed`, whose package is installed), checked before
+    anything is built with it. A server only needs a known name: with the package missing it serves,
+    and semantic search answers EMBEDDING_MODEL_UNAVAILABLE while keyword search works."""
+    from mneme.embedding import MODELS, ModelUnavailable, installed_model_file
+
+    if name not in MODELS:
+        raise Refused(f"{flag}: unknown embedding model {name!r}; known: {', '.join(sorted(MODELS))}")
+    if installed:
+        try:
+            installed_model_file(name)
+        except ModelUnavailable as exc:
+            raise Refused(f"{flag}: {exc.message}") from None
 
 
 def is_loopback(host: str) -> bool:

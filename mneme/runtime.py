@@ -21,7 +21,6 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import nats
-import nats.errors
 from nats.aio.client import Client as NATS
 
 from mneme.embed_cache import EmbeddingCache
@@ -29,10 +28,9 @@ from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
 from mneme.mcp_serve import Mcp, until_stopped
-from mneme.preflight import Refused, bind, check_http
+from mneme.preflight import Refused, bind, check_http, check_model
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
-from schemas import subjects as S
 from services.auditor.service import Auditor
 from services.auditor.trail import ACCESS, EVENTS, Trail
 from services.gateway.access_log import AccessLog
@@ -122,6 +120,13 @@ def serving_settings(core: CoreSettings, ps: ProjectorSettings) -> ProjectorSett
     return ps
 
 
+def checked(ps: ProjectorSettings) -> ProjectorSettings:
+    """Settings whose embedding model is a known one (refused before anything starts otherwise)."""
+    if ps.vectors != "off":
+        check_model(ps.embedding_model, "MNEME_PROJECTOR_EMBEDDING_MODEL", installed=False)
+    return ps
+
+
 def control_id(core: CoreSettings) -> str:
     """The name a projector listens on for operator requests: derived from its data directory."""
     return hashlib.sha256(str(core.data_dir.resolve()).encode()).hexdigest()[:16]
@@ -196,7 +201,7 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
 async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings,
                 listener: socket.socket | None = None) -> None:  # fmt: skip
     listener = http_listener(gs, listener)
-    ps = serving_settings(core, ps)
+    ps = checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
         log_nc = await connect(str(nc.connected_url.geturl()) if nc.connected_url else core.nats_url or "",
@@ -242,7 +247,7 @@ async def projector(
     core: CoreSettings, ps: ProjectorSettings, *, rebuild: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> None:  # fmt: skip
-    ps = serving_settings(core, ps)
+    ps = checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
         log_nc = await connect(core.nats_url or "", "mneme-projector-log")
@@ -273,55 +278,3 @@ async def auditor(core: CoreSettings, aus: AuditorSettings) -> None:
 
 async def _forever() -> None:
     await asyncio.Event().wait()
-
-
-async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | None = None,
-                  progress: Callable[[int, int, float], None] | None = None) -> dict[str, object]:  # fmt: skip
-    """Fold the whole log into a fresh DuckDB file, then swap it in (or write it to `output`).
-
-    Run it while no projector holds the file (DuckDB allows one process per file).
-    """
-    from services.projector.service import catch_up
-
-    target_path = output or projection_dir(core) / ps.db_name
-    tmp = Path(str(target_path) + ".rebuild")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    for f in (tmp, Path(str(tmp) + ".wal")):
-        f.unlink(missing_ok=True)
-    async with nats_connection(core, "mneme-rebuild", stack_embedded=True) as nc:
-        view = MemoriesView(str(tmp))
-        proj = Projector(nc, view, batch_max=ps.batch_max)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        await proj.start(serve_queries=False)
-        target = await catch_up(proj, progress=progress)
-        seconds = loop.time() - started
-        await proj.stop()
-        digest = view.canonical_digest()
-        view.con.execute("CHECKPOINT")
-        view.close()
-    Path(str(target_path) + ".wal").unlink(missing_ok=True)
-    tmp.replace(target_path)
-    return {"events": target, "seconds": round(seconds, 3), "events_per_s": round(target / seconds, 1) if seconds else None,
-            "path": str(target_path), "digest": digest}  # fmt: skip
-
-
-async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, object]:
-    """Ask the projector running on this data directory for a snapshot; with none running, take it from the
-    files at rest."""
-    from services.projector.snapshot import write_snapshot
-
-    async with nats_connection(core, "mneme-snapshot", stack_embedded="attach") as nc:
-        try:
-            msg = await nc.request(S.control_subject(control_id(core), "snapshot"), b"{}", timeout=600)
-            return dict(json.loads(msg.data))
-        except nats.errors.NoRespondersError:
-            pass
-    view = open_view(core, ps)
-    vectors = open_vectors(core, ps)
-    try:
-        return {"ok": True, "live": False, **write_snapshot(view, vectors, core.data_dir / "snapshots")}
-    finally:
-        view.close()
-        if vectors is not None:
-            vectors.close()

@@ -1,8 +1,10 @@
 """`mneme serve --transport http` as an operator meets it: its configuration is checked and its port
-bound before anything starts, it says where it listens, and Ctrl-C stops it quietly."""
+bound before anything starts, it says where it listens, a running server's files are left alone, and
+Ctrl-C stops it quietly."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -30,7 +32,7 @@ def test_anonymous_http_beyond_loopback_is_refused_before_anything_starts(tmp_pa
     refused(mneme("serve", "--data-dir", str(data), "--transport", "http"), "MNEME_GATEWAY_PRINCIPALS_FILE")
 
 
-async def test_http_serve_says_where_it_listens_and_stops_quietly(tmp_path: Path) -> None:
+async def test_a_running_http_server_is_left_alone_and_stops_quietly(tmp_path: Path) -> None:
     data, port = tmp_path / "d", free_port()
     env = {**ENV, "MNEME_GATEWAY_HTTP_ANONYMOUS": "true"}
     argv = [MNEME, "serve", "--data-dir", str(data), "--transport", "http", "--port", str(port)]
@@ -45,11 +47,20 @@ async def test_http_serve_says_where_it_listens_and_stops_quietly(tmp_path: Path
             except OSError:
                 assert proc.poll() is None and time.monotonic() < deadline, "serve did not listen"
                 time.sleep(0.05)
+        # the projection is held by the server: refused, one line, nothing replaced
+        before = (data / "projector.duckdb").stat().st_ino
+        refused(mneme("rebuild", "--data-dir", str(data)), "projector.duckdb", "held by a running mneme serve")
+        assert (data / "projector.duckdb").stat().st_ino == before and not list(data.glob("*.rebuild*"))
         # a second server on the same port: one line, before it starts anything
         other = tmp_path / "other"
         refused(mneme("serve", "--data-dir", str(other), "--transport", "http", "--port", str(port),
                       env={"MNEME_GATEWAY_HTTP_ANONYMOUS": "true"}), f"127.0.0.1:{port}", "in use")  # fmt: skip
         assert not other.exists()
+        # a snapshot goes through the server: a short summary
+        res = mneme("snapshot", "--data-dir", str(data))
+        assert res.returncode == 0, res.stderr
+        summary = json.loads(res.stdout)
+        assert summary["ok"] and summary["live"] and len(res.stdout) < 1000, res.stdout
         child = nats_pid(data)
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert proc.wait(20) == 0
