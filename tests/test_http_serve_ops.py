@@ -47,7 +47,9 @@ async def test_a_running_http_server_is_left_alone_and_stops_quietly(tmp_path: P
             except OSError:
                 assert proc.poll() is None and time.monotonic() < deadline, "serve did not listen"
                 time.sleep(0.05)
-        # the projection is held by the server: refused, one line, nothing replaced
+        # the trail and the projection are held by the server: refused, one line each, nothing replaced
+        refused(mneme("audit", "verify", "--data-dir", str(data)), "audit.duckdb", "held by a running mneme serve")
+        refused(mneme("audit", "export", "--data-dir", str(data), "--out", str(tmp_path / "t.jsonl")), "held by")
         before = (data / "projector.duckdb").stat().st_ino
         refused(mneme("rebuild", "--data-dir", str(data)), "projector.duckdb", "held by a running mneme serve")
         assert (data / "projector.duckdb").stat().st_ino == before and not list(data.glob("*.rebuild*"))
