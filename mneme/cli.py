@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from mneme import __version__
+from mneme.errors import MnemeError
+from mneme.preflight import Refused, bind, check_http, require_log
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -54,30 +56,45 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-snapshot", action="store_true", help="fold from the start of the log, not a snapshot")
     p = sub.add_parser("snapshot", help="snapshot the read models (the running projector's, or the files at rest)")
     _common(p)
-    p = sub.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the principals file")
-    p.add_argument("token")
+    p = sub.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the principals file; the token "
+                       "is read from stdin (or asked for, on a terminal)")  # fmt: skip
+    p.add_argument("token", nargs="?", help="the token itself: works, but is visible in the process list and the "
+                   "shell history")  # fmt: skip
     p = sub.add_parser("audit", help="the compliance trail: verify the hash chain, or export records")
     _common(p)
     p.add_argument("action", choices=["verify", "export"])
     p.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="export: file format")
     p.add_argument("--out", type=Path, help="export: the file to write")
-    for name in ("since", "until", "agent", "memory", "action-prefix"):
-        p.add_argument(f"--{name}", help=f"export: only records matching this {name} (times ISO 8601)")
+    p.add_argument("--since", help="export: only records from this time on (ISO 8601, e.g. 2026-11-26T14:02:00Z; "
+                   "no offset means UTC)")  # fmt: skip
+    p.add_argument("--until", help="export: only records before this time (ISO 8601)")
+    p.add_argument("--agent", help="export: only records of this agent id")
+    p.add_argument("--memory", help="export: only records that touch this memory id")
+    p.add_argument("--action-prefix", help="export: only records whose action starts with this, e.g. memory_ "
+                   "(changes), read: (reads), denied: (refused attempts)")  # fmt: skip
     return ap
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    from pydantic import ValidationError
+
     from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 
     core_over = {k: v for k, v in (("data_dir", args.data_dir), ("nats_url", args.nats_url),
                                    ("log_level", args.log_level)) if v is not None}  # fmt: skip
     gw_over = {k: getattr(args, k) for k in ("transport", "host", "port") if getattr(args, k, None) is not None}
-    return {
-        "core": CoreSettings(**core_over),
-        "gs": GatewaySettings(**gw_over),
-        "ps": ProjectorSettings(),
-        "aus": AuditorSettings(),
-    }
+    try:
+        return {
+            "core": CoreSettings(**core_over),
+            "gs": GatewaySettings(**gw_over),
+            "ps": ProjectorSettings(),
+            "aus": AuditorSettings(),
+        }
+    except ValidationError as exc:  # a bad environment variable (or flag): name it, on one line
+        prefix = {"CoreSettings": "MNEME_", "GatewaySettings": "MNEME_GATEWAY_", "ProjectorSettings":
+                  "MNEME_PROJECTOR_", "AuditorSettings": "MNEME_AUDITOR_"}.get(exc.title, "")  # fmt: skip
+        raise Refused("; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+                                for e in exc.errors())) from None  # fmt: skip
 
 
 _last_progress: list[tuple[int, int]] = []
@@ -98,29 +115,57 @@ def _progress(done: int, total: int, seconds: float) -> None:
         sys.stderr.write("\n")
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    if args.command == "hash-token":
-        from mneme.principals import hash_token
+def hash_token_command(token: str | None) -> int:
+    from mneme.principals import hash_token
 
-        print(hash_token(args.token))
-        return
+    given = token is not None
+    if token is None and sys.stdin is not None and sys.stdin.isatty():
+        import getpass
+
+        token = getpass.getpass("token: ")
+    elif token is None:
+        token = sys.stdin.read() if sys.stdin is not None else ""
+    token = token.strip()
+    if not token:
+        raise Refused("hash-token: the token is empty")
+    if "\n" in token or "\r" in token:
+        raise Refused("hash-token: the token holds more than one line")
+    if given:
+        sys.stderr.write("mneme: warning: a token on the command line is visible in the process list and the shell "
+                         "history; give it on stdin instead (mneme hash-token < file)\n")  # fmt: skip
+    print(hash_token(token))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "hash-token":
+        return hash_token_command(args.token)
     s = _settings(args)
     logging.basicConfig(level=s["core"].log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    if args.command == "audit":
+        from mneme.audit_cli import audit
+
+        return audit(args, s["core"], s["aus"])
+    listener = None
+    if args.command in ("serve", "gateway") and s["gs"].transport == "http":
+        check_http(s["gs"])  # before NATS, the projector or even the heavy imports: a refusal is quick
+        listener = bind(s["gs"])
+    elif args.command in ("rebuild", "replay"):
+        require_log(s["core"])  # (they check again, but this is before the heavy imports)
     from mneme import runtime
 
-    code = 0
     if args.command == "serve":
-        asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"]))
+        asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"], listener))
     elif args.command == "gateway":
-        asyncio.run(runtime.gateway(s["core"], s["gs"]))
+        asyncio.run(runtime.gateway(s["core"], s["gs"], listener))
     elif args.command == "projector":
         asyncio.run(runtime.projector(s["core"], s["ps"], rebuild=args.rebuild))
     elif args.command == "auditor":
         asyncio.run(runtime.auditor(s["core"], s["aus"]))
     elif args.command == "rebuild":
-        out = asyncio.run(runtime.rebuild(s["core"], s["ps"], output=args.output, progress=_progress))
-        print(json.dumps(out))
+        from mneme.maintenance import rebuild
+
+        print(json.dumps(asyncio.run(rebuild(s["core"], s["ps"], output=args.output, progress=_progress))))
     elif args.command == "replay":
         from mneme.replay import ReplayFailed, replay
 
@@ -128,32 +173,36 @@ def main(argv: list[str] | None = None) -> None:
             out = asyncio.run(replay(s["core"], s["ps"], upto=args.upto, output=args.output, model=args.model,
                                      use_snapshots=not args.no_snapshot, progress=_progress))  # fmt: skip
         except ReplayFailed as exc:
-            out, code = exc.result, 1
+            print(json.dumps(exc.result, default=str))
+            return 1
         print(json.dumps(out, default=str))
     elif args.command == "snapshot":
-        out = asyncio.run(runtime.snapshot(s["core"], s["ps"]))
+        from mneme.maintenance import snapshot
+
+        out = asyncio.run(snapshot(s["core"], s["ps"]))
         print(json.dumps(out, default=str))
-        code = 0 if out.get("ok", True) else 1
-    elif args.command == "audit":
-        from services.auditor.trail import Trail
+        return 0 if out.get("ok", True) else 1
+    return 0
 
-        trail = Trail(str(s["core"].data_dir / s["aus"].db_name))
-        try:
-            if args.action == "verify":
-                checked, broken = trail.verify()
-                print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken}))
-                code = 0 if broken is None else 1
-            else:
-                from services.auditor.trail_queries import export
 
-                if args.out is None:
-                    raise SystemExit("audit export needs --out FILE")
-                filters = {"since": args.since, "until": args.until, "agent_id": args.agent,
-                           "memory_id": args.memory, "action": args.action_prefix}  # fmt: skip
-                n = export(trail, args.out, args.format, filters)
-                print(json.dumps({"records": n, "format": args.format, "path": str(args.out)}))
-        finally:
-            trail.close()
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        code = run(args)
+    except Refused as exc:
+        sys.stderr.write(f"mneme: {exc}\n")
+        code = 1
+    except MnemeError as exc:  # e.g. an embedding model that failed to load during a replay
+        sys.stderr.write(f"mneme: {exc.message}\n")
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - one line for the operator; the traceback for whoever debugs
+        logging.getLogger("mneme").debug("%s failed", args.command, exc_info=True)
+        text = " ".join(str(exc).split())
+        sys.stderr.write(f"mneme: {args.command} failed: {type(exc).__name__}: {text} "
+                         "(--log-level DEBUG shows where)\n")  # fmt: skip
+        code = 1
     sys.stdout.flush()
     sys.stderr.flush()
     # The stdio transport reads stdin on a worker thread that cannot be interrupted;

@@ -102,6 +102,13 @@ def _model_file(spec: ModelSpec) -> Path:
     return path
 
 
+def installed_model_file(name: str) -> Path:
+    """The ONNX file of a known model; ModelUnavailable if the name is unknown or its package is missing."""
+    if name not in MODELS:
+        raise ModelUnavailable(f"unknown embedding model {name!r}; known: {sorted(MODELS)}", field="embedding_model")
+    return _model_file(MODELS[name])
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:

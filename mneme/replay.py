@@ -18,6 +18,7 @@ they stood then, for forensic work with DuckDB or `mneme serve --data-dir`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shutil
@@ -32,6 +33,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from mneme.domain import validation as v
+from mneme.preflight import Refused, check_model, require_log
 from mneme.runtime import (
     control_id,
     nats_connection,
@@ -75,8 +77,33 @@ def parse_upto(value: str | None) -> int | datetime | None:
     try:
         t = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise SystemExit(f"--upto: {value!r} is neither a sequence number nor an ISO 8601 time") from None
-    return v.utc(t, "upto")
+        raise Refused(f"--upto: {value!r} is neither a sequence number nor an ISO 8601 time") from None
+    t = v.utc(t, "upto")
+    if t > datetime.now(timezone.utc):
+        raise Refused(f"--upto: {t.isoformat()} is in the future")
+    return t
+
+
+def check(core: CoreSettings, gps: ProjectorSettings, *, upto: str | None, output: Path | None,
+          model: str | None) -> int | datetime | None:  # fmt: skip
+    """Everything a replay can be refused for before it connects or creates anything."""
+    require_log(core)
+    if gps.vectors != "off":
+        check_model(gps.embedding_model, "--model" if model else "MNEME_PROJECTOR_EMBEDDING_MODEL")
+    if output is not None and output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise Refused(f"--output {output} exists and is not empty")
+    return parse_upto(upto)
+
+
+async def target_of(js: JetStreamContext, bound: int | datetime | None, head: int) -> int:
+    """The sequence a replay builds up to: the head, or --upto's; past the head is refused, as `as_of` is."""
+    if bound is None:
+        return head
+    if isinstance(bound, datetime):
+        return await seq_at(js, bound)
+    if bound > head:
+        raise Refused(f"--upto: sequence {bound} is beyond the head of the log ({head})")
+    return bound
 
 
 async def replay(
@@ -86,65 +113,26 @@ async def replay(
 ) -> dict[str, Any]:  # fmt: skip
     gps = ps.model_copy(update={"embedding_model": model}) if model else ps
     frozen = upto is not None or output is not None
+    bound = check(core, gps, upto=upto, output=output, model=model)
     async with nats_connection(core, "mneme-replay", stack_embedded="attach") as nc:
         js = nc.jetstream()
         head = (await js.stream_info(S.EVENTS_STREAM)).state.last_seq
-        bound = parse_upto(upto)
-        target = head if bound is None else min(head, bound if isinstance(bound, int) else await seq_at(js, bound))
+        target = await target_of(js, bound, head)
         root = projections_root(core)
         out = output or (root / (f"asof-{target}" if frozen else BUILDING))
         settings = {"model": gps.embedding_model if gps.vectors != "off" else None, "upto": target if frozen else None,
                     "projection_version": PROJECTION_VERSION, "vectors": gps.vectors}  # fmt: skip
-        meta = out / "generation.json"
-        resumed = False
-        if out.exists():
-            old = json.loads(meta.read_text()) if meta.exists() else None
-            resumed = bool(old) and {k: old.get(k) for k in settings} == settings and not output
-            if not resumed:
-                if output and any(out.iterdir()):
-                    raise SystemExit(f"--output {out} exists and is not empty")
-                shutil.rmtree(out, ignore_errors=True)
-        snapshot = None
-        if not resumed and use_snapshots:
-            found = newest_snapshot(core.data_dir / "snapshots", upto=target, model=settings["model"])
-            if found:
-                snapshot = found[1]["seq"]
-                restore_snapshot(found[0], found[1], out, gps.db_name)
-        out.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({**settings, "started": datetime.now(timezone.utc).isoformat()}))
-        view = open_view(core, gps, base=out)
-        vectors = open_vectors(core, gps, base=out)
-        proj = Projector(nc, view, batch_max=gps.batch_max, vectors=vectors, vector_batch_max=gps.vector_batch_max,
-                         stop_at=target, access=not frozen)  # fmt: skip
-        start_seq = view.checkpoint
-        t0 = time.monotonic()
-        await proj.start(serve_queries=False)
-        await catch_up(proj, progress=progress, target=target)
-        if vectors is not None:
-            await asyncio.to_thread(vectors.model.wait, 600)
-            await asyncio.to_thread(vectors.fill_pending)
-            assert proj.vector_follower is not None
-            await proj.vector_follower.wait_for(target, 600)
-        if not frozen:  # access statistics up to the head of the access stream, too
-            acc_head = (await js.stream_info(S.ACCESS_STREAM)).state.last_seq
-            await proj.access_follower.wait_for(acc_head, 600)
-        seconds = time.monotonic() - t0
-        await proj.stop()
-        report = verify_generation(view, vectors, target)
-        digest = view.canonical_digest()
-        embedded = vectors.embedded if vectors is not None else 0
-        view.con.execute("CHECKPOINT")
-        view.close()
-        if vectors is not None:
-            vectors.close()
-        result: dict[str, Any] = {
-            "target_seq": target, "head_seq": head, "resumed_from": start_seq, "snapshot_seq": snapshot,
-            "events": target - start_seq, "seconds": round(seconds, 3),
-            "events_per_s": round((target - start_seq) / seconds, 1) if seconds else None,
-            "embedded": embedded, "model": settings["model"], "verify": report, "digest": digest,
-        }  # fmt: skip
-        if not report["ok"]:
-            result["path"] = str(out)
+        try:
+            result = await build(core, gps, nc, out, settings, target=target, frozen=frozen, resumable=not output,
+                                 use_snapshots=use_snapshots, progress=progress)  # fmt: skip
+        except Exception:
+            # a failure leaves nothing half-built (only a kill leaves `building/`, for the next run to resume)
+            discard(out, root)
+            raise
+        result = {"target_seq": result.pop("target_seq"), "head_seq": head, **result}
+        if not result["verify"]["ok"]:
+            discard(out, root)
+            result["removed"] = str(out)
             raise ReplayFailed(result)
         if frozen or not swap:
             result["path"] = str(out)
@@ -166,6 +154,71 @@ async def replay(
                               "start serves the new generation"}  # fmt: skip
         result["removed"] = remove_generation(core, previous, gps)
         return result
+
+
+def discard(out: Path, root: Path) -> None:
+    shutil.rmtree(out, ignore_errors=True)
+    if out.parent == root:
+        with contextlib.suppress(OSError):
+            root.rmdir()  # only if nothing else is in it
+
+
+async def build(core: CoreSettings, gps: ProjectorSettings, nc: Any, out: Path, settings: dict[str, Any], *,
+                target: int, frozen: bool, resumable: bool, use_snapshots: bool,
+                progress: Callable[[int, int, float], None] | None) -> dict[str, Any]:  # fmt: skip
+    """Fold the log into `out` up to `target` (resuming a killed build with the same settings), verify it."""
+    meta = out / "generation.json"
+    resumed = False
+    if out.exists():
+        old = json.loads(meta.read_text()) if meta.exists() else None
+        resumed = bool(old) and {k: old.get(k) for k in settings} == settings and resumable
+        if not resumed:
+            shutil.rmtree(out, ignore_errors=True)
+    snapshot = None
+    if not resumed and use_snapshots:
+        found = newest_snapshot(core.data_dir / "snapshots", upto=target, model=settings["model"])
+        if found:
+            snapshot = found[1]["seq"]
+            restore_snapshot(found[0], found[1], out, gps.db_name)
+    out.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps({**settings, "started": datetime.now(timezone.utc).isoformat()}))
+    view = open_view(core, gps, base=out)
+    vectors = None
+    try:
+        vectors = open_vectors(core, gps, base=out)
+        proj = Projector(nc, view, batch_max=gps.batch_max, vectors=vectors, vector_batch_max=gps.vector_batch_max,
+                         stop_at=target, access=not frozen)  # fmt: skip
+        start_seq = view.checkpoint
+        t0 = time.monotonic()
+        await proj.start(serve_queries=False)
+        try:
+            await catch_up(proj, progress=progress, target=target)
+            if vectors is not None:
+                if not await asyncio.to_thread(vectors.model.wait, 600):
+                    vectors.model.get()  # raises why the model did not load
+                await asyncio.to_thread(vectors.fill_pending)
+                assert proj.vector_follower is not None
+                await proj.vector_follower.wait_for(target, 600)
+            if not frozen:  # access statistics up to the head of the access stream, too
+                acc_head = (await nc.jetstream().stream_info(S.ACCESS_STREAM)).state.last_seq
+                await proj.access_follower.wait_for(acc_head, 600)
+        finally:
+            seconds = time.monotonic() - t0
+            await proj.stop()
+        report = verify_generation(view, vectors, target)
+        digest = view.canonical_digest()
+        view.con.execute("CHECKPOINT")
+        embedded = vectors.embedded if vectors is not None else 0
+    finally:
+        view.close()
+        if vectors is not None:
+            vectors.close()
+    return {
+        "target_seq": target, "resumed_from": start_seq, "snapshot_seq": snapshot,
+        "events": target - start_seq, "seconds": round(seconds, 3),
+        "events_per_s": round((target - start_seq) / seconds, 1) if seconds else None,
+        "embedded": embedded, "model": settings["model"], "verify": report, "digest": digest,
+    }  # fmt: skip
 
 
 class ReplayFailed(Exception):

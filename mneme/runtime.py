@@ -15,30 +15,28 @@ import json
 import logging
 import os
 import shutil
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+import socket
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import nats
-import nats.errors
 from nats.aio.client import Client as NATS
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
+from mneme.mcp_serve import Mcp, until_stopped
+from mneme.preflight import Refused, bind, check_http, check_model
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
-from schemas import subjects as S
 from services.auditor.service import Auditor
 from services.auditor.trail import ACCESS, EVENTS, Trail
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
 from services.gateway.queries import QueryClient
-from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector, close_generation
 from services.projector.vector_index import ClientIndex, EdgeIndex, VectorIndex
@@ -66,7 +64,7 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | 
             url = running_url(core.data_dir / "nats")
         if url is None:
             if not stack_embedded:
-                raise SystemExit("--nats-url (or MNEME_NATS_URL) is required for this command")
+                raise Refused("--nats-url (or MNEME_NATS_URL) is required for this command")
             server = EmbeddedNats(core.data_dir / "nats")
             url = await server.start()
             stack.push_async_callback(server.stop)
@@ -122,6 +120,13 @@ def serving_settings(core: CoreSettings, ps: ProjectorSettings) -> ProjectorSett
     return ps
 
 
+def checked(ps: ProjectorSettings) -> ProjectorSettings:
+    """Settings whose embedding model is a known one (refused before anything starts otherwise)."""
+    if ps.vectors != "off":
+        check_model(ps.embedding_model, "MNEME_PROJECTOR_EMBEDDING_MODEL", installed=False)
+    return ps
+
+
 def control_id(core: CoreSettings) -> str:
     """The name a projector listens on for operator requests: derived from its data directory."""
     return hashlib.sha256(str(core.data_dir.resolve()).encode()).hexdigest()[:16]
@@ -151,7 +156,7 @@ def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = Fal
     index: VectorIndex
     if ps.vectors == "qdrant":
         if not ps.qdrant_url:
-            raise SystemExit("MNEME_PROJECTOR_QDRANT_URL is required with MNEME_PROJECTOR_VECTORS=qdrant")
+            raise Refused("MNEME_PROJECTOR_QDRANT_URL is required with MNEME_PROJECTOR_VECTORS=qdrant")
         gen = "" if base == core.data_dir else f"-{base.name}"
         name = f"{ps.qdrant_collection}-{ps.embedding_model}{gen}"
         index = ClientIndex(name, model.dim, url=ps.qdrant_url, api_key=ps.qdrant_api_key)
@@ -193,65 +198,10 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
                    consistency=gs.consistency)  # fmt: skip
 
 
-def bearer_auth(app: ASGIApp, directory: Directory) -> ASGIApp:
-    """Refuse HTTP requests without a known bearer token (401) before they reach MCP."""
-
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
-            if directory.for_headers(headers) is None:
-                body = b'{"error": {"code": "UNAUTHORIZED", "message": "a valid bearer token is required"}}'
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="mneme"')]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await app(scope, receive, send)
-
-    return guarded
-
-
-async def run_mcp(gw: Gateway, gs: GatewaySettings) -> None:
-    server = build_server(gw)
-    try:
-        if gs.transport == "stdio":
-            await server.run_stdio_async()
-            return
-        if gw.directory is None and not (gs.http_anonymous and gs.host in ("127.0.0.1", "localhost", "::1")):
-            raise SystemExit(
-                "refusing to serve HTTP without bearer tokens: set MNEME_GATEWAY_PRINCIPALS_FILE "
-                "(or MNEME_GATEWAY_HTTP_ANONYMOUS=true for local development on loopback)"
-            )
-        import uvicorn
-
-        app: ASGIApp = server.streamable_http_app(host=gs.host)
-        if gw.directory is not None:
-            app = bearer_auth(app, gw.directory)
-        await uvicorn.Server(uvicorn.Config(app, host=gs.host, port=gs.port, log_level="warning")).serve()
-    finally:
-        await gw.access.flush()
-
-
-async def until_stopped(main: Awaitable[None]) -> None:
-    """Run `main` until it ends or SIGINT/SIGTERM arrives, whichever is first."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    main_task = asyncio.ensure_future(main)
-    stop_task = asyncio.ensure_future(stop.wait())
-    done, _ = await asyncio.wait({main_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-    for t in (main_task, stop_task):
-        if t not in done:
-            t.cancel()
-            # Bounded: the stdio transport reads stdin on a thread that a cancel cannot
-            # interrupt, so never wait on it for long; the process exits after cleanup.
-            await asyncio.wait({t}, timeout=2)
-    if main_task in done and main_task.exception() is not None:
-        raise main_task.exception()  # type: ignore[misc]
-
-
-async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings) -> None:
-    ps = serving_settings(core, ps)
+async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings,
+                listener: socket.socket | None = None) -> None:  # fmt: skip
+    listener = http_listener(gs, listener)
+    ps = checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
         log_nc = await connect(str(nc.connected_url.geturl()) if nc.connected_url else core.nats_url or "",
@@ -273,19 +223,31 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
         auditor = Auditor(nc, trail, fed_by=[projector.follower, projector.access_follower])  # audit queries
         await auditor.start()
         stack.push_async_callback(auditor.stop)
-        await until_stopped(run_mcp(make_gateway(nc, gs), gs))
+        mcp = Mcp(make_gateway(nc, gs), gs, listener)
+        await until_stopped(mcp.run(), graceful=mcp.stop)
 
 
-async def gateway(core: CoreSettings, gs: GatewaySettings) -> None:
+async def gateway(core: CoreSettings, gs: GatewaySettings, listener: socket.socket | None = None) -> None:
+    listener = http_listener(gs, listener)
     async with nats_connection(core, "mneme-gateway", stack_embedded=False) as nc:
-        await until_stopped(run_mcp(make_gateway(nc, gs), gs))
+        mcp = Mcp(make_gateway(nc, gs), gs, listener)
+        await until_stopped(mcp.run(), graceful=mcp.stop)
+
+
+def http_listener(gs: GatewaySettings, listener: socket.socket | None) -> socket.socket | None:
+    """The HTTP socket, bound before anything starts (the command line binds it before it even imports
+    this module, so that a refusal is quick)."""
+    if gs.transport != "http" or listener is not None:
+        return listener
+    check_http(gs)
+    return bind(gs)
 
 
 async def projector(
     core: CoreSettings, ps: ProjectorSettings, *, rebuild: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> None:  # fmt: skip
-    ps = serving_settings(core, ps)
+    ps = checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
         log_nc = await connect(core.nats_url or "", "mneme-projector-log")
@@ -316,55 +278,3 @@ async def auditor(core: CoreSettings, aus: AuditorSettings) -> None:
 
 async def _forever() -> None:
     await asyncio.Event().wait()
-
-
-async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | None = None,
-                  progress: Callable[[int, int, float], None] | None = None) -> dict[str, object]:  # fmt: skip
-    """Fold the whole log into a fresh DuckDB file, then swap it in (or write it to `output`).
-
-    Run it while no projector holds the file (DuckDB allows one process per file).
-    """
-    from services.projector.service import catch_up
-
-    target_path = output or projection_dir(core) / ps.db_name
-    tmp = Path(str(target_path) + ".rebuild")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    for f in (tmp, Path(str(tmp) + ".wal")):
-        f.unlink(missing_ok=True)
-    async with nats_connection(core, "mneme-rebuild", stack_embedded=True) as nc:
-        view = MemoriesView(str(tmp))
-        proj = Projector(nc, view, batch_max=ps.batch_max)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        await proj.start(serve_queries=False)
-        target = await catch_up(proj, progress=progress)
-        seconds = loop.time() - started
-        await proj.stop()
-        digest = view.canonical_digest()
-        view.con.execute("CHECKPOINT")
-        view.close()
-    Path(str(target_path) + ".wal").unlink(missing_ok=True)
-    tmp.replace(target_path)
-    return {"events": target, "seconds": round(seconds, 3), "events_per_s": round(target / seconds, 1) if seconds else None,
-            "path": str(target_path), "digest": digest}  # fmt: skip
-
-
-async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, object]:
-    """Ask the projector running on this data directory for a snapshot; with none running, take it from the
-    files at rest."""
-    from services.projector.snapshot import write_snapshot
-
-    async with nats_connection(core, "mneme-snapshot", stack_embedded="attach") as nc:
-        try:
-            msg = await nc.request(S.control_subject(control_id(core), "snapshot"), b"{}", timeout=600)
-            return dict(json.loads(msg.data))
-        except nats.errors.NoRespondersError:
-            pass
-    view = open_view(core, ps)
-    vectors = open_vectors(core, ps)
-    try:
-        return {"ok": True, "live": False, **write_snapshot(view, vectors, core.data_dir / "snapshots")}
-    finally:
-        view.close()
-        if vectors is not None:
-            vectors.close()

@@ -21,7 +21,8 @@ import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.runtime import close_nats, connect, rebuild
+from mneme.maintenance import rebuild
+from mneme.runtime import close_nats, connect
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.synthetic import history, publish
 from schemas import subjects as S

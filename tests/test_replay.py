@@ -28,6 +28,7 @@ import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
+from mneme.preflight import Refused
 from mneme.replay import replay, seq_at
 from mneme.runtime import close_nats, connect, projection_dir
 from mneme.settings import CoreSettings, ProjectorSettings
@@ -218,18 +219,26 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
             assert rows_of(tmp_path / f"time{k}") == listed_rows(by_time)
             assert r["digest"] == digest_of(tmp_path / f"seq{k}" / "projector.duckdb")
         # an --output that already holds something is refused
-        with pytest.raises(SystemExit, match="not empty"):
+        with pytest.raises(Refused, match="not empty"):
             await replay(core, NO_VECTORS, upto=str(marks[0]), output=tmp_path / "seq0")
         # the copy is frozen: the live projection moved on, the data directory's generation is untouched
         assert projection_dir(core) == core.data_dir
         assert len((await as_of(await stack.last_seq()))["items"]) > len(rows_of(tmp_path / "seq0"))
-        # a time before the first event: an empty copy; past the head: the whole log
+        # a time before the first event: an empty copy; a time after the last event: the whole log
         r = await replay(core, NO_VECTORS, upto="2000-01-01T00:00:00Z", output=tmp_path / "empty")
         assert (r["target_seq"], r["verify"]["memories"]) == (0, 0)
-        r = await replay(core, NO_VECTORS, upto=str(10**9), output=tmp_path / "all")
+        r = await replay(core, NO_VECTORS, upto=datetime.now(UTC).isoformat(), output=tmp_path / "all")
         assert r["target_seq"] == await stack.last_seq()
-        with pytest.raises(SystemExit):
+        # a sequence past the head, or a time in the future, is refused (as `as_of` is), and nothing is built
+        head = await stack.last_seq()
+        with pytest.raises(Refused, match=rf"--upto: sequence {10**9} is beyond the head of the log \({head}\)"):
+            await replay(core, NO_VECTORS, upto=str(10**9), output=tmp_path / "past")
+        with pytest.raises(Refused, match="--upto: .* is in the future"):
+            await replay(core, NO_VECTORS, upto=(datetime.now(UTC) + timedelta(hours=1)).isoformat(),
+                         output=tmp_path / "future")  # fmt: skip
+        with pytest.raises(Refused, match="--upto"):
             await replay(core, NO_VECTORS, upto="yesterday", output=tmp_path / "bad")
+        assert not any((tmp_path / d).exists() for d in ("past", "future", "bad"))
     finally:
         await stack.close()
 

@@ -153,14 +153,19 @@ class Trail:
 
     def verify(self) -> tuple[int, int | None]:
         """Walk the chain. Returns (records checked, trail sequence of the first broken record or None)."""
-        prev, n, expected = GENESIS, 0, 1
-        cur = self.con.cursor()
-        for row in cur.execute(f"SELECT {', '.join(COLUMNS)}, prev_hash, hash FROM audit_trail ORDER BY trail_seq").fetchall():
-            fields, stored_prev, stored = row[:14], row[14], row[15]
-            if row[0] != expected or stored_prev != prev or record_hash(prev, fields) != stored:
-                return n, row[0]
-            prev, n, expected = stored, n + 1, expected + 1
-        return n, None
+        return verify_chain(self.con)
+
+
+def verify_chain(con: duckdb.DuckDBPyConnection) -> tuple[int, int | None]:
+    """Walk the chain in a trail file (open read-only or not): (records checked, first broken trail sequence)."""
+    prev, n, expected = GENESIS, 0, 1
+    cur = con.cursor()
+    for row in cur.execute(f"SELECT {', '.join(COLUMNS)}, prev_hash, hash FROM audit_trail ORDER BY trail_seq").fetchall():
+        fields, stored_prev, stored = row[:14], row[14], row[15]
+        if row[0] != expected or stored_prev != prev or record_hash(prev, fields) != stored:
+            return n, row[0]
+        prev, n, expected = stored, n + 1, expected + 1
+    return n, None
 
 
 @dataclass

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import duckdb
 
 from schemas.queries import AuditQuery, AuditResult, AuditRow
 from services.auditor.trail import COLUMNS, Trail
@@ -61,25 +64,25 @@ def query(trail: Trail, q: AuditQuery) -> AuditResult:
     return AuditResult(records=records, total=total)
 
 
-def export(trail: Trail, out: Path, fmt: str, filters: dict[str, Any]) -> int:
+def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[str, Any]) -> int:
     """Write the matching records (with their hashes) as JSON Lines or Parquet. Returns the count.
 
-    `filters`: agent_id, memory_id, action (prefix), since, until (ISO 8601): the audit query's filters.
+    `filters`: agent_id, memory_id, action (prefix), since, until (datetimes): the audit query's filters.
+    The file appears whole or not at all (written beside it, then renamed).
     """
-
-    def when(text: str | None) -> datetime | None:
-        if not text:
-            return None
-        t = datetime.fromisoformat(text)
-        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
     q = AuditQuery(namespace="*", now=datetime.now(timezone.utc), namespaces=("*",),
                    agent_id=filters.get("agent_id"), memory_id=filters.get("memory_id"), action=filters.get("action"),
-                   since=when(filters.get("since")), until=when(filters.get("until")))  # fmt: skip
+                   since=filters.get("since"), until=filters.get("until"))  # fmt: skip
     where, args = _where(q)
-    cur = trail.con.cursor()
+    cur = con.cursor()
     n = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
     option = "(FORMAT PARQUET)" if fmt == "parquet" else "(FORMAT JSON)"
-    target = str(out).replace("'", "''")
-    cur.execute(f"COPY (SELECT * FROM audit_trail WHERE {where} ORDER BY trail_seq) TO '{target}' {option}", args)
+    tmp = out.with_name(f".{out.name}.partial")
+    target = str(tmp).replace("'", "''")
+    try:
+        cur.execute(f"COPY (SELECT * FROM audit_trail WHERE {where} ORDER BY trail_seq) TO '{target}' {option}", args)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return n

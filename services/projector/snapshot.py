@@ -5,6 +5,9 @@ Qdrant Edge shard after a flush) taken while the generation's followers hold the
 with a manifest: the sequence each read model covers, the projection version, the model,
 and the SHA-256 of every file. A replay starts from the newest snapshot whose manifest
 matches and whose files hash as recorded, and folds only the rest of the log.
+
+Files are copied sparsely (an Edge shard is ~240 MB of preallocated holes), both into a
+snapshot and out of it; whoever asked for one gets a summary, the hashes stay in the manifest.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import logging
 import shutil
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mneme.sparse import copy_sparse, copytree_sparse, disk_usage
 from services.projector.memories_view import PROJECTION_VERSION, MemoriesView
 from services.projector.vector_index import OPEN, Cond, EdgeIndex, Where
 from services.projector.vector_view import VectorView
@@ -49,32 +54,40 @@ async def held(gen: Any) -> AsyncIterator[None]:
 
 
 def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *, keep: int = 2) -> dict[str, Any]:
-    """Copy the (held) generation's files into root/snap-<seq>; returns the manifest. Call inside `held`."""
+    """Copy the (held) generation's files into root/snap-<seq>; returns a summary (the manifest without the
+    per-file hashes, with the path, the number of files and their size as read and on disk). Call inside
+    `held`."""
     seq = view.checkpoint
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{seq}-{time.monotonic_ns()}"
     tmp.mkdir()
-    # a transactional copy (MVCC): readers go on, and no CHECKPOINT has to wait for them
-    cur = view.con.cursor()
     try:
-        db = cur.execute("SELECT current_database()").fetchone()[0]
-        cur.execute(f"ATTACH '{tmp / Path(view.path).name}' AS mneme_snapshot")
-        cur.execute(f'COPY FROM DATABASE "{db}" TO mneme_snapshot')
-        cur.execute("DETACH mneme_snapshot")
-    finally:
-        cur.close()
-    manifest: dict[str, Any] = {"seq": seq, "projection_version": PROJECTION_VERSION, "db": Path(view.path).name,
-                                "created_at": time.time(), "model": None, "vector_seq": None, "vectors": None}  # fmt: skip
-    if vectors is not None and isinstance(vectors.index, EdgeIndex):
-        vectors.save()  # flushes the shard and writes the position it covers
-        idx = vectors.index
-        idx.shard.flush()
-        shutil.copytree(idx.path, tmp / idx.path.name)
-        if idx.checkpoint_file.exists():
-            shutil.copy2(idx.checkpoint_file, tmp / idx.checkpoint_file.name)
-        manifest.update(model=vectors.model.name, vector_seq=vectors.checkpoint, vectors=idx.path.name)
-    manifest["files"] = _files(tmp)
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        # a transactional copy (MVCC): readers go on, and no CHECKPOINT has to wait for them
+        cur = view.con.cursor()
+        try:
+            db = cur.execute("SELECT current_database()").fetchone()[0]
+            cur.execute(f"ATTACH '{tmp / Path(view.path).name}' AS mneme_snapshot")
+            cur.execute(f'COPY FROM DATABASE "{db}" TO mneme_snapshot')
+            cur.execute("DETACH mneme_snapshot")
+        finally:
+            cur.close()
+        manifest: dict[str, Any] = {"seq": seq, "projection_version": PROJECTION_VERSION, "db": Path(view.path).name,
+                                    "created_at": datetime.now(timezone.utc).isoformat(), "model": None,
+                                    "vector_seq": None, "vectors": None}  # fmt: skip
+        if vectors is not None and isinstance(vectors.index, EdgeIndex):
+            vectors.save()  # flushes the shard and writes the position it covers
+            idx = vectors.index
+            idx.shard.flush()
+            copytree_sparse(idx.path, tmp / idx.path.name)
+            if idx.checkpoint_file.exists():
+                copy_sparse(idx.checkpoint_file, tmp / idx.checkpoint_file.name)
+            manifest.update(model=vectors.model.name, vector_seq=vectors.checkpoint, vectors=idx.path.name)
+        manifest["files"] = _files(tmp)
+        files, size, disk = disk_usage(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # no half-written snapshot is left behind
+        raise
     final = root / f"snap-{seq:012d}"
     if final.exists():
         shutil.rmtree(final)
@@ -82,7 +95,9 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
     for old in sorted(root.glob("snap-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     log.info("snapshot at sequence %d in %s", seq, final)
-    return manifest
+    summary = {k: v for k, v in manifest.items() if k != "files"}
+    return {**summary, "path": str(final), "files": files, "bytes": size, "disk_bytes": disk,
+            "manifest": str(final / MANIFEST)}  # fmt: skip
 
 
 def valid_snapshot(path: Path) -> dict[str, Any] | None:
@@ -110,12 +125,12 @@ def newest_snapshot(root: Path, *, upto: int, model: str | None) -> tuple[Path, 
 def restore_snapshot(snap: Path, manifest: dict[str, Any], target: Path, db_name: str) -> None:
     """Copy a snapshot's files into an empty generation directory."""
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(snap / manifest["db"], target / db_name)
+    copy_sparse(snap / manifest["db"], target / db_name)
     if manifest.get("vectors"):
-        shutil.copytree(snap / manifest["vectors"], target / manifest["vectors"])
+        copytree_sparse(snap / manifest["vectors"], target / manifest["vectors"])
         ck = snap / f"{manifest['vectors']}.checkpoint.json"
         if ck.exists():
-            shutil.copy2(ck, target / ck.name)
+            copy_sparse(ck, target / ck.name)
 
 
 def verify_generation(view: MemoriesView, vectors: VectorView | None, target: int) -> dict[str, Any]:
