@@ -33,6 +33,16 @@ BAD = "INVALID_INPUT"
 NOT_FOUND = "MEMORY_NOT_FOUND"
 
 
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+NEST_32, NEST_33, NEST_200 = nested(32), nested(33), nested(200)  # 32 levels is the limit (README: Errors)
+
+
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:  # module scope, so the shared stack below can be module scoped
     return "asyncio"
@@ -111,6 +121,12 @@ CASES = [
         "validity-reversed",
     ),
     case("memory_add", {"content": "x", "request_id": ""}, BAD, "request_id", "request-id-empty"),
+    case("memory_add", {"content": "\ud800"}, BAD, "content", "content-lone-surrogate"),
+    case("memory_add", {"content": "x", "tags": ["ok", "\udc00"]}, BAD, "tags", "tag-lone-surrogate"),
+    case("memory_add", {"content": "x", "metadata": {"k": "a\ud800"}}, BAD, "metadata", "metadata-lone-surrogate"),
+    case("memory_add", {"content": "x", "metadata": NEST_33}, BAD, "metadata", "metadata-33-deep"),
+    case("memory_add", {"content": "x", "metadata": NEST_200}, BAD, "metadata", "metadata-200-deep"),
+    case("memory_add", {"content": "x", "citations": [NEST_200]}, BAD, "citations", "citations-200-deep"),
     # -- memory_get ------------------------------------------------------------------------------
     case("memory_get", {}, BAD, "id", "no-id-no-path"),
     case("memory_get", {"store": "s"}, BAD, ("id", "path"), "store-without-path"),
@@ -156,6 +172,7 @@ CASES = [
         "validity-reversed",
     ),
     case("memory_update", {"id": SEED, "metadata": {"k": "v" * 20_000}}, BAD, "metadata", "metadata-too-big"),
+    case("memory_update", {"id": SEED, "metadata": NEST_33}, BAD, "metadata", "metadata-33-deep"),
     case("memory_update", {"store": "s", "path": "seed/../one", "content": "y"}, BAD, "path", "path-dotdot"),
     case("memory_update", {"store": "", "path": "seed/one", "content": "y"}, BAD, "store", "store-empty"),
     # -- memory_move -----------------------------------------------------------------------------
@@ -315,6 +332,17 @@ async def test_a_batch_of_bad_calls_then_a_good_write_works(shared: tuple[Stack,
     assert added["seq"] == before + 1
     got = await stack.call("memory_get", store="s", path="after/storm")
     assert got["content"] == "after the storm"
+
+
+async def test_metadata_may_nest_32_levels_and_not_33(shared: tuple[Stack, str]) -> None:
+    stack, _ = shared
+    before = await stack.last_seq()
+    with pytest.raises(ToolFailure) as err:
+        await stack.call("memory_add", content="too deep", metadata=NEST_33)
+    assert err.value.error == {"code": BAD, "field": "metadata", "message": "metadata: nested deeper than 32 levels"}
+    assert await stack.last_seq() == before
+    added = await stack.call("memory_add", content="deep enough", metadata=NEST_32)
+    assert (await stack.call("memory_get", id=added["id"]))["metadata"] == NEST_32
 
 
 # -- over stdio, against the real `mneme serve` process ---------------------------------------------

@@ -9,12 +9,16 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
 
+from services.gateway.limits import argument_problem
+
 
 class MnemeMCPServer(MCPServer):
     """Argument validation errors become the same structured JSON as domain errors."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         tool = self._tool_manager.get_tool(name)
+        if (problem := argument_problem(arguments)) is not None:
+            raise ToolError(error_text({"code": "INVALID_INPUT", "field": problem.field, "message": problem.text()}))
         if tool is not None:  # a misspelt argument fails loudly instead of being dropped
             known = tool.parameters.get("properties", {})
             unknown = sorted(k for k in arguments if k not in known)
