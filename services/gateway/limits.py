@@ -14,8 +14,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
 MAX_DEPTH = 32
 """How deeply a value may nest: `{"a": 1}` is 1 level, `{"a": [1]}` 2."""
+
+MAX_MESSAGE_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE
+"""The largest JSON-RPC message, in bytes of UTF-8: a stdio line, as an HTTP body (4 MiB, the SDK's HTTP limit)."""
 
 
 @dataclass(frozen=True, slots=True)

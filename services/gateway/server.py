@@ -10,10 +10,17 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
 
 from services.gateway.limits import argument_problem
+from services.gateway.stdio import stdio_transport
 
 
 class MnemeMCPServer(MCPServer):
-    """Argument validation errors become the same structured JSON as domain errors."""
+    """Argument validation errors become the same structured JSON as domain errors; stdio answers every line."""
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin/stdout through mneme's transport: every line is answered (see stdio.py)."""
+        low = self._lowlevel_server
+        async with stdio_transport() as (read_stream, write_stream):
+            await low.run(read_stream, write_stream, low.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         tool = self._tool_manager.get_tool(name)
