@@ -345,6 +345,14 @@ async def test_metadata_may_nest_32_levels_and_not_33(shared: tuple[Stack, str])
     assert (await stack.call("memory_get", id=added["id"]))["metadata"] == NEST_32
 
 
+async def test_an_unknown_tool_is_a_structured_error(shared: tuple[Stack, str]) -> None:
+    stack, _ = shared
+    with pytest.raises(ToolFailure) as err:
+        await stack.call("memory_nuke")
+    assert err.value.code == "UNKNOWN_TOOL" and err.value.field == "name", err.value.error
+    assert "'memory_nuke'" in err.value.error["message"] and "memory_add" in err.value.error["message"]
+
+
 # -- over stdio, against the real `mneme serve` process ---------------------------------------------
 
 

@@ -1,20 +1,31 @@
-"""The gateway's MCP server: structured errors at the edge, then the tool sets registered on it."""
+"""The gateway's MCP server: structured errors at the edge, then the tool sets registered on it.
+
+Every failure of a tool call leaves as a tool error whose text is `{"error": {"code", "field", "message"}}`:
+an unknown tool (UNKNOWN_TOOL), an argument that breaks a structural limit or fails its schema
+(INVALID_INPUT naming the argument), a domain error (its own code), and anything unexpected (INTERNAL,
+without the exception's text: that goes to the server log with its traceback).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from services.gateway.limits import argument_problem
+from services.gateway.limits import argument_problem, shown
 from services.gateway.stdio import stdio_transport
+
+log = logging.getLogger("mneme.gateway")
 
 
 class MnemeMCPServer(MCPServer):
-    """Argument validation errors become the same structured JSON as domain errors; stdio answers every line."""
+    """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
 
     async def run_stdio_async(self) -> None:
         """Serve over stdin/stdout through mneme's transport: every line is answered (see stdio.py)."""
@@ -24,18 +35,20 @@ class MnemeMCPServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         tool = self._tool_manager.get_tool(name)
+        if tool is None:
+            known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
+            raise tool_error("UNKNOWN_TOOL", "name", f"name: unknown tool {shown(name)!r}; known: {known}")
         if (problem := argument_problem(arguments)) is not None:
-            raise ToolError(error_text({"code": "INVALID_INPUT", "field": problem.field, "message": problem.text()}))
-        if tool is not None:  # a misspelt argument fails loudly instead of being dropped
-            known = tool.parameters.get("properties", {})
-            unknown = sorted(k for k in arguments if k not in known)
-            if unknown:
-                raise ToolError(error_text({
-                    "code": "INVALID_INPUT", "field": unknown[0],
-                    "message": f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known))}",
-                }))  # fmt: skip
+            raise tool_error("INVALID_INPUT", problem.field, problem.text())
+        known_args = tool.parameters.get("properties", {})
+        unknown = sorted(k for k in arguments if k not in known_args)
+        if unknown:  # a misspelt argument fails loudly instead of being dropped
+            raise tool_error("INVALID_INPUT", unknown[0],
+                             f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known_args))}")  # fmt: skip
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:
+            raise internal_error(name, exc.__cause__ or exc) from None
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ToolError):  # ours: drop the SDK's "Error executing tool X: " prefix
@@ -47,11 +60,28 @@ class MnemeMCPServer(MCPServer):
                     "code": "INVALID_INPUT", "field": first["field"],
                     "message": f"{first['field']}: {first['problem']}", "errors": errs,
                 })) from cause  # fmt: skip
+            raise internal_error(name, exc) from None
+        except MCPError:
             raise
+        except Exception as exc:  # noqa: BLE001 - the SDK wraps tool failures; anything else is ours to hide
+            raise internal_error(name, exc) from None
 
 
 def error_text(err: dict[str, Any]) -> str:
     return json.dumps({"error": err}, ensure_ascii=False)
+
+
+def tool_error(code: str, field: str | None, message: str) -> ToolError:
+    err = {"code": code, "message": message} if field is None else {"code": code, "field": field, "message": message}
+    return ToolError(error_text(err))
+
+
+def internal_error(tool: str, exc: BaseException) -> ToolError:
+    """An unexpected failure: the client learns that it happened and where to look, the log gets the rest."""
+    incident = uuid.uuid4().hex[:12]
+    log.error("%s failed unexpectedly (incident %s)", tool, incident, exc_info=exc)
+    return tool_error("INTERNAL", None, f"{tool} failed unexpectedly; the server log has the details "
+                                        f"(incident {incident})")  # fmt: skip
 
 
 def build_server(gw: Any, *, name: str = "mneme") -> MnemeMCPServer:
