@@ -54,7 +54,7 @@ class MnemeMCPServer(MCPServer):
             if isinstance(cause, ToolError):  # ours: drop the SDK's "Error executing tool X: " prefix
                 raise cause from None
             if isinstance(cause, ValidationError):
-                errs = [{"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in cause.errors()]
+                errs = validation_errors(cause, arguments, known_args)
                 first = errs[0] if errs else {"field": "arguments", "problem": "invalid"}
                 raise ToolError(error_text({
                     "code": "INVALID_INPUT", "field": first["field"],
@@ -82,6 +82,43 @@ def internal_error(tool: str, exc: BaseException) -> ToolError:
     log.error("%s failed unexpectedly (incident %s)", tool, incident, exc_info=exc)
     return tool_error("INTERNAL", None, f"{tool} failed unexpectedly; the server log has the details "
                                         f"(incident {incident})")  # fmt: skip
+
+
+_KINDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+          "array": "a list", "object": "an object"}  # fmt: skip
+
+
+def _accepted(prop: dict[str, Any]) -> str | None:
+    """What a union argument accepts, from its schema ("a log sequence number (an integer) or ...")."""
+    members = [m for m in prop.get("anyOf", ()) if m.get("type") != "null"]
+    if len(members) < 2:
+        return None
+    names = []
+    for m in members:
+        kind = _KINDS.get(m.get("type", ""), "an object")
+        names.append(f"{m['description']} ({kind})" if m.get("description") else kind)
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: dict[str, Any]) -> list[dict[str, str]]:
+    """pydantic's errors, one per problem, each naming the argument. A value that matches no member of a
+    union fails once per member (`as_of.int`, `as_of.str`): those become one error on the argument itself,
+    listing what it accepts."""
+    out: list[dict[str, str]] = []
+    collapsed: set[str] = set()
+    for e in exc.errors():
+        loc = e["loc"]
+        arg = str(loc[0]) if loc else "arguments"
+        accepted = _accepted(props.get(arg, {}))
+        if accepted and len(loc) == 2 and isinstance(loc[1], str) and e.get("input") == arguments.get(arg):
+            if arg not in collapsed:
+                collapsed.add(arg)
+                got = arguments.get(arg)
+                out.append({"field": arg, "problem": f"must be {accepted}; got {shown(json.dumps(got, default=str))}"})
+            continue
+        problem = "must be a finite number" if e["type"] == "finite_number" else e["msg"]
+        out.append({"field": ".".join(str(p) for p in loc) or "arguments", "problem": problem})
+    return out
 
 
 def build_server(gw: Any, *, name: str = "mneme") -> MnemeMCPServer:
