@@ -1,4 +1,4 @@
-"""The server's edge, tool-independent: an unknown tool, a crash inside a tool.
+"""The server's edge, tool-independent: an unknown tool, a crash inside a tool, the version it announces.
 
 A small `MnemeMCPServer` (no NATS) through the in-process MCP client; the real tools' bad input is
 test_bad_input.py, the wire is test_stdio_transport.py.
@@ -7,6 +7,7 @@ test_bad_input.py, the wire is test_stdio_transport.py.
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -59,3 +60,9 @@ async def test_an_unexpected_exception_is_internal_without_its_text(tool: str, c
     assert "secret" not in err["message"] and "Traceback" not in err["message"] and "Recursion" not in err["message"]
     incident = err["message"].rsplit("incident ", 1)[1].rstrip(")")
     assert any(incident in r.getMessage() and r.exc_info for r in caplog.records), "the log has the traceback"
+
+
+async def test_the_server_announces_the_package_version() -> None:
+    async with Client(toy()) as client:
+        assert client.server_info is not None
+        assert client.server_info.version == version("mneme") != ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from importlib import metadata
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -24,8 +25,21 @@ from services.gateway.stdio import stdio_transport
 log = logging.getLogger("mneme.gateway")
 
 
+def package_version() -> str:
+    """mneme's version as installed (what `mneme --version` reports)."""
+    try:
+        return metadata.version("mneme")
+    except metadata.PackageNotFoundError:  # a source tree on the path, not installed
+        from mneme import __version__
+
+        return __version__
+
+
 class MnemeMCPServer(MCPServer):
     """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
+
+    def __init__(self, *args: Any, version: str | None = None, **kwargs: Any):
+        super().__init__(*args, version=version or package_version(), **kwargs)
 
     async def run_stdio_async(self) -> None:
         """Serve over stdin/stdout through mneme's transport: every line is answered (see stdio.py)."""
