@@ -33,6 +33,16 @@ BAD = "INVALID_INPUT"
 NOT_FOUND = "MEMORY_NOT_FOUND"
 
 
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+NEST_32, NEST_33, NEST_200 = nested(32), nested(33), nested(200)  # 32 levels is the limit (README: Errors)
+
+
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:  # module scope, so the shared stack below can be module scoped
     return "asyncio"
@@ -111,6 +121,15 @@ CASES = [
         "validity-reversed",
     ),
     case("memory_add", {"content": "x", "request_id": ""}, BAD, "request_id", "request-id-empty"),
+    case("memory_add", {"content": "x", "importance": "NaN"}, BAD, "importance", "importance-nan"),
+    case("memory_add", {"content": "x", "importance": "Infinity"}, BAD, "importance", "importance-inf"),
+    case("memory_add", {"content": "x", "confidence": "-Infinity"}, BAD, "confidence", "confidence-minus-inf-str"),
+    case("memory_add", {"content": "\ud800"}, BAD, "content", "content-lone-surrogate"),
+    case("memory_add", {"content": "x", "tags": ["ok", "\udc00"]}, BAD, "tags", "tag-lone-surrogate"),
+    case("memory_add", {"content": "x", "metadata": {"k": "a\ud800"}}, BAD, "metadata", "metadata-lone-surrogate"),
+    case("memory_add", {"content": "x", "metadata": NEST_33}, BAD, "metadata", "metadata-33-deep"),
+    case("memory_add", {"content": "x", "metadata": NEST_200}, BAD, "metadata", "metadata-200-deep"),
+    case("memory_add", {"content": "x", "citations": [NEST_200]}, BAD, "citations", "citations-200-deep"),
     # -- memory_get ------------------------------------------------------------------------------
     case("memory_get", {}, BAD, "id", "no-id-no-path"),
     case("memory_get", {"store": "s"}, BAD, ("id", "path"), "store-without-path"),
@@ -126,6 +145,8 @@ CASES = [
     case("memory_get", {"id": SEED, "include_expired": "maybe"}, BAD, "include_expired", "include-expired-str"),
     case("memory_get", {"id": UNKNOWN_ID}, NOT_FOUND, None, "unknown-id"),
     case("memory_get", {"store": "s", "path": "seed/none"}, NOT_FOUND, None, "unknown-path"),
+    case("memory_get", {"id": SEED, "as_of": 1.5}, BAD, "as_of", "as-of-fraction"),
+    case("memory_get", {"id": SEED, "as_of": [1]}, BAD, "as_of", "as-of-list"),
     # -- memory_update ---------------------------------------------------------------------------
     case("memory_update", {"content": "y"}, BAD, "id", "no-target"),
     case("memory_update", {"id": "nope", "content": "y"}, BAD, "id", "id-malformed"),
@@ -156,6 +177,8 @@ CASES = [
         "validity-reversed",
     ),
     case("memory_update", {"id": SEED, "metadata": {"k": "v" * 20_000}}, BAD, "metadata", "metadata-too-big"),
+    case("memory_update", {"id": SEED, "metadata": NEST_33}, BAD, "metadata", "metadata-33-deep"),
+    case("memory_update", {"id": SEED, "importance": "-inf"}, BAD, "importance", "importance-minus-inf"),
     case("memory_update", {"store": "s", "path": "seed/../one", "content": "y"}, BAD, "path", "path-dotdot"),
     case("memory_update", {"store": "", "path": "seed/one", "content": "y"}, BAD, "store", "store-empty"),
     # -- memory_move -----------------------------------------------------------------------------
@@ -218,6 +241,7 @@ CASES = [
     case("memory_list", {"tags": "t"}, BAD, "tags", "tags-str"),
     case("memory_list", {"importance_min": 1.5}, BAD, "importance_min", "importance-min-1.5"),
     case("memory_list", {"importance_max": "high"}, BAD, "importance_max", "importance-max-str"),
+    case("memory_list", {"importance_min": "nan"}, BAD, "importance_min", "importance-min-nan"),
     case("memory_list", {"kind": "Bad Kind"}, BAD, "kind", "kind-pattern"),
     case("memory_list", {"recursive": "x"}, BAD, "recursive", "recursive-str"),
     # -- memory_recent ---------------------------------------------------------------------------
@@ -315,6 +339,67 @@ async def test_a_batch_of_bad_calls_then_a_good_write_works(shared: tuple[Stack,
     assert added["seq"] == before + 1
     got = await stack.call("memory_get", store="s", path="after/storm")
     assert got["content"] == "after the storm"
+
+
+async def test_metadata_may_nest_32_levels_and_not_33(shared: tuple[Stack, str]) -> None:
+    stack, _ = shared
+    before = await stack.last_seq()
+    with pytest.raises(ToolFailure) as err:
+        await stack.call("memory_add", content="too deep", metadata=NEST_33)
+    assert err.value.error == {"code": BAD, "field": "metadata", "message": "metadata: nested deeper than 32 levels"}
+    assert await stack.last_seq() == before
+    added = await stack.call("memory_add", content="deep enough", metadata=NEST_32)
+    assert (await stack.call("memory_get", id=added["id"]))["metadata"] == NEST_32
+
+
+def _is_number(prop: dict[str, Any]) -> bool:
+    return prop.get("type") == "number" or any(m.get("type") == "number" for m in prop.get("anyOf", ()))
+
+
+REQUIRED = {"content": "x", "query": "x"}  # what the tools with a float parameter require besides it
+
+
+async def test_every_float_parameter_refuses_nan_and_infinity(shared: tuple[Stack, str]) -> None:
+    """Found through the tools' own schemas, so a float parameter added later is covered too. In process the
+    client sends a float NaN as null, so the spellings pydantic reads as floats are sent; the JSON literals
+    (`NaN`, `Infinity`, `1e400`) go over the wire in test_e2e_stdio.py."""
+    stack, _ = shared
+    before = await stack.last_seq()
+    checked = []
+    for tool in (await stack.client.list_tools()).tools:
+        props = tool.input_schema.get("properties", {})
+        for name in (n for n, p in props.items() if _is_number(p)):
+            args = {k: REQUIRED[k] for k in tool.input_schema.get("required", [])}
+            for bad in ("NaN", "nan", "Infinity", "-inf", "+inf"):
+                with pytest.raises(ToolFailure) as err:
+                    await stack.call(tool.name, **args, **{name: bad})
+                assert err.value.error["code"] == BAD and err.value.field == name, (tool.name, bad, err.value.error)
+                assert err.value.error["message"] == f"{name}: must be a finite number", (tool.name, bad)
+            checked.append(f"{tool.name}.{name}")
+    assert len(checked) >= 16 and "memory_recall.semantic_weight" in checked, checked
+    assert await stack.last_seq() == before
+
+
+async def test_a_union_argument_is_named_by_itself_with_what_it_accepts(shared: tuple[Stack, str]) -> None:
+    """`as_of` is a sequence or a time: a value that is neither fails once, on `as_of` (not `as_of.int`)."""
+    stack, seed = shared
+    for tool, args in (("memory_get", {"id": seed}), ("memory_list", {}), ("memory_search_keyword", {"query": "x"})):
+        for bad in (1.5, [1], {"seq": 1}, 2.25):
+            with pytest.raises(ToolFailure) as err:
+                await stack.call(tool, as_of=bad, **args)
+            e = err.value.error
+            assert e["code"] == BAD and e["field"] == "as_of", (tool, bad, e)
+            assert e["message"].startswith("as_of: must be a log sequence number (an integer) or an ISO 8601 time "
+                                           "(a string); got "), e  # fmt: skip
+            assert [x["field"] for x in e["errors"]] == ["as_of"], e
+
+
+async def test_an_unknown_tool_is_a_structured_error(shared: tuple[Stack, str]) -> None:
+    stack, _ = shared
+    with pytest.raises(ToolFailure) as err:
+        await stack.call("memory_nuke")
+    assert err.value.code == "UNKNOWN_TOOL" and err.value.field == "name", err.value.error
+    assert "'memory_nuke'" in err.value.error["message"] and "memory_add" in err.value.error["message"]
 
 
 # -- over stdio, against the real `mneme serve` process ---------------------------------------------

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 from datetime import datetime, timedelta, timezone
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +247,72 @@ async def test_serve_audits_every_call_and_answers_admin_queries_at_once(tmp_pat
         page = await call("audit_query", memory_id=a["id"])
         assert [(r["action"], r["request_id"], r["agent_id"]) for r in page["records"]] == [
             ("memory_created", "w-1", "root"), ("read:memory_get", "r-1", "root")]
+
+
+def _deep(levels: int) -> str:
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+def _call(rid: int, tool: str, args: str) -> bytes:
+    return (f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}'
+            ).encode()  # fmt: skip
+
+
+async def test_malformed_lines_are_answered_and_never_end_mneme_serve(tmp_path: Path) -> None:
+    """Each line gets its answer (a JSON-RPC error, or the tool's INVALID_INPUT naming the argument); then a
+    valid request is still served. Before: no reply at all to the first three, and the client hung."""
+    burst: list[tuple[bytes, Any, str]] = [  # line, the reply's id, what it must say
+        (_call(1, "memory_add", '{"content":"x","metadata":%s}' % _deep(200)), 1, "INVALID_INPUT metadata"),
+        (_call(2, "memory_add", '{"content":"\\ud800"}'), 2, "INVALID_INPUT content"),
+        (b"this is not JSON", None, "-32700"),
+        (_call(3, "memory_add", '{"content":"x","tags":["ok","\\udc00"]}'), 3, "INVALID_INPUT tags"),
+        (_call(4, "memory_add", '{"content":"x","metadata":%s}' % _deep(150)), 4, "INVALID_INPUT metadata"),
+        (_call(5, "memory_add", '{"content":"x","importance":NaN}'), 5, "INVALID_INPUT importance"),
+        (_call(6, "memory_add", '{"content":"x","confidence":1e400}'), 6, "INVALID_INPUT confidence"),
+        (_call(7, "memory_search_keyword", '{"query":"x","threshold":-Infinity}'), 7, "INVALID_INPUT threshold"),
+        (_call(8, "memory_nuke", "{}"), 8, "UNKNOWN_TOOL name"),
+        (_call(9, "memory_get", '{"as_of":1.5}'), 9, "INVALID_INPUT as_of"),
+        (b'[{"jsonrpc":"2.0","id":10,"method":"tools/list"}]', None, "-32600"),
+        (b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"memory_add"', 11, "-32700"),
+        (b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"'
+         b'\xed\xa0\x80"}}}', 12, "-32700"),  # a surrogate encoded as UTF-8 bytes: not UTF-8  # fmt: skip
+        (b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}', None, "-32600"),
+        (b"{" * 5000, None, "-32700"),
+    ]
+    proc = subprocess.Popen([MNEME, "serve", "--data-dir", str(tmp_path / "d")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=(tmp_path / "stderr").open("wb"))  # fmt: skip
+    try:
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        reply = _rpc(proc, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
+        assert reply and reply["result"]["serverInfo"] == {"name": "mneme", "version": version("mneme")}, reply
+        assert version("mneme") != ""
+        _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert proc.stdin and proc.stdout
+        for _ in range(3):  # three rounds of the same burst, written all at once
+            proc.stdin.write(b"".join(line + b"\n" for line, _, _ in burst) + _call(99, "memory_list", "{}") + b"\n")
+            proc.stdin.flush()
+            replies = [json.loads(await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30))
+                       for _ in range(len(burst) + 1)]  # fmt: skip
+            by_id = {r["id"]: r for r in replies if r["id"] is not None}
+            assert sorted(by_id) == sorted({rid for _, rid, _ in burst if rid is not None} | {99}), replies
+            assert sum(r["id"] is None for r in replies) == sum(rid is None for _, rid, _ in burst), replies
+            for line, rid, says in burst:
+                if rid is None:
+                    continue
+                r = by_id[rid]
+                if says.startswith("-32"):
+                    assert r["error"]["code"] == int(says), (line[:80], r)
+                else:
+                    code, field = says.split()
+                    assert r["result"]["isError"], (line[:80], r)
+                    err = json.loads(r["result"]["content"][0]["text"])["error"]
+                    assert (err["code"], err["field"]) == (code, field), (line[:80], err)
+            assert by_id[99]["result"]["structuredContent"]["total"] == 0  # served, and nothing was written
+        assert _add(proc, 100)  # and a write still works
+        assert proc.poll() is None
+    finally:
+        if proc.stdin:
+            proc.stdin.close()
+        assert proc.wait(timeout=20) == 0
+    stderr = (tmp_path / "stderr").read_text()
+    assert "Traceback" not in stderr, stderr[-3000:]

@@ -15,12 +15,15 @@ MemoryId = Annotated[str | None, Field(description="Memory id (UUID).", max_leng
 RequestId = Annotated[str | None, Field(description="Idempotency key: a retried call with the same request_id is applied once.", min_length=1, max_length=128)]  # noqa: E501
 Tags = Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(max_length=50)]
 Citations = Annotated[list[Annotated[str, Field(min_length=1, max_length=2048)]], Field(max_length=100, description="Sources: file:line, URLs, ticket ids.")]  # noqa: E501
-Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+# Every float parameter is a Unit: NaN and +-Infinity (JSON parsers here read `NaN`, `Infinity`, `1e400`, and
+# pydantic takes the strings "nan", "inf") are refused as "must be a finite number", not as out of range.
+Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Label = Annotated[str, Field(min_length=1, max_length=128)]
 Kind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="Free vocabulary, e.g. note, fact, preference, decision, task, core, learning.")]  # noqa: E501
 
-AsOfArg = Annotated[
-    int | str | None,
+AsOfArg = Annotated[  # the members' descriptions name them in the error for a value that is neither
+    Annotated[int, Field(description="a log sequence number")] | Annotated[str, Field(description="an ISO 8601 time")]
+    | None,
     Field(description="Answer as of this moment: a log sequence number (e.g. 1042) or an ISO 8601 time "
                       "(e.g. '2026-11-26T14:02:00Z'; no offset means UTC). Deleted memories reappear as they were, "
                       "later edits vanish, expiry is judged at that time."),

@@ -20,7 +20,7 @@ from services.gateway.params import READ, AsOfArg, ContextArg, Kind, Label, Name
 
 Query = Annotated[str, Field(min_length=1, max_length=4096, description="What to look for, in natural language.")]
 Limit = Annotated[int, Field(ge=1, le=100, description="Most results to return.")]
-Threshold = Annotated[float | None, Field(ge=0.0, le=1.0, description="Minimum score 0-1; default per mode "
+Threshold = Annotated[Unit | None, Field(description="Minimum score 0-1; default per mode "
                                           "(semantic 0.2, keyword 0, hybrid 0).")]  # fmt: skip
 Status = Annotated[Literal["live", "active", "any"], Field(
     description="live (default): active and deprecated, deprecated ranked below; active: exclude deprecated; "
@@ -116,7 +116,7 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         threshold: Threshold = None,
         fusion: Annotated[Literal["zscore", "rrf"], Field(description="zscore (default): each retriever's scores "
                           "standardised, then weighted; rrf: reciprocal rank fusion (k=60), weighted.")] = "zscore",  # fmt: skip
-        semantic_weight: Annotated[float, Field(ge=0.0, le=1.0, description="Weight of the semantic retriever; "
+        semantic_weight: Annotated[Unit, Field(description="Weight of the semantic retriever; "
                                    "keyword gets 1 - this.")] = 0.5,  # fmt: skip
         kind: Kind | None = None,
         category: Label | None = None,

@@ -1,46 +1,138 @@
-"""The gateway's MCP server: structured errors at the edge, then the tool sets registered on it."""
+"""The gateway's MCP server: structured errors at the edge, then the tool sets registered on it.
+
+Every failure of a tool call leaves as a tool error whose text is `{"error": {"code", "field", "message"}}`:
+an unknown tool (UNKNOWN_TOOL), an argument that breaks a structural limit or fails its schema
+(INVALID_INPUT naming the argument), a domain error (its own code), and anything unexpected (INTERNAL,
+without the exception's text: that goes to the server log with its traceback).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import uuid
+from importlib import metadata
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+
+from services.gateway.limits import argument_problem, shown
+from services.gateway.stdio import stdio_transport
+
+log = logging.getLogger("mneme.gateway")
+
+
+def package_version() -> str:
+    """mneme's version as installed (what `mneme --version` reports)."""
+    try:
+        return metadata.version("mneme")
+    except metadata.PackageNotFoundError:  # a source tree on the path, not installed
+        from mneme import __version__
+
+        return __version__
 
 
 class MnemeMCPServer(MCPServer):
-    """Argument validation errors become the same structured JSON as domain errors."""
+    """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
+
+    def __init__(self, *args: Any, version: str | None = None, **kwargs: Any):
+        super().__init__(*args, version=version or package_version(), **kwargs)
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin/stdout through mneme's transport: every line is answered (see stdio.py)."""
+        low = self._lowlevel_server
+        async with stdio_transport() as (read_stream, write_stream):
+            await low.run(read_stream, write_stream, low.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         tool = self._tool_manager.get_tool(name)
-        if tool is not None:  # a misspelt argument fails loudly instead of being dropped
-            known = tool.parameters.get("properties", {})
-            unknown = sorted(k for k in arguments if k not in known)
-            if unknown:
-                raise ToolError(error_text({
-                    "code": "INVALID_INPUT", "field": unknown[0],
-                    "message": f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known))}",
-                }))  # fmt: skip
+        if tool is None:
+            known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
+            raise tool_error("UNKNOWN_TOOL", "name", f"name: unknown tool {shown(name)!r}; known: {known}")
+        if (problem := argument_problem(arguments)) is not None:
+            raise tool_error("INVALID_INPUT", problem.field, problem.text())
+        known_args = tool.parameters.get("properties", {})
+        unknown = sorted(k for k in arguments if k not in known_args)
+        if unknown:  # a misspelt argument fails loudly instead of being dropped
+            raise tool_error("INVALID_INPUT", unknown[0],
+                             f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known_args))}")  # fmt: skip
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:
+            raise internal_error(name, exc.__cause__ or exc) from None
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ToolError):  # ours: drop the SDK's "Error executing tool X: " prefix
                 raise cause from None
             if isinstance(cause, ValidationError):
-                errs = [{"field": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in cause.errors()]
+                errs = validation_errors(cause, arguments, known_args)
                 first = errs[0] if errs else {"field": "arguments", "problem": "invalid"}
                 raise ToolError(error_text({
                     "code": "INVALID_INPUT", "field": first["field"],
                     "message": f"{first['field']}: {first['problem']}", "errors": errs,
                 })) from cause  # fmt: skip
+            raise internal_error(name, exc) from None
+        except MCPError:
             raise
+        except Exception as exc:  # noqa: BLE001 - the SDK wraps tool failures; anything else is ours to hide
+            raise internal_error(name, exc) from None
 
 
 def error_text(err: dict[str, Any]) -> str:
     return json.dumps({"error": err}, ensure_ascii=False)
+
+
+def tool_error(code: str, field: str | None, message: str) -> ToolError:
+    err = {"code": code, "message": message} if field is None else {"code": code, "field": field, "message": message}
+    return ToolError(error_text(err))
+
+
+def internal_error(tool: str, exc: BaseException) -> ToolError:
+    """An unexpected failure: the client learns that it happened and where to look, the log gets the rest."""
+    incident = uuid.uuid4().hex[:12]
+    log.error("%s failed unexpectedly (incident %s)", tool, incident, exc_info=exc)
+    return tool_error("INTERNAL", None, f"{tool} failed unexpectedly; the server log has the details "
+                                        f"(incident {incident})")  # fmt: skip
+
+
+_KINDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+          "array": "a list", "object": "an object"}  # fmt: skip
+
+
+def _accepted(prop: dict[str, Any]) -> str | None:
+    """What a union argument accepts, from its schema ("a log sequence number (an integer) or ...")."""
+    members = [m for m in prop.get("anyOf", ()) if m.get("type") != "null"]
+    if len(members) < 2:
+        return None
+    names = []
+    for m in members:
+        kind = _KINDS.get(m.get("type", ""), "an object")
+        names.append(f"{m['description']} ({kind})" if m.get("description") else kind)
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: dict[str, Any]) -> list[dict[str, str]]:
+    """pydantic's errors, one per problem, each naming the argument. A value that matches no member of a
+    union fails once per member (`as_of.int`, `as_of.str`): those become one error on the argument itself,
+    listing what it accepts."""
+    out: list[dict[str, str]] = []
+    collapsed: set[str] = set()
+    for e in exc.errors():
+        loc = e["loc"]
+        arg = str(loc[0]) if loc else "arguments"
+        accepted = _accepted(props.get(arg, {}))
+        if accepted and len(loc) == 2 and isinstance(loc[1], str) and e.get("input") == arguments.get(arg):
+            if arg not in collapsed:
+                collapsed.add(arg)
+                got = arguments.get(arg)
+                out.append({"field": arg, "problem": f"must be {accepted}; got {shown(json.dumps(got, default=str))}"})
+            continue
+        problem = "must be a finite number" if e["type"] == "finite_number" else e["msg"]
+        out.append({"field": ".".join(str(p) for p in loc) or "arguments", "problem": problem})
+    return out
 
 
 def build_server(gw: Any, *, name: str = "mneme") -> MnemeMCPServer:
