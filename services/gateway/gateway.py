@@ -24,7 +24,7 @@ from services.gateway.commands import Clock, CommandService, Written, utc_now
 from services.gateway.models import Memory
 from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
-from services.gateway.server import error_text
+from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 
 Consistency = Literal["gateway", "linearizable"]
 T = TypeVar("T")
@@ -41,6 +41,7 @@ class Call:
     namespace: str
     request_id: str
     read_ids: list[str] = field(default_factory=list)
+    gw: Gateway | None = field(default=None, repr=False)  # the gateway it runs on (profile tools reach it here)
 
     def read(self, ids: list[str]) -> None:
         self.read_ids.extend(ids)
@@ -124,7 +125,7 @@ class Gateway:
             raise ScopeViolation(f"{principal.agent_id} may not {what} namespace {ns!r}")
         if self.require_context and ctx.repository_id is None:
             raise InvalidContext("context.repository_id is required", "context.repository_id")
-        return Call(principal=principal, tool=tool, namespace=ns, request_id=ctx.request_id or new_id())
+        return Call(principal=principal, tool=tool, namespace=ns, request_id=ctx.request_id or new_id(), gw=self)
 
     # -- running a tool ------------------------------------------------------------------
     async def run(
@@ -135,6 +136,8 @@ class Gateway:
         context: RequestContext | None,
         namespace: str | None,
         body: Callable[[Call], Awaitable[T]],
+        *,
+        errors: ErrorStyle = NATIVE_ERRORS,
     ) -> T:
         """Authorize, run the body, record the read (or the refusal); domain errors become JSON tool errors."""
         principal = self.principal
@@ -159,7 +162,7 @@ class Gateway:
                     role=principal.role, request_id=rid, namespace=ns, operation=tool, code=exc.code,
                     message=exc.message, memory_id=exc.details.get("memory_id"),
                 ))  # fmt: skip
-            raise ToolError(error_text(exc.to_dict())) from None
+            raise ToolError(errors.render(exc.code, exc.message, exc.field, exc.details)) from None
 
     # -- helpers shared by tools ---------------------------------------------------------
     async def change(

@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 from services.gateway.limits import argument_problem, shown
 from services.gateway.stdio import stdio_transport
 
@@ -38,8 +39,9 @@ def package_version() -> str:
 class MnemeMCPServer(MCPServer):
     """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
 
-    def __init__(self, *args: Any, version: str | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, version: str | None = None, errors: ErrorStyle = NATIVE_ERRORS, **kwargs: Any):
         super().__init__(*args, version=version or package_version(), **kwargs)
+        self.errors = errors  # the profile's error format, for the errors raised here as well
 
     async def run_stdio_async(self) -> None:
         """Serve over stdin/stdout through mneme's transport: every line is answered (see stdio.py)."""
@@ -51,18 +53,18 @@ class MnemeMCPServer(MCPServer):
         tool = self._tool_manager.get_tool(name)
         if tool is None:
             known = ", ".join(sorted(t.name for t in self._tool_manager.list_tools()))
-            raise tool_error("UNKNOWN_TOOL", "name", f"name: unknown tool {shown(name)!r}; known: {known}")
+            raise self.error("UNKNOWN_TOOL", "name", f"name: unknown tool {shown(name)!r}; known: {known}")
         if (problem := argument_problem(arguments)) is not None:
-            raise tool_error("INVALID_INPUT", problem.field, problem.text())
+            raise self.error("INVALID_INPUT", problem.field, problem.text())
         known_args = tool.parameters.get("properties", {})
         unknown = sorted(k for k in arguments if k not in known_args)
         if unknown:  # a misspelt argument fails loudly instead of being dropped
-            raise tool_error("INVALID_INPUT", unknown[0],
+            raise self.error("INVALID_INPUT", unknown[0],
                              f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known_args))}")  # fmt: skip
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:
-            raise internal_error(name, exc.__cause__ or exc) from None
+            raise internal_error(name, exc.__cause__ or exc, self.errors) from None
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ToolError):  # ours: drop the SDK's "Error executing tool X: " prefix
@@ -70,15 +72,16 @@ class MnemeMCPServer(MCPServer):
             if isinstance(cause, ValidationError):
                 errs = validation_errors(cause, arguments, known_args)
                 first = errs[0] if errs else {"field": "arguments", "problem": "invalid"}
-                raise ToolError(error_text({
-                    "code": "INVALID_INPUT", "field": first["field"],
-                    "message": f"{first['field']}: {first['problem']}", "errors": errs,
-                })) from cause  # fmt: skip
-            raise internal_error(name, exc) from None
+                raise ToolError(self.errors.render("INVALID_INPUT", f"{first['field']}: {first['problem']}",
+                                                   first["field"], extra={"errors": errs})) from cause  # fmt: skip
+            raise internal_error(name, exc, self.errors) from None
         except MCPError:
             raise
         except Exception as exc:  # noqa: BLE001 - the SDK wraps tool failures; anything else is ours to hide
-            raise internal_error(name, exc) from None
+            raise internal_error(name, exc, self.errors) from None
+
+    def error(self, code: str, field: str | None, message: str) -> ToolError:
+        return ToolError(self.errors.render(code, message, field))
 
 
 def error_text(err: dict[str, Any]) -> str:
@@ -90,12 +93,12 @@ def tool_error(code: str, field: str | None, message: str) -> ToolError:
     return ToolError(error_text(err))
 
 
-def internal_error(tool: str, exc: BaseException) -> ToolError:
+def internal_error(tool: str, exc: BaseException, errors: ErrorStyle = NATIVE_ERRORS) -> ToolError:
     """An unexpected failure: the client learns that it happened and where to look, the log gets the rest."""
     incident = uuid.uuid4().hex[:12]
     log.error("%s failed unexpectedly (incident %s)", tool, incident, exc_info=exc)
-    return tool_error("INTERNAL", None, f"{tool} failed unexpectedly; the server log has the details "
-                                        f"(incident {incident})")  # fmt: skip
+    return ToolError(errors.render("INTERNAL", f"{tool} failed unexpectedly; the server log has the details "
+                                               f"(incident {incident})"))  # fmt: skip
 
 
 _KINDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
@@ -135,7 +138,20 @@ def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: di
     return out
 
 
-def build_server(gw: Any, *, name: str = "mneme") -> MnemeMCPServer:
+def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> MnemeMCPServer:
+    """The MCP server of one profile (see services/gateway/profiles): its tools, its error format."""
+    if profile != "native":
+        from services.gateway.profiles import load
+        from services.gateway.toolkit import mcp_handler
+
+        p = load(profile)
+        mcp = MnemeMCPServer(name=f"{name}-{p.name}", instructions=p.instructions, errors=p.errors)
+        for spec in p.tools.specs:
+            if p.groups is None or spec.group in p.groups:
+                mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
+                             annotations=spec.hints)  # fmt: skip
+        return mcp
+
     from services.gateway import governance_tools, read_tools, search_tools, time_tools, write_tools
 
     mcp = MnemeMCPServer(

@@ -1,0 +1,35 @@
+"""How each tool surface renders an error: the one domain error type, mapped onto a contract's codes and shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ErrorStyle:
+    """How a surface renders an error: the domain's codes mapped onto the contract's, in its JSON shape."""
+
+    codes: Mapping[str, str] = field(default_factory=dict)  # domain code -> contract code (absent: unchanged)
+    with_field: bool = True  # the contract's error object names the field
+    with_details: bool = True
+    messages: Mapping[str, Callable[[str, dict[str, Any]], str]] = field(default_factory=dict)  # per domain code
+
+    def render(self, code: str, message: str, field_: str | None = None, details: dict[str, Any] | None = None,
+               extra: dict[str, Any] | None = None) -> str:  # fmt: skip
+        """`extra`: more keys of the error object (the native surface lists every argument error)."""
+        err: dict[str, Any] = {"code": self.codes.get(code, code)}
+        make = self.messages.get(code)
+        err["message"] = make(message, details or {}) if make else message
+        if field_ and self.with_field:
+            err["field"] = field_
+        if details and self.with_details:
+            err["details"] = details
+        if extra and self.with_details:
+            err.update(extra)
+        return json.dumps({"error": err}, ensure_ascii=False)
+
+
+NATIVE_ERRORS = ErrorStyle()
