@@ -195,7 +195,7 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
     return Gateway(commands=commands, queries=queries, log=elog, access=AccessLog(nc.jetstream()),
                    principal=principal, directory=directory, require_context=gs.require_context,
                    trim_for_agents=gs.trim_for_agents,
-                   consistency=gs.consistency)  # fmt: skip
+                   consistency=gs.consistency, stores=dict(gs.stores))  # fmt: skip
 
 
 async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings,

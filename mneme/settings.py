@@ -55,6 +55,10 @@ class GatewaySettings(BaseSettings):
     publish_timeout: float = Field(3.0, gt=0, description="Seconds to wait for JetStream to confirm a write.")
     query_timeout: float = Field(6.0, gt=0, description="Seconds to wait for a projector's answer.")
     max_content_chars: int = Field(65_536, ge=1, le=1_048_576)
+    profile: str = Field("native", description="Tool surface over stdio: native, or a seed contract's profile.")
+    stores: dict[str, str] = Field(
+        default_factory=dict, description="Store registry for the cortex profile: store name -> namespace (JSON). "
+        "An empty namespace means the default namespace's sub-namespace named after the store.")
 
 
 class ProjectorSettings(BaseSettings):

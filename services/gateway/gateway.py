@@ -58,6 +58,7 @@ class Gateway:
     require_context: bool = False
     trim_for_agents: bool = False
     consistency: Consistency = "gateway"
+    stores: dict[str, str] = field(default_factory=dict)  # store registry (cortex profile): store name -> namespace
     clock: Clock = utc_now
     _high_water: int = 0
 
