@@ -57,8 +57,7 @@ class GatewaySettings(BaseSettings):
     max_content_chars: int = Field(65_536, ge=1, le=1_048_576)
     profile: str = Field("native", description="Tool surface over stdio: native, or a seed contract's profile.")
     stores: dict[str, str] = Field(
-        default_factory=dict, description="Store registry for the cortex profile: store name -> namespace (JSON). "
-        "An empty namespace means the default namespace's sub-namespace named after the store.")
+        default_factory=dict, description="Store registry for the cortex profile: store name -> namespace (JSON).")
 
 
 class ProjectorSettings(BaseSettings):
