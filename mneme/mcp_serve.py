@@ -68,7 +68,7 @@ class Mcp:
         self._http: _Uvicorn | None = None
 
     async def run(self) -> None:
-        server = build_server(self.gw)
+        server = build_server(self.gw, profile=self.gs.profile)
         try:
             if self.gs.transport == "stdio":
                 await server.run_stdio_async()
