@@ -27,6 +27,10 @@ def _mcp(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", choices=["stdio", "http"], help="MCP transport (default stdio)")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8765)")
+    p.add_argument("--profile", help="the tool surface over stdio: native (default) or a seed contract's profile "
+                   "(MNEME_GATEWAY_PROFILE); HTTP serves every profile at once, /mcp and /mcp/<profile>")  # fmt: skip
+    p.add_argument("--store", action="append", metavar="NAME[=NAMESPACE]",
+                   help="register a store for the cortex profile (repeatable; MNEME_GATEWAY_STORES)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,7 +86,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
     core_over = {k: v for k, v in (("data_dir", args.data_dir), ("nats_url", args.nats_url),
                                    ("log_level", args.log_level)) if v is not None}  # fmt: skip
-    gw_over = {k: getattr(args, k) for k in ("transport", "host", "port") if getattr(args, k, None) is not None}
+    gw_over: dict[str, Any] = {k: getattr(args, k) for k in ("transport", "host", "port", "profile")
+                               if getattr(args, k, None) is not None}  # fmt: skip
+    if getattr(args, "store", None):
+        gw_over["stores"] = _stores(args.store)
     try:
         return {
             "core": CoreSettings(**core_over),
@@ -95,6 +102,30 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                   "MNEME_PROJECTOR_", "AuditorSettings": "MNEME_AUDITOR_"}.get(exc.title, "")  # fmt: skip
         raise Refused("; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
                                 for e in exc.errors())) from None  # fmt: skip
+
+
+def _stores(given: list[str]) -> dict[str, str]:
+    """`--store NAME[=NAMESPACE]`, repeated, on top of MNEME_GATEWAY_STORES. Without a namespace the profile
+    decides where the store lives (see docs/profiles.md)."""
+    stores: dict[str, str] = {}
+    if os.environ.get("MNEME_GATEWAY_STORES"):
+        try:
+            stores.update(json.loads(os.environ["MNEME_GATEWAY_STORES"]))
+        except ValueError:
+            raise Refused("MNEME_GATEWAY_STORES: not a JSON object of store name -> namespace") from None
+    for item in given:
+        name, _, namespace = item.partition("=")
+        if not name.strip():
+            raise Refused(f"--store {item!r}: give NAME or NAME=NAMESPACE")
+        stores[name.strip()] = namespace.strip()
+    return stores
+
+
+def _check_profile(gs: Any) -> None:
+    from services.gateway import profiles
+
+    if gs.profile not in profiles.names():
+        raise Refused(f"--profile {gs.profile!r}: unknown; known: {', '.join(profiles.names())}")
 
 
 _last_progress: list[tuple[int, int]] = []
@@ -147,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
 
         return audit(args, s["core"], s["aus"])
     listener = None
+    if args.command in ("serve", "gateway"):
+        _check_profile(s["gs"])
     if args.command in ("serve", "gateway") and s["gs"].transport == "http":
         check_http(s["gs"])  # before NATS, the projector or even the heavy imports: a refusal is quick
         listener = bind(s["gs"])

@@ -13,15 +13,17 @@ import contextlib
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mneme.preflight import urls
 from mneme.principals import Directory
 from mneme.settings import GatewaySettings
 from services.gateway.gateway import Gateway
+from services.gateway import profiles
 from services.gateway.server import build_server
 
 GRACE = 10.0  # seconds a graceful HTTP stop may take before it is cancelled
@@ -58,6 +60,22 @@ class _Uvicorn(uvicorn.Server):
             sys.stderr.flush()
 
 
+def every_profile_app(gw: Gateway, host: str) -> Starlette:
+    """One HTTP app serving every profile at once, each at its own path (/mcp native, /mcp/<profile>), each
+    with its own tool list, all over the one gateway (the same principals, the same memory)."""
+    apps = [build_server(gw, profile=name).streamable_http_app(streamable_http_path=profiles.http_path(name),
+                                                               host=host) for name in profiles.names()]  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:  # each profile's MCP session manager
+            for a in apps:
+                await stack.enter_async_context(a.router.lifespan_context(a))
+            yield
+
+    return Starlette(routes=[route for a in apps for route in a.routes], lifespan=lifespan)
+
+
 class Mcp:
     """One MCP server for a gateway: `run()` serves until the client leaves (stdio) or `stop()` (HTTP)."""
 
@@ -68,13 +86,12 @@ class Mcp:
         self._http: _Uvicorn | None = None
 
     async def run(self) -> None:
-        server = build_server(self.gw, profile=self.gs.profile)
         try:
             if self.gs.transport == "stdio":
-                await server.run_stdio_async()
+                await build_server(self.gw, profile=self.gs.profile).run_stdio_async()
                 return
             assert self.listener is not None, "HTTP needs the socket bound before anything started"
-            app: ASGIApp = server.streamable_http_app(host=self.gs.host)
+            app: ASGIApp = every_profile_app(self.gw, self.gs.host)
             if self.gw.directory is not None:
                 app = bearer_auth(app, self.gw.directory)
             self._http = _Uvicorn(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3))
