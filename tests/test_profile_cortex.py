@@ -600,7 +600,7 @@ async def test_golden_tools_list(shared: tuple[Stack, Cortex]) -> None:
         "the cortex tool surface changed: check it, then regenerate with MNEME_UPDATE_GOLDEN=1"  # fmt: skip
 
 
-async def test_the_listed_surface_is_the_contract(cx: Cortex, shared: tuple[Stack, Cortex]) -> None:
+async def test_the_listed_surface_is_the_contract(shared: tuple[Stack, Cortex]) -> None:
     stack, _ = shared
     async with Client(build_server(stack.gateway, profile="cortex")) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
