@@ -51,7 +51,7 @@ class GetMemory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
 class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     OPERATION: ClassVar[str] = "memory.list"
     store: str | None = None
-    category_path: str | None = None
+    category_path: str | None = None  # "": the store's root (with recursive=False, its root-level memories only)
     recursive: bool = True
     kind: str | None = None
     tags: tuple[str, ...] = ()
@@ -114,6 +114,24 @@ class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     semantic_weight: float = 0.5  # hybrid: the keyword weight is 1 - semantic_weight
     as_of: AsOf | None = None  # answer as the projection stood then
     valid_at: UtcTime | None = None  # only memories valid then: valid_from <= t < valid_until
+
+
+class StoreCategories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One store's category index: the direct subcategories of `parent` (None: the store's root), each with
+    the number of live (not archived) memories under it, and whether `parent` is a category of the store."""
+
+    OPERATION: ClassVar[str] = "memory.categories"
+    store: str
+    parent: str | None = None
+    include_expired: bool = False  # count expired memories too
+
+
+class ReindexCategories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Rebuild one store's category index (its rows of the categories table) from the versions folded from
+    the log: exactly the rows a replay writes. The projector holds its commits while it runs."""
+
+    OPERATION: ClassVar[str] = "memory.categories.reindex"
+    store: str
 
 
 class MemoryRow(Struct, frozen=True, kw_only=True):
@@ -213,6 +231,23 @@ class PathOwnerResult(Struct, frozen=True, kw_only=True):
     store_seq: int
 
 
+class CategoryCount(Struct, frozen=True, kw_only=True):
+    path: str
+    memory_count: int  # live memories under it, subcategories included
+
+
+class CategoriesResult(Struct, frozen=True, kw_only=True):
+    exists: bool  # the parent asked about is a category of the store (the root always is)
+    categories: list[CategoryCount]
+
+
+class ReindexResult(Struct, frozen=True, kw_only=True):
+    categories: int  # rows of the store's category index after the rebuild
+    added: int  # rows the rebuild wrote (missing, or with another created_seq)
+    removed: int  # rows the rebuild dropped (no version of a memory in the store justifies them)
+    memories: int  # live memories in the store
+
+
 class AuditQuery(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Served by the auditor: who touched a memory, what an agent did, in a time window."""
 
@@ -264,9 +299,12 @@ RESULT_TYPES: dict[str, type] = {
     AuditQuery.OPERATION: AuditResult,
     SearchMemories.OPERATION: SearchResult,
     MemoryHistory.OPERATION: HistoryResult,
+    StoreCategories.OPERATION: CategoriesResult,
+    ReindexCategories.OPERATION: ReindexResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
-    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories, SearchMemories, MemoryHistory)
+    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories, SearchMemories,
+                             MemoryHistory, StoreCategories, ReindexCategories)
 }
 
 encoder = msgspec.msgpack.Encoder()

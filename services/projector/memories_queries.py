@@ -8,9 +8,12 @@ from typing import Any
 import duckdb
 
 from mneme.domain.state import MemoryState
+from mneme.domain.validation import categories_of
 from schemas.queries import (
     AsOf,
     AsOfResolved,
+    CategoriesResult,
+    CategoryCount,
     ExpiredMemories,
     GetMemory,
     GetResult,
@@ -22,7 +25,10 @@ from schemas.queries import (
     MemoryStats,
     PathOwner,
     PathOwnerResult,
+    ReindexCategories,
+    ReindexResult,
     StatsResult,
+    StoreCategories,
     VersionDetail,
     VersionInfo,
 )
@@ -207,7 +213,7 @@ def _filters(q: ListMemories, then: Any = None) -> tuple[list[str], list[Any]]:
         where.append("m.store = ?")
         args.append(q.store)
     if q.category_path is not None:
-        prefix = q.category_path + "/"
+        prefix = q.category_path + "/" if q.category_path else ""  # "": the store's root
         where.append("starts_with(m.path, ?)")
         args.append(prefix)
         if not q.recursive:
@@ -352,6 +358,60 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
     )
 
 
+def categories(view: MemoriesView, q: StoreCategories) -> CategoriesResult:
+    """The direct subcategories of `q.parent` in the store's category index, with their live memory counts."""
+    cur = view.reader()
+    if q.parent:
+        exists = cur.execute("SELECT count(*) FROM categories WHERE namespace = ? AND store = ? AND path = ?",
+                             [q.namespace, q.store, q.parent]).fetchone()[0] > 0  # fmt: skip
+        child = "starts_with(c.path, ?) AND NOT contains(substr(c.path, ?), '/')"
+        child_args: list[Any] = [q.parent + "/", len(q.parent) + 2]
+    else:
+        exists, child, child_args = True, "NOT contains(c.path, '/')", []
+    live = "m.status <> 'archived'" + ("" if q.include_expired else " AND (m.expires_at IS NULL OR m.expires_at > ?)")
+    rows = cur.execute(
+        f"SELECT c.path, count(m.id) FROM categories c LEFT JOIN memories m ON m.namespace = c.namespace "
+        f"AND m.store = c.store AND starts_with(m.path, c.path || '/') AND {live} "
+        f"WHERE c.namespace = ? AND c.store = ? AND {child} GROUP BY c.path ORDER BY c.path",
+        [*([] if q.include_expired else [q.now]), q.namespace, q.store, *child_args],
+    ).fetchall()
+    return CategoriesResult(exists=exists, categories=[CategoryCount(path=p, memory_count=n) for p, n in rows])
+
+
+def reindex_categories(view: MemoriesView, q: ReindexCategories) -> ReindexResult:
+    """Rebuild the store's category rows as the fold writes them (services/projector/memories_view.py): every
+    category of every path a memory of the store held, created at the first sequence that put one there.
+    Call with the view's commits held (service.py): the rebuild is its own transaction."""
+    cur = view.reader()
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        want: dict[str, int] = {}
+        for path, seq in cur.execute(
+            "SELECT path, min(seq) FROM memory_versions WHERE namespace = ? AND store = ? AND path IS NOT NULL "
+            "AND NOT deleted GROUP BY path", [q.namespace, q.store],
+        ).fetchall():  # fmt: skip
+            for c in categories_of(path):
+                want[c] = min(want.get(c, seq), seq)
+        have = dict(cur.execute("SELECT path, created_seq FROM categories WHERE namespace = ? AND store = ?",
+                                [q.namespace, q.store]).fetchall())  # fmt: skip
+        stale = [p for p, seq in have.items() if want.get(p) != seq]
+        missing = [p for p, seq in want.items() if have.get(p) != seq]
+        if stale:
+            cur.execute("DELETE FROM categories WHERE namespace = ? AND store = ? AND path IN (SELECT unnest(?))",
+                        [q.namespace, q.store, stale])  # fmt: skip
+        if missing:
+            cur.execute("INSERT INTO categories SELECT ?, ?, unnest(?), unnest(?)",
+                        [q.namespace, q.store, missing, [want[p] for p in missing]])  # fmt: skip
+        memories = cur.execute("SELECT count(*) FROM memories WHERE namespace = ? AND store = ? "
+                               "AND status <> 'archived'", [q.namespace, q.store]).fetchone()[0]  # fmt: skip
+        cur.execute("COMMIT")
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+    return ReindexResult(categories=len(want), added=len(missing), removed=len([p for p in stale if p not in want]),
+                         memories=memories)  # fmt: skip
+
+
 # Answered from staged state: they do not wait for a commit.
 STAGED_READS = frozenset({GetMemory, PathOwner})  # (a get with as_of waits for the commit: see service.py)
 
@@ -362,4 +422,6 @@ HANDLERS = {
     PathOwner: path_owner,
     MemoryStats: stats,
     MemoryHistory: history,
+    StoreCategories: categories,
+    ReindexCategories: reindex_categories,
 }

@@ -28,7 +28,7 @@ from nats.aio.msg import Msg
 from mneme.errors import MnemeError, ProjectionLag
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from schemas import subjects as S
-from schemas.queries import QUERY_TYPES, Reply, SearchMemories, encoder
+from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
 from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
 from services.projector.memories_view import MemoriesView
@@ -329,7 +329,11 @@ class Projector:
                     f"the {which} has applied sequence {behind}, not yet {need}; retry shortly",
                     details={"applied_seq": behind, "min_seq": need},
                 )
-            result = await asyncio.to_thread(run_query, gen, query)
+            if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
+                async with gen.follower.paused():
+                    result = await asyncio.to_thread(run_query, gen, query)
+            else:
+                result = await asyncio.to_thread(run_query, gen, query)
             return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
         except MnemeError as exc:
             return Reply(applied_seq=applied, error=exc.to_dict())
