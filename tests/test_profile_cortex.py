@@ -28,7 +28,7 @@ from mcp.client.stdio import stdio_client
 from mneme.embedded_nats import EmbeddedNats
 from mneme.errors import InvalidInput
 from mneme.principals import Principal
-from services.gateway.profiles.cortex_support import parse_store_option, scope, store_namespace
+from services.gateway.profiles.cortex_support import StoreNotRegistered, parse_store_option, scope, store_namespace
 from services.gateway.server import build_server
 from tests.harness import Stack, serve_params, start_stack
 
@@ -708,7 +708,9 @@ async def test_the_scope_is_the_registered_namespace(shared: tuple[Stack, Cortex
     gw = stack.gateway
     assert scope(gw, {"store": "team"}) == "acme/team"
     assert scope(gw, {"store": "notes"}) == gw.principal.default_namespace
-    assert scope(gw, {"store": "unregistered"}) is None and scope(gw, {}) is None
+    assert scope(gw, {}) is None
+    with pytest.raises(StoreNotRegistered):  # refused before authorization, in the contract's words
+        scope(gw, {"store": "unregistered"})
 
 
 # == Reindex: a real rebuild of the category index ===========================================================

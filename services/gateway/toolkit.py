@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
+from mneme.errors import MnemeError
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 from services.gateway.gateway import Call, Gateway
 from services.gateway.params import ContextArg, Intent, RequestContext
@@ -92,7 +94,10 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
         context = arguments.pop("context", None) if not takes_context else arguments.get("context")
         if isinstance(context, dict):
             context = RequestContext.model_validate(context)
-        namespace = scope(gw, arguments)
+        try:
+            namespace = scope(gw, arguments)
+        except MnemeError as exc:  # e.g. a store the registry does not know: in the profile's own format
+            raise ToolError(profile.errors.render(exc.code, exc.message, exc.field, exc.details)) from None
 
         async def body(call: Call) -> Any:
             return await spec.fn(call, **arguments)

@@ -61,13 +61,11 @@ def registered_namespace(gw: Gateway, store: str) -> str:
 
 
 def scope(gw: Gateway, arguments: dict[str, Any]) -> str | None:
-    """The namespace a call acts in (the mechanism authorizes it). Never raises: an unregistered store is
-    refused by the tool body, in the contract's words."""
+    """The namespace a call acts in (the mechanism authorizes it); an unregistered store is refused here,
+    before authorization, in the contract's words (a caller without rights in the default namespace is told
+    the store is not registered, not that it may not touch a namespace)."""
     store = arguments.get("store")
-    try:
-        return registered_namespace(gw, store) if isinstance(store, str) else None
-    except MnemeError:
-        return None
+    return registered_namespace(gw, store) if isinstance(store, str) else None
 
 
 # -- the contract's errors ----------------------------------------------------------------------------------
