@@ -144,9 +144,11 @@ async def update_memory(
     content: Annotated[Content, Field(description="Updated content", json_schema_extra=NO_DEFAULT)] = None,
     category: Annotated[Category, Field(description="Updated category ('' removes it)",
                                         json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
-    tags: Annotated[Tags, Field(description="Replaces the tags ([] removes them)", json_schema_extra=NO_DEFAULT)] = None,
+    tags: Annotated[Tags, Field(description="Replaces the tags ([] removes them)",
+                                json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
     importance: Annotated[Level, Field(description="Updated importance level", json_schema_extra=NO_DEFAULT)] = None,
-    archived: Annotated[bool, Field(description="Archive or unarchive the memory", json_schema_extra=NO_DEFAULT)] = None,
+    archived: Annotated[bool, Field(description="Archive or unarchive the memory",
+                                    json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
 ) -> Updated:
     """Update an existing memory. Only the fields given change; updated_fields lists those whose value changed
     ([] when nothing differed)."""
