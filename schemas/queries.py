@@ -68,6 +68,8 @@ class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True)
     valid_at: UtcTime | None = None  # only memories valid then: valid_from <= t < valid_until
     created_by: str | None = None
     as_of: AsOf | None = None
+    ids: tuple[str, ...] | None = None  # only these memories (e.g. a search's matches); None: no such filter
+    unread_as_created: bool = False  # sort_by accessed_at: a memory never read counts as accessed when created
 
 
 class MemoryStats(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -249,6 +249,9 @@ def _filters(q: ListMemories, then: Any = None) -> tuple[list[str], list[Any]]:
     if q.created_by is not None:
         where.append("m.created_by = ?")
         args.append(q.created_by)
+    if q.ids is not None:
+        where.append("list_contains(?, m.id)")
+        args.append(list(q.ids))
     return where, args
 
 
@@ -256,7 +259,9 @@ def list_(view: MemoriesView, q: ListMemories) -> ListResult:
     cur = view.reader()
     at = resolve_as_of(view, q.as_of)
     where, args = _filters(q, at.time if at is not None else None)
-    order = f"{_SORT[q.sort_by]} {q.sort_order.upper()} NULLS LAST, m.id"
+    key = "coalesce(a.accessed_at, m.created_at)" if q.sort_by == "accessed_at" and q.unread_as_created \
+        else _SORT[q.sort_by]  # fmt: skip
+    order = f"{key} {q.sort_order.upper()} NULLS LAST, m.id"
     sql = f"{_select(at)} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
     rows = cur.execute(sql, [*args, q.limit, q.offset]).fetchall()
     if q.offset == 0 and len(rows) < q.limit:

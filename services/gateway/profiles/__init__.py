@@ -12,6 +12,7 @@ from services.gateway.toolkit import Profile
 PROFILES: dict[str, str | None] = {
     "native": None,  # services/gateway/*_tools.py
     "cortex": "services.gateway.profiles.cortex",
+    "agent-memory": "services.gateway.profiles.agent_memory",
 }
 
 
