@@ -13,6 +13,7 @@ PROFILES: dict[str, str | None] = {
     "native": None,  # services/gateway/*_tools.py
     "cortex": "services.gateway.profiles.cortex",
     "agent-memory": "services.gateway.profiles.agent_memory",
+    "governed": "services.gateway.profiles.governed",
 }
 
 
