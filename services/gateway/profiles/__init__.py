@@ -11,6 +11,7 @@ from services.gateway.toolkit import Profile
 # name -> module defining `PROFILE`; the HTTP path of each is /mcp (native) or /mcp/<name>
 PROFILES: dict[str, str | None] = {
     "native": None,  # services/gateway/*_tools.py
+    "memento": "services.gateway.profiles.memento",
 }
 
 
