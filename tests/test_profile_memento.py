@@ -703,6 +703,8 @@ async def test_cross_profile_memento_writes_native_reads_and_back(world: World) 
     await u.native("memory_delete", id=m["id"])  # archived: memento no longer counts or shows it
     stats = await u.memento("get_memory_stats")
     assert stats["total_memories"] == 1 and stats["by_subject"] == {"emma": 1}
+    native = await u.native("memory_stats")  # the native surface's statistics are as they were
+    assert native["by_subject"] == {"emma": 1} and native["archived"] == 1
     assert await u.memento.contents("list_recent_memories") == []
 
 
