@@ -75,6 +75,7 @@ class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True)
 class MemoryStats(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     OPERATION: ClassVar[str] = "memory.stats"
     store: str | None = None
+    subject: str | None = None  # only memories about this subject (case and spacing ignored, as in ListMemories)
     top_tags: int = 10
     as_of: AsOf | None = None
 
@@ -182,6 +183,7 @@ class StatsResult(Struct, frozen=True, kw_only=True):
     categories: int
     content_bytes: int
     as_of: AsOfResolved | None = None
+    subject_names: dict[str, str] = {}  # by_subject key -> the subject as its earliest memory spells it
 
 
 class MemoryHistory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):

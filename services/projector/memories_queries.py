@@ -313,6 +313,9 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
     upto = f" AND created_seq <= {int(at.seq)}" if at is not None else ""
     scope = "m.namespace = ?" + (" AND m.store = ?" if q.store is not None else "")
     args: list[Any] = [q.namespace] + ([q.store] if q.store is not None else [])
+    if q.subject is not None:  # normalized as ListMemories does
+        scope += " AND lower(m.subject) = lower(?)"
+        args.append(" ".join(q.subject.split()))
     total, active, archived, deprecated, expired_n, oldest, newest, size = cur.execute(
         "SELECT count(*), count(*) FILTER (m.status = 'active'), count(*) FILTER (m.status = 'archived'), "
         "count(*) FILTER (m.status = 'deprecated'), "
@@ -352,6 +355,10 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         by_importance=_counts(cur, importance, scope, args, src),
         by_category=_counts(cur, "m.category", scope, args, src),
         by_subject=_counts(cur, "lower(m.subject)", scope, args, src),
+        subject_names=dict(cur.execute(
+            f"SELECT lower(m.subject), arg_min(m.subject, m.created_at) FROM {src} m WHERE {scope} "
+            "AND m.status <> 'archived' AND m.subject IS NOT NULL GROUP BY 1", args,
+        ).fetchall()),
         top_tags=[(t, n) for t, n in tags],
         most_accessed=[(i, n) for i, n in most],
         oldest=oldest,

@@ -14,6 +14,7 @@ PROFILES: dict[str, str | None] = {
     "cortex": "services.gateway.profiles.cortex",
     "agent-memory": "services.gateway.profiles.agent_memory",
     "governed": "services.gateway.profiles.governed",
+    "memento": "services.gateway.profiles.memento",
 }
 
 
