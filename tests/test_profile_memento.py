@@ -337,7 +337,7 @@ async def test_scenario_privacy_no_sharing_between_user_sessions(served: Served)
 
 async def test_scenario_performance_search_returns_promptly(served: Served) -> None:
     """'Search should return results within 200ms': measured over stdio here with a generous bound (the
-    machine is shared); docs/profiles/memento.md reports the figure measured without tests."""
+    machine is shared); docs/profiles.md (memento) reports the figure measured without tests."""
     s = served.s
     times = []
     for q in ("dietary restrictions for the family", "Do you remember Liam's allergy?", "Emma", "meal plans") * 3:

@@ -5,7 +5,7 @@ Typed memories (core / learning / task: the domain's `kind`) with an importance 
 the native 0-1 scale), queried with filters, keyword search, sorting and pagination, archived or deleted, and
 counted. Every tool is a thin translation onto the gateway's commands and queries: the domain validates and
 decides, the projections answer, and what an agent stores here every other profile reads. The shapes and the
-error format are in agent_memory_shapes.py; docs/profiles/agent-memory.md maps each tool and every choice.
+error format are in agent_memory_shapes.py; docs/profiles.md (agent-memory) maps each tool and every choice.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The agent-memory contract's shapes: its argument types (limits, enums, defaults as the seed document
 states them), its memory object and results, the importance levels on the native 0-1 scale, and its
-error format. The tools themselves are in agent_memory.py; docs/profiles/agent-memory.md maps both."""
+error format. The tools themselves are in agent_memory.py; docs/profiles.md (agent-memory) maps both."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ categories, citations, expiry, recent memories and reindex, over the one memory.
 Every tool takes the required `store`, a name in the store registry (cortex_support.py): store S is the domain's
 `store` S in the namespace it is registered with. Bodies speak to the gateway's commands and queries only; the
 domain decides (paths, tags, citations, locks, path uniqueness) and its errors leave as the contract's McpError
-codes. docs/profiles/cortex.md maps each tool and records each choice.
+codes. docs/profiles.md (cortex) maps each tool and records each choice.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ intent, request_id), checked against the principal of the token (HTTP) or of the
 repository is the namespace `<organization_id>/<repository_id>`, the organization's verified rules are
 `<organization_id>/_system`, readable through memory-search and memory.read only. The rules themselves
 (unverified agent memories, protected types, locks, who may lock) are the domain's: the tools build the
-same commands and queries as the native ones. docs/profiles/governed.md maps each tool and every choice.
+same commands and queries as the native ones. docs/profiles.md (governed) maps each tool and every choice.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ as one contract status, and how the one domain error type renders as the contrac
 
 Output objects leave out what is empty: an agent gets no internal timestamps (created/updated times, the
 log's record times) and no internal ids (log sequences, request ids, namespaces); a human admin also gets
-the times and request ids, for audit work (see docs/profiles/governed.md).
+the times and request ids, for audit work (see docs/profiles.md (governed)).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ category, tags and a confidence; semantic search with a threshold; recent memori
 A thin translation onto the one domain: store_memory is a create (kind "fact"), update_memory an update or an
 invalidation recorded as outdated, the reads are the projector's search, list and stats queries. The contract
 has no namespace argument: each principal works in its own default namespace, so different users' memories
-are never shared. docs/profiles/memento.md maps every tool and records every choice.
+are never shared. docs/profiles.md (memento) maps every tool and records every choice.
 
 memento_models.py: the schemas; memento_store.py: the writes; memento_search.py: relevance_score.
 """
