@@ -105,8 +105,11 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _stores(given: list[str]) -> dict[str, str]:
-    """`--store NAME[=NAMESPACE]`, repeated, on top of MNEME_GATEWAY_STORES. Without a namespace the profile
-    decides where the store lives (see docs/profiles.md)."""
+    """`--store NAME[=NAMESPACE]`, repeated, on top of MNEME_GATEWAY_STORES. Without a namespace a store lives
+    in the default namespace (the cortex profile's rule, resolved when the store is used)."""
+    from mneme.errors import InvalidInput
+    from services.gateway.profiles.cortex_support import parse_store_option
+
     stores: dict[str, str] = {}
     if os.environ.get("MNEME_GATEWAY_STORES"):
         try:
@@ -114,10 +117,11 @@ def _stores(given: list[str]) -> dict[str, str]:
         except ValueError:
             raise Refused("MNEME_GATEWAY_STORES: not a JSON object of store name -> namespace") from None
     for item in given:
-        name, _, namespace = item.partition("=")
-        if not name.strip():
-            raise Refused(f"--store {item!r}: give NAME or NAME=NAMESPACE")
-        stores[name.strip()] = namespace.strip()
+        try:
+            name, namespace = parse_store_option(item, default_namespace="")
+        except InvalidInput as exc:
+            raise Refused(f"--store {item!r}: {exc.message}") from None
+        stores[name] = namespace
     return stores
 
 

@@ -34,7 +34,8 @@ def parse_store_option(spec: str, default_namespace: str) -> tuple[str, str]:
     """`--store NAME[=NAMESPACE]` -> (name, namespace), both checked by the domain's rules (InvalidInput)."""
     name, _, namespace = spec.partition("=")
     name = v.store(name.strip(), "--store")
-    return name, v.namespace(store_namespace(name, namespace.strip() or None, default_namespace), "--store")
+    resolved = store_namespace(name, namespace.strip() or None, default_namespace)
+    return name, v.namespace(resolved, "--store") if resolved else ""  # "": the default namespace, resolved later
 
 
 class StoreNotRegistered(MnemeError):
