@@ -16,11 +16,12 @@ class ErrorStyle:
     with_field: bool = True  # the contract's error object names the field
     with_details: bool = True
     messages: Mapping[str, Callable[[str, dict[str, Any]], str]] = field(default_factory=dict)  # per domain code
+    fallback: str | None = None  # the contract code for a domain code not in `codes` (None: the domain code)
 
     def render(self, code: str, message: str, field_: str | None = None, details: dict[str, Any] | None = None,
                extra: dict[str, Any] | None = None) -> str:  # fmt: skip
         """`extra`: more keys of the error object (the native surface lists every argument error)."""
-        err: dict[str, Any] = {"code": self.codes.get(code, code)}
+        err: dict[str, Any] = {"code": self.codes.get(code, self.fallback or code)}
         make = self.messages.get(code)
         err["message"] = make(message, details or {}) if make else message
         if field_ and self.with_field:

@@ -40,8 +40,8 @@ class Call:
     tool: str
     namespace: str
     request_id: str
+    gw: Gateway = field(repr=False)  # the gateway it runs on: tool bodies reach commands and queries here
     read_ids: list[str] = field(default_factory=list)
-    gw: Gateway | None = field(default=None, repr=False)  # the gateway it runs on (profile tools reach it here)
 
     def read(self, ids: list[str]) -> None:
         self.read_ids.extend(ids)
