@@ -16,6 +16,8 @@ What it measures (medians over interleaved rounds; latencies pooled over the rou
 (e) get latency at 100,000 memories (10,000 with --quick): the log is loaded with pipelined,
     pre-encoded envelopes, a fresh projector folds it (fold rate), then gets by random id through the
     projector query path in-process and through MCP stdio (a `mneme serve` cold-started on that log).
+(f) what an agent pays in context (bench.surface): each profile's tools/list in bytes, and the bytes of
+    one 10-result memory_recall, memory_search and memory_list response over stdio.
 
 Everything runs on 127.0.0.1 under one temporary directory that is removed at the end; every child
 process (nats-server, `mneme serve`, the no-op server) is stopped, even on error. Progress goes to
@@ -60,6 +62,8 @@ from bench.common import (
     rnd,
     verdict,
 )
+from bench.surface import measure as measure_surface
+from bench.surface import report as report_surface
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import EventLog, ensure_streams
 from mneme.ids import memory_id_for, new_id
@@ -979,7 +983,11 @@ async def amain(cfg: Config, mode: str, profile: bool, keep: bool, breakdown: bo
         e1 = await phase_scale_inproc(cfg, tmp / "scale", corpus)
         c = await phase_stdio(cfg, tmp / "stdio", corpus, breakdown)
         e2 = await phase_stdio_at_scale(cfg, tmp / "scale", e1.pop("_ids"), e1["log_events"])
-        return report(cfg, mode, machine, a, e1, c, e2, time.perf_counter() - started)
+        surface = await measure_surface()  # what an agent pays in context: tool lists and result sizes
+        out = report(cfg, mode, machine, a, e1, c, e2, time.perf_counter() - started)
+        report_surface(surface)
+        out["surface"] = surface
+        return out
     finally:
         if keep:
             log(f"kept {tmp}")
