@@ -57,3 +57,22 @@ async def test_server_identity() -> None:
     mcp = build_server(None, profile="native")
     assert mcp.name == "mneme"
     assert mcp.instructions == INSTRUCTIONS
+
+
+# what each tool on the mechanism must be allowed to do (not in tools/list, so not in the snapshot): the intent
+# each passed to gw.run before the native tools moved onto the mechanism
+INTENTS = {
+    "memory_add": "write", "memory_update": "write", "memory_move": "write", "memory_delete": "write",
+    "memory_restore": "write", "memory_prune_expired": "write",
+    "memory_get": "read", "memory_list": "read", "memory_recent": "read", "memory_stats": "read",
+    "memory_verify": "admin", "memory_lock": "admin", "memory_unlock": "admin", "memory_deprecate": "write",
+    "audit_query": "read",
+    "memory_history": "read", "memory_diff": "read", "memory_valid": "read", "memory_invalidate": "write",
+    "memory_mark_outdated": "write",
+}  # fmt: skip
+
+
+def test_declared_intents() -> None:
+    from services.gateway import profiles
+
+    assert {s.name: s.intent for s in profiles.load("native").tools.specs} == INTENTS
