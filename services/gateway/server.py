@@ -140,31 +140,18 @@ def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: di
 
 def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> MnemeMCPServer:
     """The MCP server of one profile (see services/gateway/profiles): its tools, its error format."""
-    if profile != "native":
-        from services.gateway.profiles import load
-        from services.gateway.toolkit import mcp_handler
+    from services.gateway import search_tools
+    from services.gateway.profiles import load, native
+    from services.gateway.toolkit import mcp_handler
 
-        p = load(profile)
-        mcp = MnemeMCPServer(name=f"{name}-{p.name}", instructions=p.instructions, errors=p.errors)
-        for spec in p.tools.specs:
-            if p.groups is None or spec.group in p.groups:
-                mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
-                             annotations=spec.hints)  # fmt: skip
-        return mcp
-
-    from services.gateway import governance_tools, read_tools, search_tools, time_tools, write_tools
-
-    mcp = MnemeMCPServer(
-        name=name,
-        instructions=(
-            "mneme is a shared, event-sourced memory. Store facts with memory_add (optionally at a store path), "
-            "read them back with memory_get / memory_list / memory_recent. Every change is versioned; "
-            "pass request_id to make a write safe to retry."
-        ),
-    )
-    write_tools.register(mcp, gw)
-    read_tools.register(mcp, gw)
-    governance_tools.register(mcp, gw)
-    search_tools.register(mcp, gw)
-    time_tools.register(mcp, gw)
+    p = load(profile)
+    is_native = p.name == "native"
+    mcp = MnemeMCPServer(name=name if is_native else f"{name}-{p.name}", instructions=p.instructions,
+                         errors=p.errors)  # fmt: skip
+    for spec in p.tools.specs:
+        if is_native and spec.name == native.SEARCH_BEFORE:  # not on the mechanism yet (profiles/native.py)
+            search_tools.register(mcp, gw)
+        if p.groups is None or spec.group in p.groups:
+            mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
+                         annotations=spec.hints)  # fmt: skip
     return mcp

@@ -42,16 +42,21 @@ class ToolSpec:
 
 
 class Toolset:
-    """The tools of one profile, in the order they are listed."""
+    """The tools of one profile, in the order they are listed.
 
-    def __init__(self) -> None:
+    A description is the function's docstring, dedented; `doc_indent` puts that many spaces back in front of
+    each of its continuation lines (the native surface's descriptions have always carried 8: MCPServer.tool
+    served the raw docstrings of functions nested in a `register`)."""
+
+    def __init__(self, *, doc_indent: int = 0) -> None:
         self.specs: list[ToolSpec] = []
+        self.doc_indent = doc_indent
 
     def tool(self, name: str | None = None, *, intent: Intent, hints: ToolAnnotations, group: str = "core",
              description: str | None = None) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:  # fmt: skip  # noqa: E501
         def declare(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            self.specs.append(ToolSpec(name or fn.__name__, fn, intent, hints, group,
-                                       description or inspect.getdoc(fn) or ""))  # fmt: skip
+            doc = (inspect.getdoc(fn) or "").replace("\n", "\n" + " " * self.doc_indent)
+            self.specs.append(ToolSpec(name or fn.__name__, fn, intent, hints, group, description or doc))
             return fn
 
         return declare

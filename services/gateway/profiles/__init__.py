@@ -9,8 +9,8 @@ import importlib
 from services.gateway.toolkit import Profile
 
 # name -> module defining `PROFILE`; the HTTP path of each is /mcp (native) or /mcp/<name>
-PROFILES: dict[str, str | None] = {
-    "native": None,  # services/gateway/*_tools.py
+PROFILES: dict[str, str] = {
+    "native": "services.gateway.profiles.native",
     "cortex": "services.gateway.profiles.cortex",
     "agent-memory": "services.gateway.profiles.agent_memory",
     "governed": "services.gateway.profiles.governed",
