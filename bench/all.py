@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 BENCHES = ("spine", "audit", "search", "replay", "locomo")
-# a figure whose name says how it should move: higher is better unless it is a latency, a lag or a size
-_LOWER_BETTER = ("_ms", "ms_", "lag", "latency", "seconds", "_s", "bytes", "cpu", "p50", "p95", "p99")
 # the figures the table shows unless --all: targets, ratios to the floor, quality, lag and rates
 _HEADLINE = ("targets.", "vs_", "ratio", "recall@", "mrr", "lag", "events_per_s", "bytes")
 
@@ -61,12 +59,20 @@ def run_one(name: str, quick: bool, timeout: float) -> tuple[dict[str, Any] | No
         return None, took, "last line is not JSON"
 
 
+def lower_is_better(key: str) -> bool:
+    """By the figure's own name: latencies, lags, sizes and durations should fall; rates, ratios and recall
+    should rise."""
+    last = key.split(".")[-1].lower()
+    if any(t in last for t in ("ratio", "vs_", "per_s", "recall", "mrr", "rate")):
+        return False
+    return last.endswith(("_ms", "seconds", "bytes", "_s")) or "lag" in last or last in ("p50", "p95", "p99")
+
+
 def worse(key: str, before: float, after: float, tolerance: float) -> bool:
     if before == 0:
         return False
     change = (after - before) / abs(before)
-    lower_better = any(t in key.lower() for t in _LOWER_BETTER) and "ratio" not in key.lower()
-    return change > tolerance if lower_better else change < -tolerance
+    return change > tolerance if lower_is_better(key) else change < -tolerance
 
 
 def main() -> None:
