@@ -37,10 +37,10 @@ def point_id(memory_id: str, version: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Cond:
     """One filter condition. op: eq (value), any (values), range (gte/gt/lte/lt), null (the field is absent,
-    null or an empty list)."""
+    null or an empty list), ids (the point id is one of `value`; `field` is ignored)."""
 
     field: str
-    op: Literal["eq", "any", "range", "null"]
+    op: Literal["eq", "any", "range", "null", "ids"]
     value: Any = None
     gte: float | None = None
     gt: float | None = None
@@ -68,6 +68,8 @@ class Hit:
     id: str
     score: float
     payload: dict[str, Any]
+    dense: list[float] | None = None  # when the search asked for it (with_vectors) and the point has one
+    sparse: dict[int, float] | None = None  # the BM25 vector {token: weight}, likewise
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class Search:
     where: Where
     limit: int
     threshold: float | None = None
+    with_vectors: tuple[Literal["dense", "bm25"], ...] = ()  # return these vectors of each hit
+    with_payload: bool = True  # False: hits carry an empty payload (cheaper: the state is large)
 
 
 class VectorIndex(Protocol):
@@ -176,6 +180,8 @@ class EdgeIndex:
             return q.FieldCondition(key=c.field, match=q.MatchAny(list(c.value)))
         if c.op == "null":
             return q.IsEmptyCondition(c.field)
+        if c.op == "ids":
+            return q.HasIdCondition(set(c.value))
         return q.FieldCondition(key=c.field, range=q.RangeFloat(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
@@ -193,7 +199,7 @@ class EdgeIndex:
             vec = list(s.vector)
         return q.QueryRequest(
             limit=s.limit, query=q.Query.Nearest(vec, using=s.using), filter=self._filter(s.where),
-            with_payload=True, score_threshold=s.threshold,
+            with_payload=s.with_payload, score_threshold=s.threshold, with_vector=list(s.with_vectors) or None,
         )  # fmt: skip
 
     def search(self, searches: list[Search]) -> list[list[Hit]]:
@@ -202,7 +208,7 @@ class EdgeIndex:
             results = [self.shard.query(reqs[0])]
         else:
             results = self.shard.query_batch(self.q.QueryBatchRequest(reqs))
-        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res] for res in results]
+        return [[_hit(p) for p in res] for res in results]
 
     def count(self, where: Where) -> int:
         return int(self.shard.count(self.q.CountRequest(filter=self._filter(where), exact=True)))
@@ -301,6 +307,8 @@ class ClientIndex:
             return m.FieldCondition(key=c.field, match=m.MatchAny(any=list(c.value)))
         if c.op == "null":
             return m.IsEmptyCondition(is_empty=m.PayloadField(key=c.field))
+        if c.op == "ids":
+            return m.HasIdCondition(has_id=list(c.value))
         return m.FieldCondition(key=c.field, range=m.Range(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
@@ -317,9 +325,10 @@ class ClientIndex:
             vec: Any = m.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1])) if s.using == SPARSE \
                 else list(s.vector)  # fmt: skip
             reqs.append(m.QueryRequest(query=vec, using=s.using, filter=self._filter(s.where), limit=s.limit,
-                                       with_payload=True, score_threshold=s.threshold))  # fmt: skip
+                                       with_payload=s.with_payload, score_threshold=s.threshold,
+                                       with_vector=list(s.with_vectors) or False))  # fmt: skip
         results = self.client.query_batch_points(self.collection, reqs)
-        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in r.points] for r in results]
+        return [[_hit(p) for p in r.points] for r in results]
 
     def count(self, where: Where) -> int:
         f = self._filter(where)
@@ -336,3 +345,15 @@ class ClientIndex:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _hit(p: Any) -> Hit:
+    """A scored point of either adapter (they share the shape: id, score, payload, vector by name)."""
+    dense = sparse = None
+    vec = p.vector  # (Edge converts the vectors on every access: read once)
+    if vec and isinstance(vec, dict):
+        dense = vec.get(DENSE)  # a list already: no copy
+        sv = vec.get(SPARSE)
+        if sv is not None:
+            sparse = dict(zip(sv.indices, sv.values, strict=True))
+    return Hit(str(p.id), float(p.score), dict(p.payload or {}), dense, sparse)
