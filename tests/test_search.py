@@ -42,7 +42,7 @@ from services.projector.memories_view import MemoriesView
 from services.projector.search import DEFAULT_THRESHOLD
 from services.projector.service import Projector
 from services.projector.vector_index import EdgeIndex, Where
-from services.projector.vector_view import VectorView
+from services.projector.vector_view import BM25, VectorView
 from tests.harness import Stack, ToolFailure, open_vectors, result_of, shared_model, start_stack
 
 pytestmark = pytest.mark.anyio
@@ -737,6 +737,62 @@ async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
         assert vv.checkpoint == head
     finally:
         await stack.close()
+
+
+# -- 11. text beyond ASCII: accents, CJK, emoji, right-to-left -----------------------------------------------------
+
+INTL = {
+    "zurich": "Jürgen lives in Zürich",
+    "cafe": "The café on the corner opens at 7",
+    "tokyo": "東京の会議は月曜日",  # the Tokyo meeting is on Monday
+    "launch": "🚀 launch on Friday",
+    "dubai": "الاجتماع في دبي يوم الأحد",  # the meeting in Dubai is on Sunday
+    "strasse": "Die Hauptstraße ist gesperrt",
+}
+
+
+def test_bm25_folds_accents_case_and_width_and_splits_cjk_for_documents_and_queries() -> None:
+    from services.projector.vector_view import fold
+
+    assert fold("Jürgen lives in Zürich") == "jurgen lives in zurich"
+    assert fold("CAFÉ naïve Straße ﬁle Ｆｉｌｅ") == "cafe naive strasse file file"
+    assert fold("Ελλάδα") == fold("ελλαδα") and fold("مُحَمَّد") == fold("محمد")
+    assert fold("plain ASCII stays as it is") == "plain ASCII stays as it is"
+    assert fold("हिंदी") == "हिंदी" and fold("がっこう") != fold("かっこう")  # vowel signs and voicing marks stay
+    assert fold("東京") == " 東京 東 京 " and fold("🚀 go").split() == ["u1f680", "go"]
+    bm25 = BM25()
+    for a, b in (("Zurich", "Zürich"), ("cafe", "CAFÉ"), ("jurgen", "Jürgen"), ("Hauptstrasse", "Hauptstraße"),
+                 ("Ærø", "aero"), ("Łódź", "lodz")):  # fmt: skip
+        assert bm25.query(a) == bm25.query(b), (a, b)
+    # a CJK word is a token of the sentence that holds it
+    words = set(bm25.document(INTL["tokyo"])[0])
+    for word in ("東京", "会議", "月曜日"):
+        assert set(bm25.query(word)[0]) <= words, word
+    assert set(bm25.query("🚀")[0]) <= set(bm25.document(INTL["launch"])[0]) and bm25.query("🚀")[0]
+
+
+async def test_search_keyword_search_and_recall_work_on_accented_cjk_emoji_and_arabic_text(world: World) -> None:
+    ns = fresh()
+    ids = {key: await add(world.alice, ns, content) for key, content in INTL.items()}
+    for content in list(CORPUS.values())[:8]:
+        await add(world.alice, ns, content)
+    back = {v: k for k, v in ids.items()}
+    # the content comes back as it was written
+    got = await world.alice("memory_search_keyword", query="Zürich", namespace=ns)
+    assert got["results"][0]["content"] == INTL["zurich"]
+    keyword = {"Zurich": "zurich", "zurich": "zurich", "ZÜRICH": "zurich", "jurgen": "zurich", "cafe": "cafe",
+               "Café": "cafe", "hauptstrasse": "strasse", "東京": "tokyo", "月曜日": "tokyo", "会議": "tokyo",
+               "🚀": "launch", "دبي": "dubai", "الاجتماع": "dubai"}  # fmt: skip
+    for query, want in keyword.items():
+        got = (await world.alice("memory_search_keyword", query=query, namespace=ns))["results"]
+        assert [back.get(r["id"]) for r in got][:1] == [want], (query, [(r["content"], r["score"]) for r in got])
+        assert got[0]["score"] >= 0.9, (query, got[0])
+    both = {"where does Jürgen live": "zurich", "Zurich": "zurich", "東京の会議": "tokyo", "月曜日": "tokyo",
+            "🚀": "launch", "when is the launch": "launch", "أين الاجتماع": "dubai"}  # fmt: skip
+    for tool in ("memory_search", "memory_recall"):
+        for query, want in both.items():
+            got = (await world.alice(tool, query=query, namespace=ns))["results"]
+            assert [back.get(r["id"]) for r in got][:1] == [want], (tool, query, [(r["content"], r["score"]) for r in got])
 
 
 # -- 12. bad input -------------------------------------------------------------------------------------------------
