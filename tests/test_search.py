@@ -341,8 +341,9 @@ async def test_filters_are_honoured_by_every_tool(world: World, filter_corpus: F
         scores = [r["score"] for r in got["results"]]
         assert scores == sorted(scores, reverse=True), (tool, f)
         # the same filter with the tier order (an option of the projector's query): the demoted last
+        args = {k: tuple(x) if k == "tags" else x for k, x in f.items()}
         q = SearchMemories(namespace=fc.ns, now=datetime.now(UTC), mode=MODE[tool], query="zebra memo", threshold=0.0,
-                           limit=100, order="tiers", **{k: tuple(x) if k == "tags" else x for k, x in f.items()})  # fmt: skip
+                           limit=100, order="tiers", **args)  # fmt: skip
         tiered = world.stack.projector.searcher.search(q).hits  # type: ignore[union-attr]
         assert {h.memory.id for h in tiered} == {r["id"] for r in got["results"]}, (tool, f)
         flags = [(h.group, h.demoted) for h in tiered]
@@ -894,7 +895,8 @@ async def test_search_keyword_search_and_recall_work_on_accented_cjk_emoji_and_a
     for tool in ("memory_search", "memory_recall"):
         for query, want in both.items():
             got = (await world.alice(tool, query=query, namespace=ns))["results"]
-            assert [back.get(r["id"]) for r in got][:1] == [want], (tool, query, [(r["content"], r["score"]) for r in got])
+            seen = [(r["content"], r["score"]) for r in got]
+            assert [back.get(r["id"]) for r in got][:1] == [want], (tool, query, seen)
 
 
 # -- 12. bad input -------------------------------------------------------------------------------------------------

@@ -122,7 +122,8 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         threshold: Threshold = None,
         fusion: Annotated[Literal["calibrated", "zscore", "rrf"], Field(description="calibrated (default): "
                           "absolute scores, semantic_weight x semantic relevance + the rest x keyword coverage; "
-                          "zscore, rrf: scores relative to the candidates (threshold default 0).")] = "calibrated",  # fmt: skip
+                          "zscore, rrf: scores relative to the candidates (threshold default 0).")
+                          ] = "calibrated",  # fmt: skip
         semantic_weight: Annotated[float, Field(ge=0.0, le=1.0, description="Weight of the semantic retriever; "
                                    "keyword gets 1 - this.")] = 0.3,  # fmt: skip
         kind: Kind | None = None,
