@@ -8,9 +8,16 @@ image), the dia_id in metadata, the session date as valid_from. The memories go 
 the real path: events on an embedded nats-server, the projector's vector follower
 (Qdrant Edge, the bundled model), and each question of categories 1-4 is asked through
 the projector's query path (NATS request/reply, `SearchMemories`) in its conversation's
-namespace, with the product's defaults (nothing is tuned per question). A hit at k: any
-evidence dia_id among the top k. MRR: reciprocal rank of the first evidence turn in the
-top 50 (0 when absent). Last line: one JSON object.
+namespace, with the product's defaults (nothing is tuned per question) and threshold 0, so
+every mode ranks its top 50. A hit at k: any evidence dia_id among the top k. MRR:
+reciprocal rank of the first evidence turn in the top 50 (0 when absent).
+
+Also, in the same run: hybrid with the earlier default fusion (z-score, semantic weight
+0.5), for a before/after on the same index; and each of them once more with its default
+threshold and limit 10 (what a caller gets; z-score's scores depend on how many
+candidates there are, and limit 10 fetches 50 per retriever rather than 250): recall@1/5/10
+and MRR within those 10, and how many results came back on average. Last line: one JSON
+object.
 """
 
 from __future__ import annotations
@@ -44,6 +51,12 @@ from services.projector.vector_view import VectorView
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo-dev.json"
 KS = (1, 5, 10)
 DEPTH = 50
+RUNS: tuple[tuple[str, str, dict[str, Any]], ...] = (  # mode, label, query fields beyond the defaults
+    ("keyword", "keyword", {}),
+    ("semantic", "semantic", {}),
+    ("hybrid", "hybrid", {}),
+    ("hybrid", "hybrid-zscore", {"fusion": "zscore", "semantic_weight": 0.5}),  # the default until issue 9
+)
 
 
 def session_date(text: str) -> datetime | None:
@@ -144,15 +157,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         now = datetime.now(timezone.utc)
         results: dict[str, Any] = {}
         timings: dict[str, float] = {}
-        for mode, label in (("keyword", "keyword"), ("semantic", "semantic"), ("hybrid", "hybrid")):
+        defaults: dict[str, Any] = {}
+        for mode, label, extra in RUNS:
             ranked = []
             t1 = time.perf_counter()
             for ns, q, _, _ in questions:
                 got = await qc.ask(SearchMemories(namespace=ns, now=now, mode=mode, query=q, limit=DEPTH,
-                                                  threshold=0.0))  # fmt: skip
+                                                  threshold=0.0, **extra))  # fmt: skip
                 ranked.append([h.memory.metadata.get("dia_id") for h in got.hits])
             timings[label] = rnd((time.perf_counter() - t1) / len(questions) * 1000, 2)
             results[label] = score(ranked, [e for _, _, e, _ in questions])
+            cut = []  # as a caller gets it: default threshold, limit 10
+            for ns, q, _, _ in questions:
+                got = await qc.ask(SearchMemories(namespace=ns, now=now, mode=mode, query=q, limit=10, **extra))
+                cut.append([h.memory.metadata.get("dia_id") for h in got.hits])
+            defaults[label] = {"threshold": got.threshold, **score(cut, [e for _, _, e, _ in questions]),
+                               "mean_results": rnd(sum(map(len, cut)) / len(cut), 2)}  # fmt: skip
             if args.per_category:
                 results[label]["by_category"] = {
                     str(c): score([r for r, qq in zip(ranked, questions, strict=True) if qq[3] == c],
@@ -165,6 +185,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await close_nats(nc)
         await nats.stop()
+    modes = [label for _, label, _ in RUNS]
     hyb = results["hybrid"]["recall@10"]
     gain_kw = rnd((hyb - results["keyword"]["recall@10"]) * 100, 1)
     gain_sem = rnd((hyb - results["semantic"]["recall@10"]) * 100, 1)
@@ -172,14 +193,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "LoCoMo retrieval (recall of evidence turns, MRR over the top 50)",
         ["mode", "R@1", "R@5", "R@10", "MRR", "ms/query"],
         [[m, results[m]["recall@1"], results[m]["recall@5"], results[m]["recall@10"], results[m]["mrr"], timings[m]]
-         for m in ("keyword", "semantic", "hybrid")],
+         for m in modes],
+    )  # fmt: skip
+    print_table(
+        "Default thresholds, limit 10 (what a caller gets; MRR within the 10)",
+        ["mode", "threshold", "R@1", "R@5", "R@10", "MRR", "results per query"],
+        [[m, d["threshold"], d["recall@1"], d["recall@5"], d["recall@10"], d["mrr"], d["mean_results"]]
+         for m, d in defaults.items()],
     )  # fmt: skip
     return {
-        **{m: results[m] for m in ("keyword", "semantic", "hybrid")},
+        **{m: results[m] for m in modes},
+        "default_threshold_limit_10": defaults,
         "questions": len(questions),
         "turns": len(turns),
         "model": model.model_id,
-        "hybrid_fusion": "zscore, semantic_weight 0.5 (defaults)",
+        "hybrid_fusion": "calibrated, semantic_weight 0.3 (defaults); hybrid-zscore: zscore, semantic_weight 0.5",
         "ms_per_query": timings,
         "ingest_seconds": rnd(ingest_s, 2),
         "hybrid_gain_over_keyword_points": gain_kw,

@@ -110,13 +110,15 @@ class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     tags: tuple[str, ...] = ()  # all of them
     importance_min: float | None = None
     importance_max: float | None = None
-    status: Literal["live", "active", "any"] = "live"  # live: active and deprecated (deprecated ranked below)
+    status: Literal["live", "active", "any"] = "live"  # live: active and deprecated (deprecated scored lower)
     include_expired: bool = False
-    include_invalid: bool = True  # memories whose valid time has ended, ranked below valid ones
-    fusion: Literal["zscore", "rrf"] = "zscore"
-    semantic_weight: float = 0.5  # hybrid: the keyword weight is 1 - semantic_weight
+    include_invalid: bool = True  # memories whose valid time has ended, scored lower than valid ones
+    # hybrid: calibrated (absolute scores, services/projector/search.py); zscore and rrf: relative to the candidates
+    fusion: Literal["calibrated", "zscore", "rrf"] = "calibrated"
+    semantic_weight: float = 0.3  # hybrid: the keyword weight is 1 - semantic_weight
     as_of: AsOf | None = None  # answer as the projection stood then
     valid_at: UtcTime | None = None  # only memories valid then: valid_from <= t < valid_until
+    order: Literal["relevance", "tiers"] = "relevance"  # tiers: exact, own namespace, rules; demoted last in each
 
 
 class StoreCategories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -215,11 +217,11 @@ class HistoryResult(Struct, frozen=True, kw_only=True):
 
 class SearchHit(Struct, frozen=True, kw_only=True):
     memory: MemoryState
-    score: float  # 0-1: the mode's relevance (see services/projector/search.py)
-    semantic: float | None = None  # cosine similarity, when the dense retriever found it
-    keyword: float | None = None  # raw BM25, when the keyword retriever found it
+    score: float  # 0-1: the mode's absolute relevance times the memory's standing (services/projector/search.py)
+    semantic: float | None = None  # cosine similarity, when computed (semantic and calibrated hybrid searches)
+    keyword: float | None = None  # raw BM25, when computed (keyword and calibrated hybrid searches)
     group: Literal["exact", "scope", "rules"] = "scope"
-    demoted: bool = False  # deprecated or no longer valid: ranked below the rest
+    demoted: bool = False  # deprecated, archived or no longer valid: its score scaled down
 
 
 class SearchResult(Struct, frozen=True, kw_only=True):

@@ -208,6 +208,26 @@ def observe(ix: VectorIndex, points: list[VPoint]) -> list[Any]:
     assert [hits(r) for r in together] == [hits(ix.search([s])[0]) for s in batch]
     seen.append([hits(r) for r in together])
 
+    # restricted to given point ids, without payloads (how a hybrid search scores the candidates only the other
+    # retriever found); each hit's vectors on request
+    some = [points[i].id for i in (1, 2, 5)]
+    only = Where(must=(Cond("", "ids", some),))
+    (res,) = ix.search([Search("dense", QUERY, only, 10, with_payload=False)])
+    assert [h.id for h in res] == sorted(some, key=lambda i: -cosine(QUERY, dense_of[i]))  # type: ignore[arg-type]
+    assert all(h.payload == {} and h.dense is None and h.sparse is None for h in res)
+    for h in res:
+        assert h.score == pytest.approx(cosine(QUERY, dense_of[h.id]), abs=1e-5)  # type: ignore[arg-type]
+    seen.append(hits(res))
+    (res,) = ix.search([Search("bm25", bm25.query("deploying"), only, 10, with_payload=False)])
+    assert [h.id for h in res] == [points[1].id], hits(res)  # of the three, only it shares a word
+    seen.append(hits(res))
+    (res,) = ix.search([Search("bm25", bm25.query("cat"), Where(), 1, with_vectors=("bm25", "dense"))])
+    (h,) = res
+    assert h.id == points[2].id and h.payload == points[2].payload
+    assert h.sparse == pytest.approx(dict(zip(*points[2].sparse, strict=True)), abs=1e-5)  # type: ignore[misc]
+    want = np.asarray(dense_of[h.id]) / np.linalg.norm(dense_of[h.id])  # type: ignore[arg-type]
+    assert h.dense == pytest.approx(list(want), abs=1e-5)
+
     # set_payload: close two versions' record intervals; other fields untouched
     ix.set_payload([points[0].id, points[3].id], {"seq_to": 42})
     assert ix.retrieve([points[0].id])[points[0].id].payload == {**points[0].payload, "seq_to": 42}

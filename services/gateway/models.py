@@ -236,15 +236,18 @@ class AuditPage(BaseModel):
 
 
 class SearchItem(Memory):
-    score: float = Field(description="Relevance 0-1 in the search's mode (semantic: cosine similarity; keyword: BM25 "
-                         "over the best hit's; hybrid: fused).")
-    semantic_score: float | None = Field(None, description="Cosine similarity, when the semantic retriever found it.")
-    keyword_score: float | None = Field(None, description="Raw BM25 score, when the keyword retriever found it.")
+    score: float = Field(description="Absolute relevance 0-1, comparable across queries (semantic: cosine similarity; "
+                         "keyword: share of the query's words the memory holds, weighted by rarity; hybrid: 0.3 x "
+                         "semantic relevance + 0.7 x keyword coverage), +0.1 when the content contains the query, "
+                         "x0.7 deprecated, x0.5 archived, x0.7 valid time ended. Results are in this order.")
+    semantic_score: float | None = Field(None, description="Cosine similarity (semantic and hybrid searches).")
+    keyword_score: float | None = Field(None, description="Raw BM25 score (keyword and hybrid searches).")
     match: Literal["exact", "scope", "rules"] = Field(
         "scope", description="exact: the content contains the query, in the caller's namespace; scope: other matches "
         "in the caller's namespace; rules: verified rules of the caller's organization (<org>/_system)."
     )
-    demoted: bool = Field(False, description="Deprecated, or its valid time has ended: ranked below the rest.")
+    demoted: bool = Field(False, description="Deprecated, archived, or its valid time has ended: its score is "
+                          "scaled down.")
 
 
 class SearchResults(BaseModel):

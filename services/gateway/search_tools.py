@@ -1,8 +1,10 @@
 """Search tools: semantic (memory_search), keyword (memory_search_keyword) and hybrid (memory_recall).
 
 All three search the caller's namespace plus, when the principal belongs to an organization,
-the verified rules of `<org>/_system` (ranked after the caller's own memories). Each search
-leaves one access record with the ids it returned, so it is audited and counted like a read.
+the verified rules of `<org>/_system`, ranked by relevance with the caller's own memories. Scores
+are absolute (services/projector/search.py), so the default thresholds drop unrelated memories and
+a search may return fewer than `limit`. Each search leaves one access record with the ids it
+returned, so it is audited and counted like a read.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from services.gateway.params import READ, AsOfArg, ContextArg, Kind, Label, Name
 
 Query = Annotated[str, Field(min_length=1, max_length=4096, description="What to look for, in natural language.")]
 Limit = Annotated[int, Field(ge=1, le=100, description="Most results to return.")]
-Threshold = Annotated[Unit | None, Field(description="Minimum score 0-1; default per mode "
-                                          "(semantic 0.2, keyword 0, hybrid 0).")]  # fmt: skip
+Threshold = Annotated[Unit | None, Field(description="Minimum score 0-1; default per tool "
+                                          "(memory_search 0.2, memory_search_keyword 0, memory_recall 0.1: what "
+                                          "is below is unrelated).")]  # fmt: skip
 Status = Annotated[Literal["live", "active", "any"], Field(
-    description="live (default): active and deprecated, deprecated ranked below; active: exclude deprecated; "
-    "any: also archived.")]  # fmt: skip
+    description="live (default): active and deprecated (scored x0.7); active: exclude deprecated; "
+    "any: also archived (scored x0.5).")]  # fmt: skip
 
 
 def register(mcp: MCPServer, gw: Gateway) -> None:
@@ -74,7 +77,9 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         context: ContextArg = None,
     ) -> SearchResults:
         """Semantic search: memories whose meaning is closest to the query (embedding similarity), with
-        filters. Use it to recall facts, preferences and context phrased differently from the query."""
+        filters. Use it to recall facts, preferences and context phrased differently from the query.
+        score: the cosine similarity (unrelated ~0-0.2, a paraphrase ~0.4-0.8), lower for deprecated or
+        no longer valid memories; results below `threshold` (0.2) are left out."""
         return await search(ctx, "memory_search", "semantic", context, namespace, query=query, limit=limit,
                             threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
                             importance_min=importance_min, importance_max=importance_max, status=status,
@@ -100,8 +105,9 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         valid_at: ValidAtArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
-        """Keyword search (BM25 with English stemming): memories containing the query's words, rarer words
-        weighing more. Works while the embedding model is still loading."""
+        """Keyword search (BM25 with English stemming, accents and case folded): memories containing the
+        query's words, rarer words weighing more. score: the share of the query's words (weighted by rarity)
+        the memory holds, 1 = all of them. Works while the embedding model is still loading."""
         return await search(ctx, "memory_search_keyword", "keyword", context, namespace, query=query, limit=limit,
                             threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
                             importance_min=importance_min, importance_max=importance_max, status=status,
@@ -114,10 +120,12 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         namespace: Namespace = None,
         limit: Limit = 10,
         threshold: Threshold = None,
-        fusion: Annotated[Literal["zscore", "rrf"], Field(description="zscore (default): each retriever's scores "
-                          "standardised, then weighted; rrf: reciprocal rank fusion (k=60), weighted.")] = "zscore",  # fmt: skip
+        fusion: Annotated[Literal["calibrated", "zscore", "rrf"], Field(description="calibrated (default): "
+                          "absolute scores, semantic_weight x semantic relevance + the rest x keyword coverage; "
+                          "zscore, rrf: scores relative to the candidates (threshold default 0).")
+                          ] = "calibrated",  # fmt: skip
         semantic_weight: Annotated[Unit, Field(description="Weight of the semantic retriever; "
-                                   "keyword gets 1 - this.")] = 0.5,  # fmt: skip
+                                   "keyword gets 1 - this.")] = 0.3,  # fmt: skip
         kind: Kind | None = None,
         category: Label | None = None,
         subject: Annotated[str | None, Field(max_length=128)] = None,
@@ -131,8 +139,10 @@ def register(mcp: MCPServer, gw: Gateway) -> None:
         valid_at: ValidAtArg = None,
         context: ContextArg = None,
     ) -> SearchResults:
-        """Hybrid recall: semantic and keyword search fused into one ranking; the best default for
-        questions. Exact matches in your namespace come first, then other matches, then organization rules."""
+        """Hybrid recall: semantic and keyword search fused into one ranking by relevance; the best default
+        for questions. score 0-1 means the same in every query: 0.3 x semantic relevance + 0.7 x keyword
+        coverage, +0.1 when the memory contains the query, lower for deprecated or no longer valid memories;
+        results below `threshold` (0.1) are unrelated and left out, so fewer than `limit` may come back."""
         return await search(ctx, "memory_recall", "hybrid", context, namespace, query=query, limit=limit,
                             threshold=threshold, fusion=fusion, semantic_weight=semantic_weight, kind=kind,
                             category=category, subject=subject, tags=tuple(tags), importance_min=importance_min,

@@ -9,18 +9,28 @@ The projector's position in the log is stored beside the points (a file next to 
 Edge shard; a reserved point without vectors on a server), written after the
 points it covers: replaying from an older position is harmless because every
 write here is an idempotent upsert or payload set keyed by deterministic ids.
+
+What the points hold is versioned (INDEX_VERSION): an Edge shard written under another
+version is deleted when opened and folded again from the log; on a server the version is
+part of the collection's name, so replicas of two versions never share a collection.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+log = logging.getLogger("mneme.projector.vectors")
 DENSE, SPARSE = "dense", "bm25"
+# What a point holds (payload fields, how the BM25 text is tokenised). 2: BM25 over folded text (accents,
+# case, CJK bigrams, emoji; vector_view.fold).
+INDEX_VERSION = 2
 OPEN = 2**53  # seq_to of a version nobody has replaced yet
 POINT_NS = uuid.UUID("6f1c9a52-2a3b-4e0c-9d57-0d7c1f4f0a11")
 META_ID = str(uuid.uuid5(POINT_NS, "mneme:meta"))
@@ -37,10 +47,10 @@ def point_id(memory_id: str, version: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Cond:
     """One filter condition. op: eq (value), any (values), range (gte/gt/lte/lt), null (the field is absent,
-    null or an empty list)."""
+    null or an empty list), ids (the point id is one of `value`; `field` is ignored)."""
 
     field: str
-    op: Literal["eq", "any", "range", "null"]
+    op: Literal["eq", "any", "range", "null", "ids"]
     value: Any = None
     gte: float | None = None
     gt: float | None = None
@@ -68,6 +78,8 @@ class Hit:
     id: str
     score: float
     payload: dict[str, Any]
+    dense: list[float] | None = None  # when the search asked for it (with_vectors) and the point has one
+    sparse: dict[int, float] | None = None  # the BM25 vector {token: weight}, likewise
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +89,8 @@ class Search:
     where: Where
     limit: int
     threshold: float | None = None
+    with_vectors: tuple[Literal["dense", "bm25"], ...] = ()  # return these vectors of each hit
+    with_payload: bool = True  # False: hits carry an empty payload (cheaper: the state is large)
 
 
 class VectorIndex(Protocol):
@@ -103,23 +117,41 @@ class VectorIndex(Protocol):
 class EdgeIndex:
     """The default: the Qdrant engine in-process, on disk under `path` (one process per shard)."""
 
-    def __init__(self, path: str | Path, dim: int):
+    def __init__(self, path: str | Path, dim: int, *, version: int = INDEX_VERSION):
         import qdrant_edge as q
 
         self.q = q
         self.path = Path(path)
         self.dim = dim
+        self.version = version
         self.checkpoint_file = self.path.parent / f"{self.path.name}.checkpoint.json"
         cfg = q.EdgeConfig(
             vectors={DENSE: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)},
             sparse_vectors={SPARSE: q.EdgeSparseVectorParams(modifier=q.Modifier.Idf)},
         )
         if self.path.exists() and any(self.path.iterdir()):
+            stored = self._stored_version()
+            if stored != version:  # points of another shape: rebuilt from the log (the position goes to 0)
+                log.warning("vector index %s is version %s, not %s: rebuilding it from the log", self.path, stored,
+                            version)  # fmt: skip
+                shutil.rmtree(self.path)
+                self.checkpoint_file.unlink(missing_ok=True)
+        if self.path.exists() and any(self.path.iterdir()):
             self.shard = q.EdgeShard.load(str(self.path), cfg)
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             self.shard = q.EdgeShard.create(str(self.path), cfg)
             self._create_indexes()
+            self.save_checkpoint(0)  # records the version from the start
+
+    def _stored_version(self) -> int | None:
+        """The version the position file records (files written before versioning: 1; no file: unknown)."""
+        try:
+            return int(json.loads(self.checkpoint_file.read_text()).get("version", 1))
+        except FileNotFoundError:
+            return None
+        except (ValueError, AttributeError):
+            return 1
 
     def _create_indexes(self) -> None:
         q = self.q
@@ -176,6 +208,8 @@ class EdgeIndex:
             return q.FieldCondition(key=c.field, match=q.MatchAny(list(c.value)))
         if c.op == "null":
             return q.IsEmptyCondition(c.field)
+        if c.op == "ids":
+            return q.HasIdCondition(set(c.value))
         return q.FieldCondition(key=c.field, range=q.RangeFloat(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
@@ -193,7 +227,7 @@ class EdgeIndex:
             vec = list(s.vector)
         return q.QueryRequest(
             limit=s.limit, query=q.Query.Nearest(vec, using=s.using), filter=self._filter(s.where),
-            with_payload=True, score_threshold=s.threshold,
+            with_payload=s.with_payload, score_threshold=s.threshold, with_vector=list(s.with_vectors) or None,
         )  # fmt: skip
 
     def search(self, searches: list[Search]) -> list[list[Hit]]:
@@ -202,7 +236,7 @@ class EdgeIndex:
             results = [self.shard.query(reqs[0])]
         else:
             results = self.shard.query_batch(self.q.QueryBatchRequest(reqs))
-        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in res] for res in results]
+        return [[_hit(p) for p in res] for res in results]
 
     def count(self, where: Where) -> int:
         return int(self.shard.count(self.q.CountRequest(filter=self._filter(where), exact=True)))
@@ -218,7 +252,7 @@ class EdgeIndex:
         self.shard.flush()
         tmp = self.checkpoint_file.with_suffix(".tmp")
         with tmp.open("w") as f:
-            f.write(json.dumps({"seq": seq}))
+            f.write(json.dumps({"seq": seq, "version": self.version}))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.checkpoint_file)
@@ -235,10 +269,13 @@ class ClientIndex:
     """A Qdrant server (distributed mode) through qdrant-client; `location=":memory:"` for local-mode tests."""
 
     def __init__(self, collection: str, dim: int, *, url: str | None = None, location: str | None = None,
-                 api_key: str | None = None):  # fmt: skip
+                 api_key: str | None = None, version: int = INDEX_VERSION):  # fmt: skip
         from qdrant_client import QdrantClient, models
 
         self.m = models
+        self.version = version
+        # The version in the name: replicas of two versions (a rolling upgrade) each fold their own collection.
+        collection = f"{collection}-v{version}"
         self.collection = collection
         self.client = QdrantClient(url=url, location=location, api_key=api_key)
         if not self.client.collection_exists(collection):
@@ -301,6 +338,8 @@ class ClientIndex:
             return m.FieldCondition(key=c.field, match=m.MatchAny(any=list(c.value)))
         if c.op == "null":
             return m.IsEmptyCondition(is_empty=m.PayloadField(key=c.field))
+        if c.op == "ids":
+            return m.HasIdCondition(has_id=list(c.value))
         return m.FieldCondition(key=c.field, range=m.Range(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
@@ -317,9 +356,10 @@ class ClientIndex:
             vec: Any = m.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1])) if s.using == SPARSE \
                 else list(s.vector)  # fmt: skip
             reqs.append(m.QueryRequest(query=vec, using=s.using, filter=self._filter(s.where), limit=s.limit,
-                                       with_payload=True, score_threshold=s.threshold))  # fmt: skip
+                                       with_payload=s.with_payload, score_threshold=s.threshold,
+                                       with_vector=list(s.with_vectors) or False))  # fmt: skip
         results = self.client.query_batch_points(self.collection, reqs)
-        return [[Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in r.points] for r in results]
+        return [[_hit(p) for p in r.points] for r in results]
 
     def count(self, where: Where) -> int:
         f = self._filter(where)
@@ -336,3 +376,15 @@ class ClientIndex:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _hit(p: Any) -> Hit:
+    """A scored point of either adapter (they share the shape: id, score, payload, vector by name)."""
+    dense = sparse = None
+    vec = p.vector  # (Edge converts the vectors on every access: read once)
+    if vec and isinstance(vec, dict):
+        dense = vec.get(DENSE)  # a list already: no copy
+        sv = vec.get(SPARSE)
+        if sv is not None:
+            sparse = dict(zip(sv.indices, sv.values, strict=True))
+    return Hit(str(p.id), float(p.score), dict(p.payload or {}), dense, sparse)
