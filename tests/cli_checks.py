@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 
-from tests.harness import MNEME
+from tests.harness import MNEME, free_port  # noqa: F401 - re-exported for the CLI tests
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
 
@@ -27,7 +26,3 @@ def refused(res: subprocess.CompletedProcess[str], *words: str) -> str:
     return lines[0]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -171,3 +171,29 @@ async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | 
     client = await s.enter_async_context(Client(build_server(gw)))
     await projector.serving.wait()
     return Stack(data_dir, nats, nc, view, projector, trail, auditor, gw, client, s)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (for a server child started next)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(proc: Any, port: int, timeout: float = 30.0, errlog: Path | None = None) -> None:
+    """Wait until the server child listens on loopback `port`; fail with its stderr if it exits first."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                text = errlog.read_text() if errlog else (proc.stderr.read() if proc.stderr else "")
+                raise AssertionError(f"the server exited ({proc.returncode}) before listening: {text!r}")
+            assert time.monotonic() < deadline, f"the server did not listen on port {port} within {timeout} s"
+            time.sleep(0.05)

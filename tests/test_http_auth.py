@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,7 +25,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mneme.principals import hash_token
-from tests.harness import MNEME, ToolFailure, nats_pid, result_of, wait_dead
+from tests.harness import MNEME, ToolFailure, free_port, nats_pid, result_of, wait_dead, wait_listening
 
 pytestmark = pytest.mark.anyio
 
@@ -35,11 +33,6 @@ AGENT_TOKEN = "agent-token-ann-7f3c1a"
 ADMIN_TOKEN = "admin-token-root-9b2e44"
 OTHER_TOKEN = "agent-token-gus-51d0c8"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_principals(path: Path) -> None:
@@ -98,15 +91,7 @@ async def test_bearer_tokens_map_to_principals_over_http(tmp_path: Path) -> None
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: ASYNC220
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "HTTP server did not listen"
-                await anyio.sleep(0.05)
+        wait_listening(proc, port)
 
         # -- no token, unknown token, wrong scheme, the hash as token: 401 -------------------------
         probe = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_checks import ENV, free_port, mneme, refused
-from tests.harness import MNEME, nats_pid, wait_dead
+from tests.harness import MNEME, nats_pid, wait_dead, wait_listening
 
 pytestmark = pytest.mark.anyio
 
@@ -39,14 +38,7 @@ async def test_a_running_http_server_is_left_alone_and_stops_quietly(tmp_path: P
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "serve did not listen"
-                time.sleep(0.05)
+        wait_listening(proc, port)
         # the trail and the projection are held by the server: refused, one line each, nothing replaced
         refused(mneme("audit", "verify", "--data-dir", str(data)), "audit.duckdb", "held by a running mneme serve")
         refused(mneme("audit", "export", "--data-dir", str(data), "--out", str(tmp_path / "t.jsonl")), "held by")

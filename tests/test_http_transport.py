@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +12,10 @@ import httpx
 import pytest
 from mcp import Client
 
-from tests.harness import MNEME, ToolFailure, nats_pid, result_of, wait_dead
+from tests.harness import MNEME, ToolFailure, free_port, nats_pid, result_of, wait_dead, wait_listening
 
 pytestmark = pytest.mark.anyio
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_tools_over_streamable_http_and_clean_stop(tmp_path: Path) -> None:
@@ -32,15 +25,7 @@ async def test_tools_over_streamable_http_and_clean_stop(tmp_path: Path) -> None
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "MNEME_GATEWAY_HTTP_ANONYMOUS": "true"})  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "HTTP server did not listen"
-                time.sleep(0.05)
+        wait_listening(proc, port)
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert "memory_add" in names and "memory_stats" in names
@@ -82,14 +67,7 @@ async def test_malformed_bodies_get_json_rpc_errors_over_http(tmp_path: Path) ->
                 f'"arguments":{args}}}}}').encode()  # fmt: skip
 
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, errlog.read_text()
-                time.sleep(0.05)
+        wait_listening(proc, port, errlog=errlog)
         url = f"http://127.0.0.1:{port}/mcp"
         accept = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
         async with httpx.AsyncClient(timeout=15) as http:

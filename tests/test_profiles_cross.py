@@ -30,9 +30,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -50,7 +48,8 @@ from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.server import build_server
-from tests.harness import MNEME, ToolFailure, nats_pid, result_of, start_stack, wait_dead
+from tests.harness import (MNEME, ToolFailure, free_port, nats_pid, result_of, start_stack, wait_dead,  # fmt: skip
+                           wait_listening)
 
 pytestmark = pytest.mark.anyio
 
@@ -266,11 +265,6 @@ GUS_TOKEN = "cross-token-gus-80aa7d"
 PATHS = {name: profiles.http_path(name) for name in ("native", "memento", "agent-memory")}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @asynccontextmanager
 async def as_token(url: str, token: str) -> AsyncIterator[Surface]:
@@ -299,15 +293,7 @@ async def test_http_serves_two_profiles_at_once_over_one_memory(tmp_path: Path) 
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: ASYNC220
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "HTTP server did not listen"
-                await anyio.sleep(0.05)
+        wait_listening(proc, port)
 
         # -- a missing or unknown token is 401 on every path; a known one gets through ----------------------
         probe = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}

@@ -4,7 +4,6 @@ own path with its own tool list, over one memory and one set of principals."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,15 +14,10 @@ from mcp import Client
 from mneme.cli import _stores
 from mneme.preflight import Refused
 from services.gateway import profiles
-from tests.harness import MNEME
+from tests.harness import MNEME, free_port, wait_listening
 
 pytestmark = pytest.mark.anyio
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_an_unknown_profile_is_refused_before_anything_starts(tmp_path: Path) -> None:
@@ -52,15 +46,7 @@ async def test_http_serves_every_profile_at_its_own_path(tmp_path: Path) -> None
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "MNEME_GATEWAY_HTTP_ANONYMOUS": "true"})  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "HTTP server did not listen"
-                time.sleep(0.05)
+        wait_listening(proc, port)
         lists: dict[str, set[str]] = {}
         for name in profiles.names():
             async with Client(f"http://127.0.0.1:{port}{profiles.http_path(name)}") as client:
