@@ -67,6 +67,7 @@ INTENTS = {
     "memory_get": "read", "memory_list": "read", "memory_recent": "read", "memory_stats": "read",
     "memory_verify": "admin", "memory_lock": "admin", "memory_unlock": "admin", "memory_deprecate": "write",
     "audit_query": "read",
+    "memory_search": "read", "memory_search_keyword": "read", "memory_recall": "read",
     "memory_history": "read", "memory_diff": "read", "memory_valid": "read", "memory_invalidate": "write",
     "memory_mark_outdated": "write",
 }  # fmt: skip

@@ -140,8 +140,7 @@ def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: di
 
 def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> MnemeMCPServer:
     """The MCP server of one profile (see services/gateway/profiles): its tools, its error format."""
-    from services.gateway import search_tools
-    from services.gateway.profiles import load, native
+    from services.gateway.profiles import load
     from services.gateway.toolkit import mcp_handler
 
     p = load(profile)
@@ -149,8 +148,6 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     mcp = MnemeMCPServer(name=name if is_native else f"{name}-{p.name}", instructions=p.instructions,
                          errors=p.errors)  # fmt: skip
     for spec in p.tools.specs:
-        if is_native and spec.name == native.SEARCH_BEFORE:  # not on the mechanism yet (profiles/native.py)
-            search_tools.register(mcp, gw)
         if p.groups is None or spec.group in p.groups:
             mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
                          annotations=spec.hints)  # fmt: skip

@@ -3,21 +3,16 @@
 Its tools live in services/gateway/*_tools.py, one module per concern, each a Toolset of typed tool functions;
 this module joins them, in the order they are listed (write, read, governance, search, time). Every tool takes
 the optional `context` argument (Profile.context "optional") and fails with the native error format.
-
-The search tools (search_tools.py) are not on the mechanism yet: build_server registers them with
-`search_tools.register(mcp, gw)`, in their place in the listing, right before SEARCH_BEFORE.
 """
 
 from __future__ import annotations
 
-from services.gateway import governance_tools, read_tools, time_tools, write_tools
+from services.gateway import governance_tools, read_tools, search_tools, time_tools, write_tools
 from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
 tools.specs = [*write_tools.tools.specs, *read_tools.tools.specs, *governance_tools.tools.specs,
-               *time_tools.tools.specs]  # fmt: skip
-
-SEARCH_BEFORE = time_tools.tools.specs[0].name  # the first time tool: the search tools are listed before it
+               *search_tools.tools.specs, *time_tools.tools.specs]  # fmt: skip
 
 PROFILE = Profile(
     name="native",
