@@ -200,8 +200,17 @@ class LogFollower:
             self._paused -= 1
             self._wake.set()
 
-    async def stop(self) -> None:
-        """Stop delivery, stage and commit what has arrived, then end the loop."""
+    async def stop(self, catch_up: float = 1.0) -> None:
+        """Take in what the stream holds at this moment (for at most `catch_up` seconds: an event appended
+        just before a clean shutdown reaches the trail and the projection now, not at the next start), then
+        stop delivery, stage and commit what has arrived, and end the loop."""
+        if catch_up > 0 and self._task is not None and not self._task.done() and self._resync_from is None:
+            try:
+                info = await asyncio.wait_for(self.js.stream_info(self.stream), catch_up)
+                head = info.state.last_seq if self.stop_at is None else min(info.state.last_seq, self.stop_at)
+                await self.wait_for(head, catch_up, committed=False)
+            except Exception:  # noqa: BLE001 - NATS may be gone at shutdown: stop with what has arrived
+                pass
         self._stopping = True
         if self._sub is not None:
             try:
