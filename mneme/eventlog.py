@@ -102,11 +102,11 @@ class EventLog:
             yield msg
             seq = msg.seq
 
-    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> int | None:
-        """The sequence of our own message on `subject_filter` after `after_seq`, if it is there."""
+    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> RawStreamMsg | None:
+        """Our own message on `subject_filter` after `after_seq`, if it is there (its sequence and headers)."""
         async for msg in self.after(subject_filter, after_seq):  # bounded: conflicts are a handful of messages
             if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:
-                return msg.seq
+                return msg
         return None
 
     async def header(self, seq: int, name: str) -> str | None:

@@ -160,7 +160,9 @@ class CommandService:
                 )
                 if po.memory_id == memory_id:  # this very request landed before: answer as a retry
                     landed = await self.log.landed(subject, 0, msg_id)
-                    return await self._replay_of(ns, memory_id, landed or min_seq, req)
+                    if landed is None:  # (the create is older than the subject's first 64 messages: cannot be)
+                        return await self._replay_of(ns, memory_id, min_seq, req)
+                    return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
                 owner, expected, expected_subject = po.memory_id, po.store_seq, S.store_filter(ns, cmd.store)
             event = decider.decide_create(cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content,
                                           actor=actor)  # fmt: skip
@@ -173,7 +175,7 @@ class CommandService:
             except WrongLastSequence:
                 landed = await self.log.landed(subject, 0, msg_id)
                 if landed is not None:
-                    return await self._replay_of(ns, memory_id, landed, req)
+                    return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
                 raise
             if dup:
                 return await self._replay_of(ns, memory_id, seq, req)
@@ -227,10 +229,13 @@ class CommandService:
                 return False
         return True
 
-    async def _replay_of(self, ns: str, memory_id: str, seq: int, req: Request) -> Written:
+    async def _replay_of(self, ns: str, memory_id: str, seq: int, req: Request,
+                         headers: dict[str, str] | None = None) -> Written:  # fmt: skip
         """A request that landed before: a retry if its arguments are the same, else the key was reused.
+        `headers`: the landed message's, when it was read already (else one direct get reads them).
         (Events written before digests were recorded carry none: they are taken as retries.)"""
-        stored = await self.log.header(seq, S.HDR_REQUEST_DIGEST)
+        stored = (headers or {}).get(S.HDR_REQUEST_DIGEST) if headers is not None else \
+            await self.log.header(seq, S.HDR_REQUEST_DIGEST)  # fmt: skip
         if stored is not None and stored != req.digest:
             raise IdempotencyKeyReused(req.request_id, req.operation, memory_id, seq)
         state = await self._load(ns, memory_id, seq)
@@ -276,7 +281,7 @@ class CommandService:
             except WrongLastSequence:
                 landed = await self.log.landed(subject, state.last_seq, msg_id)
                 if landed is not None:
-                    return await self._replay_of(ns, memory_id, landed, req)
+                    return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
                 raise
             if dup:
                 return await self._replay_of(ns, memory_id, seq, req)

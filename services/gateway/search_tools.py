@@ -84,6 +84,7 @@ async def memory_search(
                         importance_min=importance_min, importance_max=importance_max, status=status,
                         include_expired=include_expired, include_rules=include_rules, as_of=as_of, valid_at=valid_at)  # fmt: skip
 
+
 @tools.tool(intent="read", hints=READ)
 async def memory_search_keyword(
     call: Call,
@@ -110,6 +111,7 @@ async def memory_search_keyword(
                         threshold=threshold, kind=kind, category=category, subject=subject, tags=tuple(tags),
                         importance_min=importance_min, importance_max=importance_max, status=status,
                         include_expired=include_expired, include_rules=include_rules, as_of=as_of, valid_at=valid_at)  # fmt: skip
+
 
 @tools.tool(intent="read", hints=READ)
 async def memory_recall(
