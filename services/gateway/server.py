@@ -84,15 +84,6 @@ class MnemeMCPServer(MCPServer):
         return ToolError(self.errors.render(code, message, field))
 
 
-def error_text(err: dict[str, Any]) -> str:
-    return json.dumps({"error": err}, ensure_ascii=False)
-
-
-def tool_error(code: str, field: str | None, message: str) -> ToolError:
-    err = {"code": code, "message": message} if field is None else {"code": code, "field": field, "message": message}
-    return ToolError(error_text(err))
-
-
 def internal_error(tool: str, exc: BaseException, errors: ErrorStyle = NATIVE_ERRORS) -> ToolError:
     """An unexpected failure: the client learns that it happened and where to look, the log gets the rest."""
     incident = uuid.uuid4().hex[:12]
