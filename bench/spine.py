@@ -17,7 +17,7 @@ What it measures (medians over interleaved rounds; latencies pooled over the rou
     pre-encoded envelopes, a fresh projector folds it (fold rate), then gets by random id through the
     projector query path in-process and through MCP stdio (a `mneme serve` cold-started on that log).
 (f) what an agent pays in context (bench.surface): each profile's tools/list in bytes, and the bytes of
-    one 10-result memory_recall, memory_search and memory_list response over stdio.
+    one 10-result memory_search (brief and full) and memory_list response over stdio.
 
 Everything runs on 127.0.0.1 under one temporary directory that is removed at the end; every child
 process (nats-server, `mneme serve`, the no-op server) is stopped, even on error. Progress goes to

@@ -8,8 +8,10 @@ An agent carries every tool definition in its context window and reads every byt
     beside the reference knowledge-graph server's list (../shared/seeds/server-memory-tools.json) when
     that file is there: the floor a memory server's tool list can be.
 (2) results: a real `mneme serve` over stdio with 30 memories; the bytes of one 10-result
-    memory_recall, memory_search and memory_list response as the client receives it (the whole
-    CallToolResult, text and structured content), per result, and how much of it is memory content.
+    memory_search (brief, the default; and detail="full") and memory_list response as the client
+    receives it (the whole CallToolResult, text and structured content), per result, and how much of it
+    is memory content. The budgets of issue 10 (native tool list <= 40 KB, 10 results in brief <= 3 KB)
+    are checked in `within_budget`.
 Last stdout line: one JSON object.
 """
 
@@ -44,6 +46,10 @@ FACTS = [
     "Ivan maintains the Terraform modules", "Backups are tested by restoring them every quarter",
     "The style guide forbids abbreviations in public APIs", "Judy's birthday is on 3 March",
 ]  # fmt: skip
+
+
+BUDGET_TOOLS = 40_000  # issue 10: the native tool list, compact JSON
+BUDGET_RESULTS = 3_000  # issue 10: one 10-result search or list in brief (the whole CallToolResult)
 
 
 def compact(obj: Any) -> int:
@@ -81,12 +87,13 @@ async def result_sizes(root: Path) -> dict[str, Any]:
             await s.initialize()
             for i, fact in enumerate(FACTS):
                 await s.call_tool("memory_add", {"content": fact, "tags": ["bench", f"t{i % 3}"], "subject": "team"})
-            calls = {
-                "memory_recall": {"query": "what do people drink in the morning", "limit": 10, "threshold": 0},
-                "memory_search": {"query": "what do people drink in the morning", "limit": 10, "threshold": 0},
-                "memory_list": {"limit": 10},
+            q = "what do people drink in the morning"
+            calls = {  # label -> (tool, arguments); threshold 0 so that every search returns 10 results
+                "memory_search": ("memory_search", {"query": q, "limit": 10, "threshold": 0}),
+                "memory_search_full": ("memory_search", {"query": q, "limit": 10, "threshold": 0, "detail": "full"}),
+                "memory_list": ("memory_list", {"limit": 10}),
             }
-            for tool, args in calls.items():
+            for label, (tool, args) in calls.items():
                 for _ in range(50):  # the model loads in the background: semantic tools answer once it is ready
                     res = await s.call_tool(tool, args)
                     if not res.is_error:
@@ -96,7 +103,7 @@ async def result_sizes(root: Path) -> dict[str, Any]:
                 sc = res.structured_content or {}
                 items = next((v for v in sc.values() if isinstance(v, list)), [])
                 content = sum(len(str(m.get("content", "")).encode()) for m in items if isinstance(m, dict))
-                out[tool] = {"results": len(items), "bytes": compact(whole), "structured_bytes": compact(sc),
+                out[label] = {"results": len(items), "bytes": compact(whole), "structured_bytes": compact(sc),
                              "bytes_per_result": round(compact(whole) / max(len(items), 1)),
                              "content_bytes": content, "error": res.is_error}  # fmt: skip
     return out
@@ -105,7 +112,12 @@ async def result_sizes(root: Path) -> dict[str, Any]:
 async def measure() -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="mneme-bench-surface-"))
     try:
-        return {"tool_lists": await tool_lists(), "results": await result_sizes(root / "d")}
+        lists, results = await tool_lists(), await result_sizes(root / "d")
+        budget = {"native_tool_list_bytes": BUDGET_TOOLS, "ten_results_bytes": BUDGET_RESULTS}
+        within = {"native_tool_list": lists["native"]["bytes"] <= BUDGET_TOOLS,
+                  "ten_results": all(r["bytes"] <= BUDGET_RESULTS for k, r in results.items()
+                                     if not k.endswith("_full"))}  # fmt: skip
+        return {"tool_lists": lists, "results": results, "budget": budget, "within_budget": within}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -120,6 +132,8 @@ def report(fig: dict[str, Any]) -> None:
     for tool, r in fig["results"].items():
         print(f"  {tool:<26} {r['results']:>3} results {r['bytes']:>9,} B (structured {r['structured_bytes']:,})  "
               f"{r['bytes_per_result']:>6,} B/result  content {r['content_bytes']:,} B")  # fmt: skip
+    print(f"Budgets: native tool list <= {BUDGET_TOOLS:,} B, 10 results in brief <= {BUDGET_RESULTS:,} B: "
+          f"{fig['within_budget']}")
 
 
 def main() -> None:

@@ -31,6 +31,10 @@ def _mcp(p: argparse.ArgumentParser) -> None:
                    "(MNEME_GATEWAY_PROFILE); HTTP serves every profile at once, /mcp and /mcp/<profile>")  # fmt: skip
     p.add_argument("--store", action="append", metavar="NAME[=NAMESPACE]",
                    help="register a store for the cortex profile (repeatable; MNEME_GATEWAY_STORES)")
+    p.add_argument("--tools", metavar="GROUPS", help="the groups of native tools served, comma-separated: core, "
+                   "time, governance, audit (default: all; MNEME_GATEWAY_TOOLS)")  # fmt: skip
+    p.add_argument("--context", choices=["never", "optional", "required"],
+                   help="the native tools' context argument (default never; MNEME_GATEWAY_CONTEXT)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -86,7 +90,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
     core_over = {k: v for k, v in (("data_dir", args.data_dir), ("nats_url", args.nats_url),
                                    ("log_level", args.log_level)) if v is not None}  # fmt: skip
-    gw_over: dict[str, Any] = {k: getattr(args, k) for k in ("transport", "host", "port", "profile")
+    gw_over: dict[str, Any] = {k: getattr(args, k) for k in ("transport", "host", "port", "profile", "tools",
+                                                             "context")
                                if getattr(args, k, None) is not None}  # fmt: skip
     if getattr(args, "store", None):
         gw_over["stores"] = _stores(args.store)

@@ -194,7 +194,8 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
     directory = Directory.load(gs.principals_file) if gs.principals_file else None
     return Gateway(commands=commands, queries=queries, log=elog, access=AccessLog(nc.jetstream()),
                    principal=principal, directory=directory, require_context=gs.require_context,
-                   trim_for_agents=gs.trim_for_agents,
+                   trim_for_agents=gs.trim_for_agents, native_context="required" if gs.require_context else gs.context,
+                   tool_groups=tuple(gs.tools) if gs.tools is not None else None,
                    consistency=gs.consistency, stores=dict(gs.stores))  # fmt: skip
 
 

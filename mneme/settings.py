@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+import json
+from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def default_data_dir() -> Path:
@@ -43,7 +44,23 @@ class GatewaySettings(BaseSettings):
     http_anonymous: bool = Field(
         False, description="Serve HTTP without bearer tokens, as the stdio principal (local development, loopback only)."
     )
-    require_context: bool = Field(False, description="Refuse calls without a context object (INVALID_CONTEXT).")
+    require_context: bool = Field(False, description="Refuse calls without a context object (INVALID_CONTEXT); "
+                                  "the native tools then declare it required (context=required).")
+    context: Literal["never", "optional", "required"] = Field(
+        "never", description="The native tools' `context` argument (agent_id, organization_id, repository_id, "
+        "intent, request_id): never offered (default: the principal comes from the token or these settings), "
+        "optional, or required.")
+    tools: Annotated[list[Literal["core", "time", "governance", "audit"]] | None, NoDecode] = Field(
+        None, description="The groups of native tools served (default: all): core, time, governance, audit.")
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _groups(cls, value: Any) -> Any:  # MNEME_GATEWAY_TOOLS=core,time as well as a JSON list
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [g.strip() for g in value.split(",") if g.strip()]
+        return value
     trim_for_agents: bool = Field(
         False, description="Send agents (not admins) no log positions, request ids or access statistics."
     )

@@ -59,6 +59,8 @@ class Gateway:
     trim_for_agents: bool = False
     consistency: Consistency = "gateway"
     stores: dict[str, str] = field(default_factory=dict)  # store registry (cortex profile): store name -> namespace
+    native_context: Literal["never", "optional", "required"] = "never"  # the native tools' `context` argument
+    tool_groups: tuple[str, ...] | None = None  # the native tool groups served (None: all)
     clock: Clock = utc_now
     _high_water: int = 0
 
@@ -241,6 +243,14 @@ class Gateway:
         if t > self.now():
             raise InvalidInput("as_of", f"{t.isoformat()} is in the future")
         return AsOf(time=t)
+
+
+def split_ref(ref: str) -> tuple[str | None, str | None, str | None]:
+    """A memory as the native tools name it: its id, or store:path. Returns (id, store, path)."""
+    if ":" in ref:
+        store, _, path = ref.partition(":")
+        return None, v.store(store, "id"), v.path(path, "id")
+    return ref, None, None
 
 
 def _rank(intent: Intent) -> int:

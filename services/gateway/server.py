@@ -132,14 +132,19 @@ def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: di
 def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> MnemeMCPServer:
     """The MCP server of one profile (see services/gateway/profiles): its tools, its error format."""
     from services.gateway.profiles import load
-    from services.gateway.toolkit import mcp_handler
+    from services.gateway.toolkit import lean_schema, mcp_handler
 
     p = load(profile)
     is_native = p.name == "native"
+    if is_native and gw is not None:  # the operator's choices: the context argument, the groups of tools
+        p = p.with_options(context=gw.native_context, groups=gw.tool_groups)
     mcp = MnemeMCPServer(name=name if is_native else f"{name}-{p.name}", instructions=p.instructions,
                          errors=p.errors)  # fmt: skip
-    for spec in p.tools.specs:
-        if p.groups is None or spec.group in p.groups:
-            mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
-                         annotations=spec.hints)  # fmt: skip
+    for spec in p.served():
+        mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
+                     annotations=spec.hints)  # fmt: skip
+        if p.drop_nulls:  # results never hold a null: the schemas need not say one may come
+            tool = mcp._tool_manager.get_tool(spec.name)
+            tool.parameters = lean_schema(tool.parameters)
+            tool.fn_metadata.output_schema = lean_schema(tool.fn_metadata.output_schema)
     return mcp

@@ -11,14 +11,17 @@ to the gateway's commands and queries, and agents on different profiles share on
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel
 
 from mneme.errors import MnemeError
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
@@ -27,8 +30,6 @@ from services.gateway.params import ContextArg, Intent, RequestContext
 
 ContextPolicy = Literal["never", "optional", "required"]
 Scope = Callable[[Gateway, dict[str, Any]], str | None]  # a call's arguments -> its namespace (None: default)
-
-
 
 
 @dataclass(frozen=True)
@@ -42,24 +43,30 @@ class ToolSpec:
 
 
 class Toolset:
-    """The tools of one profile, in the order they are listed.
+    """The tools of one profile (or one concern of it), in the order they are listed. A description is the
+    function's docstring, dedented (`flow`: and each paragraph joined onto one line, as the native surface
+    sends it); `group` is the default group of its tools (operators choose which groups a server offers)."""
 
-    A description is the function's docstring, dedented; `doc_indent` puts that many spaces back in front of
-    each of its continuation lines (the native surface's descriptions have always carried 8: MCPServer.tool
-    served the raw docstrings of functions nested in a `register`)."""
-
-    def __init__(self, *, doc_indent: int = 0) -> None:
+    def __init__(self, *, group: str = "core", flow: bool = False) -> None:
         self.specs: list[ToolSpec] = []
-        self.doc_indent = doc_indent
+        self.group = group
+        self.flow = flow
 
-    def tool(self, name: str | None = None, *, intent: Intent, hints: ToolAnnotations, group: str = "core",
+    def tool(self, name: str | None = None, *, intent: Intent, hints: ToolAnnotations, group: str | None = None,
              description: str | None = None) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:  # fmt: skip  # noqa: E501
         def declare(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            doc = (inspect.getdoc(fn) or "").replace("\n", "\n" + " " * self.doc_indent)
-            self.specs.append(ToolSpec(name or fn.__name__, fn, intent, hints, group, description or doc))
+            doc = inspect.getdoc(fn) or ""
+            if self.flow:
+                doc = "\n\n".join(" ".join(block.split()) for block in doc.split("\n\n"))
+            self.specs.append(ToolSpec(name or fn.__name__, fn, intent, hints, group or self.group,
+                                       description or doc))  # fmt: skip
             return fn
 
         return declare
+
+    def pick(self, *names: str) -> list[ToolSpec]:
+        by_name = {s.name: s for s in self.specs}
+        return [by_name[n] for n in names]
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,49 @@ class Profile:
     context: ContextPolicy = "optional"  # the `context` argument: absent, optional or required on every tool
     scope: Scope | None = None  # default: the `namespace` argument, if the tool has one
     groups: tuple[str, ...] | None = None  # the groups served (None: all)
+    drop_nulls: bool = False  # leave null fields out of results (native: absent means none)
+    context_model: type[BaseModel] = RequestContext  # the `context` object's schema (a contract may require fields)
+
+    def with_options(self, *, context: ContextPolicy | None = None, groups: tuple[str, ...] | None = None) -> Profile:
+        """This profile as an operator configured it: its context policy, the groups of tools it offers."""
+        return dataclasses.replace(self, context=context or self.context,
+                                   groups=groups if groups is not None else self.groups)  # fmt: skip
+
+    def served(self) -> list[ToolSpec]:
+        return [s for s in self.tools.specs if self.groups is None or s.group in self.groups]
+
+
+def lean_schema(schema: Any) -> Any:
+    """A JSON schema without what an agent pays for and gains nothing from: pydantic's generated titles, and the
+    `anyOf [T, null]` + `default: null` of an optional value (absent means none: a profile that drops null
+    fields never sends one, and an optional argument is simply left out). Property names are kept as they are."""
+    if isinstance(schema, list):
+        return [lean_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs"):
+            out[key] = {name: lean_schema(sub) for name, sub in value.items()}
+        else:
+            out[key] = lean_schema(value)
+    options = out.get("anyOf")
+    if isinstance(options, list) and {"type": "null"} in options and "default" in out and out["default"] is None:
+        rest = [o for o in options if o != {"type": "null"}]
+        del out["anyOf"], out["default"]
+        out = {**rest[0], **out} if len(rest) == 1 else {"anyOf": rest, **out}
+    return out
+
+
+def as_result(value: Any, drop_nulls: bool) -> Any:
+    """A tool's answer as the client receives it: the structured content, and the same JSON, compact, as text."""
+    if not isinstance(value, BaseModel) or isinstance(value, CallToolResult):  # a result the tool built itself
+        return value
+    data = value.model_dump(mode="json", by_alias=True, exclude_none=drop_nulls)
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def _default_scope(gw: Gateway, arguments: dict[str, Any]) -> str | None:
@@ -91,13 +141,15 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
         required = [p for p in own if p.default is inspect.Parameter.empty]
         rest = [p for p in own if p.default is not inspect.Parameter.empty]
         own = [*required, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                            annotation=RequestContext), *rest]  # fmt: skip
+                                            annotation=profile.context_model), *rest]  # fmt: skip
     scope = profile.scope or _default_scope
     takes_context = any(p.name == "context" for p in params)
 
     async def handler(ctx: Context, **arguments: Any) -> Any:
         context = arguments.pop("context", None) if not takes_context else arguments.get("context")
-        if isinstance(context, dict):
+        if isinstance(context, BaseModel) and not isinstance(context, RequestContext):
+            context = RequestContext.model_validate(context.model_dump())
+        elif isinstance(context, dict):
             context = RequestContext.model_validate(context)
         try:
             namespace = scope(gw, arguments)
@@ -107,7 +159,8 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
         async def body(call: Call) -> Any:
             return await spec.fn(call, **arguments)
 
-        return await gw.run(ctx.headers, spec.name, spec.intent, context, namespace, body, errors=profile.errors)
+        got = await gw.run(ctx.headers, spec.name, spec.intent, context, namespace, body, errors=profile.errors)
+        return as_result(got, profile.drop_nulls)
 
     handler.__name__ = spec.name
     handler.__doc__ = spec.description

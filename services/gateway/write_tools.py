@@ -1,24 +1,33 @@
-"""The native write tools: add, update, move, delete, restore, prune, over the event log.
+"""The native write tools: add, update, move, retire, restore, prune, over the event log.
 
 Each tool is thin: the signature is the schema; the mechanism (toolkit.py) authorizes the call
 (principal, namespace, context) with the tool's declared intent, the body builds a command and lets
-the write side decide and append, and the result is shaped here. Domain errors leave as JSON tool errors.
+the write side decide and append, and the answer is a receipt. Ending a memory's life is one tool,
+memory_retire, whose `mode` says how (archive, delete, deprecate, invalidate, outdated).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from msgspec import UNSET
 from pydantic import Field
 
 from mneme.domain import validation as v
-from mneme.errors import InvalidInput, MnemeError
-from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, RestoreMemory, UpdateMemory
+from mneme.errors import InvalidInput, MemoryNotFound, MnemeError
+from schemas.commands import (
+    CreateMemory,
+    DeleteMemory,
+    DeprecateMemory,
+    InvalidateMemory,
+    MoveMemory,
+    RestoreMemory,
+    UpdateMemory,
+)  # fmt: skip
 from schemas.queries import ExpiredMemories
-from services.gateway.gateway import Call
-from services.gateway.models import AddResult, DeleteResult, Memory, MoveResult, PruneResult, UpdateResult
+from services.gateway.gateway import Call, split_ref
+from services.gateway.models import AddResult, PruneResult, Receipt
 from services.gateway.params import (
     CREATE,
     DESTRUCTIVE,
@@ -26,9 +35,9 @@ from services.gateway.params import (
     Citations,
     Kind,
     Label,
-    MemoryId,
     Namespace,
     Path,
+    Ref,
     RequestId,
     Store,
     Tags,
@@ -36,8 +45,9 @@ from services.gateway.params import (
 )  # fmt: skip
 from services.gateway.toolkit import Toolset
 
-tools = Toolset(doc_indent=8)
+tools = Toolset(flow=True)
 
+Subject = Annotated[str | None, Field(max_length=128, description="Who or what it is about.")]
 
 
 @tools.tool(intent="write", hints=CREATE)
@@ -49,7 +59,7 @@ async def memory_add(
     path: Path = None,
     kind: Kind = "note",
     category: Label | None = None,
-    subject: Annotated[str | None, Field(max_length=128, description="Who or what it is about (normalized for filtering).")] = None,  # noqa: E501
+    subject: Subject = None,
     tags: Tags = [],  # noqa: B006 - pydantic copies defaults
     importance: Unit = 0.5,
     confidence: Unit = 1.0,
@@ -60,12 +70,10 @@ async def memory_add(
     valid_until: datetime | None = None,
     request_id: RequestId = None,
 ) -> AddResult:
-    """Add a memory. With store + path it is addressable by path (categories are created as needed;
-    an occupied path is an ALREADY_EXISTS error). An agent's memory starts 'unverified'; the protected
-    kinds business_rule and system_constraint are for admins. Returns a receipt: id, version and log
-    position (read the memory back with memory_get)."""
+    """Remember something new: a fact, preference, decision or note, shared with every agent of the
+    namespace. With store + path it can be read back by path (an occupied path is ALREADY_EXISTS; use
+    memory_update to change a memory). Returns its id."""
     gw = call.gw
-    assert gw is not None
     cmd = CreateMemory(
         namespace=call.namespace, store=store, path=path, content=content, kind=kind,
         category=category, subject=subject, tags=tuple(tags), importance=importance, confidence=confidence,
@@ -82,29 +90,26 @@ async def memory_add(
 @tools.tool(intent="write", hints=WRITE)
 async def memory_update(
     call: Call,
-    id: MemoryId = None,
+    id: Ref,
     namespace: Namespace = None,
-    store: Store = None,
-    path: Path = None,
     content: Annotated[str | None, Field(min_length=1)] = None,
     kind: Kind | None = None,
     category: Label | None = None,
-    subject: Annotated[str | None, Field(max_length=128)] = None,
-    tags: Tags | None = None,
+    subject: Subject = None,
+    tags: Annotated[Tags | None, Field(description="Replaces all tags.")] = None,
     importance: Unit | None = None,
     confidence: Unit | None = None,
-    citations: Annotated[Citations | None, Field(description="Replaces all citations; [] clears; omit to keep.")] = None,  # noqa: E501
+    citations: Annotated[Citations | None, Field(description="Replaces all citations; [] clears.")] = None,
     metadata: dict[str, Any] | None = None,
     expires_at: datetime | None = None,
     clear_expiry: bool = False,
     valid_from: datetime | None = None,
     valid_until: datetime | None = None,
     request_id: RequestId = None,
-) -> UpdateResult:
-    """Change some fields of a memory (by id, or store + path). Omitted fields keep their value.
-    Returns the new version and which fields changed. A locked memory is for admins to change."""
+) -> Receipt:
+    """Correct or extend a memory: change the fields given, keep the rest. Every version stays in its
+    history."""
     gw = call.gw
-    assert gw is not None
     if clear_expiry and expires_at is not None:
         raise InvalidInput("clear_expiry", "give expires_at or clear_expiry, not both")
     given = {
@@ -116,75 +121,102 @@ async def memory_update(
     fields = {k: (UNSET if val is None else val) for k, val in given.items()}
     if clear_expiry:
         fields["expires_at"] = None
-    _, w = await gw.change(call, id, store, path, request_id,
+    _, w = await gw.change(call, *split_ref(id), request_id,
                            lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),
                            gw.commands.update)  # fmt: skip
     assert w.memory is not None
     changed = [f for f in (*fields, "verification")
                if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]  # fmt: skip
-    return UpdateResult(memory=Memory.of(w.memory, gw.now()), updated_fields=changed)
+    return Receipt.of(w.memory, w.seq if w.changed else None, w.changed, updated_fields=changed)
 
 
 @tools.tool(intent="write", hints=WRITE)
 async def memory_move(
     call: Call,
+    id: Ref,
     to_path: Annotated[str, Field(min_length=1, max_length=512, description="New path in the same store.")],
-    id: MemoryId = None,
     namespace: Namespace = None,
-    store: Store = None,
-    path: Path = None,
     request_id: RequestId = None,
-) -> MoveResult:
-    """Move or rename a memory inside its store. An occupied destination is an ALREADY_EXISTS error."""
+) -> Receipt:
+    """Move or rename a memory inside its store (an occupied destination is ALREADY_EXISTS)."""
     gw = call.gw
-    assert gw is not None
-    row, w = await gw.change(call, id, store, path, request_id,
+    row, w = await gw.change(call, *split_ref(id), request_id,
                              lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
                              gw.commands.move)  # fmt: skip
     assert w.memory is not None
-    return MoveResult(memory=Memory.of(w.memory, gw.now()), from_path=row.memory.path or "", to_path=to_path)
+    return Receipt.of(w.memory, w.seq if w.changed else None, w.changed, from_path=row.memory.path)
+
+
+Mode = Literal["archive", "delete", "deprecate", "invalidate", "outdated"]
 
 
 @tools.tool(intent="write", hints=DESTRUCTIVE)
-async def memory_delete(
+async def memory_retire(
     call: Call,
-    id: MemoryId = None,
+    id: Ref,
+    mode: Annotated[Mode, Field(description=(
+        "archive (default): hidden from reads, memory_restore brings it back; delete: gone from every read "
+        "and its path freed (history stays); deprecate: still found, marked obsolete and ranked lower; "
+        "invalidate: its valid time ends now, optionally superseded_by another; outdated: the same, "
+        "recorded as outdated."))] = "archive",  # fmt: skip
+    reason: Annotated[str | None, Field(max_length=128, description="Why (required to deprecate or mark "
+                                        "outdated).")] = None,  # fmt: skip
+    superseded_by: Annotated[str | None, Field(max_length=64, description="invalidate: the memory that "
+                                               "replaces it.")] = None,  # fmt: skip
     namespace: Namespace = None,
-    store: Store = None,
-    path: Path = None,
-    permanent: Annotated[bool, Field(description="False (default): archive, restorable. True: remove from every read model (history stays in the log).")] = False,  # noqa: E501
-    reason: Annotated[str | None, Field(max_length=128)] = None,
     request_id: RequestId = None,
-) -> DeleteResult:
-    """Delete a memory: archive it (default) or remove it permanently, which frees its path."""
+) -> Receipt:
+    """Stop a memory from counting: when it is wrong, obsolete, replaced or no longer true. Choose how
+    with `mode`; every mode keeps its history."""
     gw = call.gw
-    assert gw is not None
+    if mode in ("deprecate", "outdated") and not (reason and reason.strip()):
+        raise InvalidInput("reason", f"mode {mode!r} needs a reason")
+    if superseded_by is not None and mode != "invalidate":
+        raise InvalidInput("superseded_by", "only with mode 'invalidate'")
+    ref = split_ref(id)
+    if mode in ("archive", "delete"):
+        permanent = mode == "delete"
+        row, w = await gw.change(
+            call, *ref, request_id,
+            lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent, reason=reason),
+            gw.commands.delete,
+        )  # fmt: skip
+        version = w.event.version if w.event is not None else row.memory.version
+        return Receipt(id=row.memory.id, version=version, seq=w.seq if w.changed else None,
+                       status="deleted" if permanent else "archived", changed=w.changed,
+                       store=row.memory.store, path=row.memory.path)  # fmt: skip
+    if mode == "deprecate":
+        row, w = await gw.change(call, *ref, request_id,
+                                 lambda mid: DeprecateMemory(namespace=call.namespace, memory_id=mid, reason=reason),
+                                 gw.commands.govern)  # fmt: skip
+        return Receipt.of(w.memory or row.memory, w.seq if w.changed else None, w.changed)
+    successor = None
+    if superseded_by is not None:  # it must be a memory the caller can see in the same namespace
+        v.memory_id(superseded_by, "superseded_by")
+        try:
+            successor = (await gw.resolve(call.namespace, superseded_by, None, None, await gw.min_seq())).memory.id
+        except MemoryNotFound:
+            raise InvalidInput("superseded_by", f"no memory {superseded_by} in {call.namespace}") from None
     row, w = await gw.change(
-        call, id, store, path, request_id,
-        lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent, reason=reason),
-        gw.commands.delete,
+        call, *ref, request_id,
+        lambda mid: InvalidateMemory(namespace=call.namespace, memory_id=mid, at=gw.now(), reason=reason,
+                                     superseded_by=successor, outdated=mode == "outdated"),
+        gw.commands.govern,
     )  # fmt: skip
-    version = w.event.version if w.event is not None else row.memory.version
-    return DeleteResult(id=row.memory.id, mode="deleted" if permanent else "archived", version=version)
+    m = w.memory or row.memory
+    return Receipt.of(m, w.seq if w.changed else None, w.changed, valid_until=m.valid_until,
+                      superseded_by=m.superseded_by)  # fmt: skip
 
 
 @tools.tool(intent="write", hints=WRITE)
-async def memory_restore(
-    call: Call,
-    id: MemoryId = None,
-    namespace: Namespace = None,
-    store: Store = None,
-    path: Path = None,
-    request_id: RequestId = None,
-) -> Memory:
-    """Bring an archived memory back to active."""
+async def memory_restore(call: Call, id: Ref, namespace: Namespace = None, request_id: RequestId = None) -> Receipt:
+    """Bring an archived memory back (memory_retire mode 'archive' undone)."""
     gw = call.gw
-    assert gw is not None
-    _, w = await gw.change(call, id, store, path, request_id,
+    _, w = await gw.change(call, *split_ref(id), request_id,
                            lambda mid: RestoreMemory(namespace=call.namespace, memory_id=mid),
                            gw.commands.restore)  # fmt: skip
     assert w.memory is not None
-    return Memory.of(w.memory, gw.now())
+    return Receipt.of(w.memory, w.seq if w.changed else None, w.changed)
 
 
 @tools.tool(intent="write", hints=DESTRUCTIVE)
@@ -194,9 +226,8 @@ async def memory_prune_expired(
     store: Store = None,
     request_id: RequestId = None,
 ) -> PruneResult:
-    """Permanently delete every expired memory in the namespace (or one store). Returns the count (0 when none)."""
+    """Permanently delete every expired memory in the namespace (or one store)."""
     gw = call.gw
-    assert gw is not None
     rid = request_id or call.request_id
     ids: list[str] = []
     seen: set[str] = set()

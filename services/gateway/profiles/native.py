@@ -1,8 +1,11 @@
 """The `native` profile: mneme's own tool set, at /mcp and the default over stdio.
 
 Its tools live in services/gateway/*_tools.py, one module per concern, each a Toolset of typed tool functions;
-this module joins them, in the order they are listed (write, read, governance, search, time). Every tool takes
-the optional `context` argument (Profile.context "optional") and fails with the native error format.
+this module orders them as an agent meets them. Sixteen tools in four groups an operator can choose from
+(`--tools`, MNEME_GATEWAY_TOOLS): core (remember, find, read, change, retire), time (history, diff),
+governance (verify, lock, unlock) and audit. The `context` argument is not offered unless the operator asks
+for it (`--context optional|required`): the principal comes from the bearer token or the stdio settings.
+Results leave null fields out and answer lists in brief unless `detail="full"`.
 """
 
 from __future__ import annotations
@@ -11,16 +14,29 @@ from services.gateway import governance_tools, read_tools, search_tools, time_to
 from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
-tools.specs = [*write_tools.tools.specs, *read_tools.tools.specs, *governance_tools.tools.specs,
-               *search_tools.tools.specs, *time_tools.tools.specs]  # fmt: skip
+_all = Toolset()
+_all.specs = [*write_tools.tools.specs, *read_tools.tools.specs, *search_tools.tools.specs,
+              *time_tools.tools.specs, *governance_tools.tools.specs]  # fmt: skip
+tools.specs = _all.pick(
+    "memory_search", "memory_add", "memory_get", "memory_update", "memory_retire", "memory_list",
+    "memory_restore", "memory_move", "memory_stats", "memory_prune_expired",
+    "memory_history", "memory_diff",
+    "memory_verify", "memory_lock", "memory_unlock",
+    "audit_query",
+)  # fmt: skip
+assert len(tools.specs) == len(_all.specs), "a native tool is missing from the order above"
+
+GROUPS = ("core", "time", "governance", "audit")
 
 PROFILE = Profile(
     name="native",
     tools=tools,
     instructions=(
-        "mneme is a shared, event-sourced memory. Store facts with memory_add (optionally at a store path), "
-        "read them back with memory_get / memory_list / memory_recent. Every change is versioned; "
-        "pass request_id to make a write safe to retry."
+        "mneme is a memory shared by agents. Before answering from memory, memory_search it; remember new "
+        "facts, preferences and decisions with memory_add; correct them with memory_update; when one is wrong "
+        "or obsolete, memory_retire it. Results are brief (detail='full' for every field); pass request_id "
+        "to make a write safe to retry."
     ),
-    context="optional",
+    context="never",
+    drop_nulls=True,
 )
