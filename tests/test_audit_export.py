@@ -27,7 +27,8 @@ async def test_export_and_query_by_agent_and_time(tmp_path: Path, nats_server: E
         await stack.gateway.access.flush()
         t1 = datetime.now(timezone.utc) + timedelta(seconds=1)
         window = await stack.call("audit_query", agent_id="dana", since=t0.isoformat(), until=t1.isoformat())
-        assert window["total"] == 4 and {r["action"] for r in window["records"]} == {"memory_created", "read:memory_get"}
+        assert window["total"] == 4
+        assert {r["action"] for r in window["results"]} == {"memory_created", "read:memory_get"}
         later = await stack.call("audit_query", agent_id="dana", since=t1.isoformat())
         assert later["total"] == 0
         assert (await stack.call("audit_query", agent_id="someone-else"))["total"] == 0

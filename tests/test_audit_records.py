@@ -16,7 +16,9 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path: Path, nats_server: EmbeddedNats) -> None:
-    gs = GatewaySettings(agent_id="alice", role="admin", organization="acme", namespaces=["acme/*"], namespace="acme/web")
+    # context="optional": each call gives its request id in its context
+    gs = GatewaySettings(agent_id="alice", role="admin", organization="acme", namespaces=["acme/*"],
+                         namespace="acme/web", context="optional")  # fmt: skip
     stack = await start_stack(tmp_path / "d", nats_server, gs)
     try:
         ctx = lambda rid: {"request_id": rid}  # noqa: E731
@@ -27,15 +29,15 @@ async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path:
         await stack.call("memory_lock", id=a["id"], context=ctx("w3"))
         await stack.settle()
         page = await stack.call("audit_query", namespace="acme/web", limit=100)
-        by_request = Counter(r["request_id"] for r in page["records"])
-        assert by_request == {"w1": 1, "w2": 1, "r1": 1, "r2": 1, "w3": 1}, page["records"]
-        actions = {r["request_id"]: r["action"] for r in page["records"]}
+        by_request = Counter(r["request_id"] for r in page["results"])
+        assert by_request == {"w1": 1, "w2": 1, "r1": 1, "r2": 1, "w3": 1}, page["results"]
+        actions = {r["request_id"]: r["action"] for r in page["results"]}
         assert actions == {"w1": "memory_created", "w2": "memory_updated", "r1": "read:memory_get",
                            "r2": "read:memory_list", "w3": "memory_locked"}  # fmt: skip
-        assert {r["agent_id"] for r in page["records"]} == {"alice"}
-        assert all(a["id"] in r["memory_ids"] for r in page["records"])
+        assert {r["agent_id"] for r in page["results"]} == {"alice"}
+        assert all(a["id"] in r["memory_ids"] for r in page["results"])
         who = await stack.call("audit_query", namespace="acme/web", memory_id=a["id"], action="read:")
-        assert [r["request_id"] for r in who["records"]] == ["r1", "r2"]
+        assert [r["request_id"] for r in who["results"]] == ["r1", "r2"]
         # access statistics come from the read records, not from the memory's own events
         assert await stack.projector.access_follower.wait_for(
             (await stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq, 10, committed=True)
@@ -48,7 +50,9 @@ async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path:
 
 
 async def test_denied_attempts_are_recorded_and_agents_cannot_query(tmp_path: Path, nats_server: EmbeddedNats) -> None:
-    gs = GatewaySettings(agent_id="bot", role="agent", organization="acme", namespaces=["acme/web"], namespace="acme/web")
+    # context="optional": each call gives its request id in its context
+    gs = GatewaySettings(agent_id="bot", role="agent", organization="acme", namespaces=["acme/web"],
+                         namespace="acme/web", context="optional")  # fmt: skip
     stack = await start_stack(tmp_path / "d", nats_server, gs)
     try:
         m = await stack.call("memory_add", content="x", context={"request_id": "ok-1"})
@@ -84,11 +88,11 @@ async def test_a_trimmed_surface_hides_internal_fields_from_agents_not_admins(
         mid = (await stack.call("memory_add", content="x"))["id"]
         await stack.call("memory_update", id=mid, content="y")
         got = await stack.call("memory_get", id=mid)
-        assert got["seq"] is None and got["access_count"] is None and got["version"] == 2
+        assert got.get("seq") is None and got.get("access_count") is None and got["version"] == 2
         assert [h["version"] for h in got["history"]] == [2, 1]
-        assert all(h["seq"] is None and h["request_id"] is None for h in got["history"])
-        listed = await stack.call("memory_list")
-        assert listed["items"][0]["seq"] is None
+        assert all(h.get("seq") is None and h.get("request_id") is None for h in got["history"])
+        listed = await stack.call("memory_list", detail="full")
+        assert listed["results"][0].get("seq") is None
         stack.gateway.principal = stack.gateway.principal.__class__(agent_id="root", role="admin",
                                                                     default_namespace="acme/web")  # fmt: skip
         full = await stack.call("memory_get", id=mid)

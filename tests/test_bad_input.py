@@ -132,19 +132,19 @@ CASES = [
     case("memory_add", {"content": "x", "citations": [NEST_200]}, BAD, "citations", "citations-200-deep"),
     # -- memory_get ------------------------------------------------------------------------------
     case("memory_get", {}, BAD, "id", "no-id-no-path"),
-    case("memory_get", {"store": "s"}, BAD, ("id", "path"), "store-without-path"),
+    case("memory_get", {"id": "s:"}, BAD, "id", "store-without-path"),
     case("memory_get", {"id": "not-a-uuid"}, BAD, "id", "id-malformed"),
     case("memory_get", {"id": 123}, BAD, "id", "id-int"),
     case("memory_get", {"id": "x" * 65}, BAD, "id", "id-65"),
-    case("memory_get", {"store": "s", "path": "../etc/passwd"}, BAD, "path", "path-dotdot"),
-    case("memory_get", {"store": "s", "path": "/seed/one"}, BAD, "path", "path-leading-slash"),
-    case("memory_get", {"store": "s", "path": "seed//one"}, BAD, "path", "path-empty-segment"),
-    case("memory_get", {"store": "", "path": "seed/one"}, BAD, "store", "store-empty"),
-    case("memory_get", {"store": "s" * 65, "path": "seed/one"}, BAD, "store", "store-65"),
+    case("memory_get", {"id": "s:../etc/passwd"}, BAD, "id", "path-dotdot"),
+    case("memory_get", {"id": "s:/seed/one"}, BAD, "id", "path-leading-slash"),
+    case("memory_get", {"id": "s:seed//one"}, BAD, "id", "path-empty-segment"),
+    case("memory_get", {"id": ":seed/one"}, BAD, "id", "store-empty"),
+    case("memory_get", {"id": "s" * 65 + ":seed/one"}, BAD, "id", "store-65"),
     case("memory_get", {"id": SEED, "namespace": "bad ns"}, BAD, "namespace", "namespace-chars"),
     case("memory_get", {"id": SEED, "include_expired": "maybe"}, BAD, "include_expired", "include-expired-str"),
     case("memory_get", {"id": UNKNOWN_ID}, NOT_FOUND, None, "unknown-id"),
-    case("memory_get", {"store": "s", "path": "seed/none"}, NOT_FOUND, None, "unknown-path"),
+    case("memory_get", {"id": "s:seed/none"}, NOT_FOUND, None, "unknown-path"),
     case("memory_get", {"id": SEED, "as_of": 1.5}, BAD, "as_of", "as-of-fraction"),
     case("memory_get", {"id": SEED, "as_of": [1]}, BAD, "as_of", "as-of-list"),
     # -- memory_update ---------------------------------------------------------------------------
@@ -179,8 +179,8 @@ CASES = [
     case("memory_update", {"id": SEED, "metadata": {"k": "v" * 20_000}}, BAD, "metadata", "metadata-too-big"),
     case("memory_update", {"id": SEED, "metadata": NEST_33}, BAD, "metadata", "metadata-33-deep"),
     case("memory_update", {"id": SEED, "importance": "-inf"}, BAD, "importance", "importance-minus-inf"),
-    case("memory_update", {"store": "s", "path": "seed/../one", "content": "y"}, BAD, "path", "path-dotdot"),
-    case("memory_update", {"store": "", "path": "seed/one", "content": "y"}, BAD, "store", "store-empty"),
+    case("memory_update", {"id": "s:seed/../one", "content": "y"}, BAD, "id", "path-dotdot"),
+    case("memory_update", {"id": ":seed/one", "content": "y"}, BAD, "id", "store-empty"),
     # -- memory_move -----------------------------------------------------------------------------
     case("memory_move", {"id": SEED}, BAD, "to_path", "to-path-missing"),
     case("memory_move", {"id": SEED, "to_path": 5}, BAD, "to_path", "to-path-int"),
@@ -195,27 +195,27 @@ CASES = [
     case("memory_move", {"id": UNKNOWN_ID, "to_path": "x"}, NOT_FOUND, None, "unknown-id"),
     case(
         "memory_move",
-        {"store": "s", "path": "seed/one", "to_path": "seed/two"},
+        {"id": "s:seed/one", "to_path": "seed/two"},
         "ALREADY_EXISTS",
         "to_path",
         "to-path-occupied",
     ),
-    # -- memory_delete ---------------------------------------------------------------------------
-    case("memory_delete", {}, BAD, "id", "no-target"),
-    case("memory_delete", {"id": "bad"}, BAD, "id", "id-malformed"),
-    case("memory_delete", {"id": UNKNOWN_ID}, NOT_FOUND, None, "unknown-id"),
-    case("memory_delete", {"id": SEED, "permanent": "maybe"}, BAD, "permanent", "permanent-str"),
-    case("memory_delete", {"id": SEED, "reason": "r" * 129}, BAD, "reason", "reason-129"),
-    case("memory_delete", {"store": "s", "path": ""}, BAD, "path", "path-empty"),
-    case("memory_delete", {"store": "s", "path": "../seed/one"}, BAD, "path", "path-dotdot"),
-    case("memory_delete", {"id": SEED, "request_id": "r" * 129}, BAD, "request_id", "request-id-129"),
+    # -- memory_retire (was memory_delete; its `permanent` flag is now mode="delete") ---------------
+    case("memory_retire", {}, BAD, "id", "no-target"),
+    case("memory_retire", {"id": "bad"}, BAD, "id", "id-malformed"),
+    case("memory_retire", {"id": UNKNOWN_ID}, NOT_FOUND, None, "unknown-id"),
+    case("memory_retire", {"id": SEED, "mode": "maybe"}, BAD, "mode", "mode-unknown"),
+    case("memory_retire", {"id": SEED, "reason": "r" * 129}, BAD, "reason", "reason-129"),
+    case("memory_retire", {"id": "s:"}, BAD, "id", "path-empty"),
+    case("memory_retire", {"id": "s:../seed/one"}, BAD, "id", "path-dotdot"),
+    case("memory_retire", {"id": SEED, "request_id": "r" * 129}, BAD, "request_id", "request-id-129"),
     # -- memory_restore --------------------------------------------------------------------------
     case("memory_restore", {}, BAD, "id", "no-target"),
     case("memory_restore", {"id": "zzz"}, BAD, "id", "id-malformed"),
     case("memory_restore", {"id": 42}, BAD, "id", "id-int"),
     case("memory_restore", {"id": UNKNOWN_ID}, NOT_FOUND, None, "unknown-id"),
-    case("memory_restore", {"store": "s" * 65, "path": "seed/one"}, BAD, "store", "store-65"),
-    case("memory_restore", {"store": "s", "path": "/seed/one"}, BAD, "path", "path-leading-slash"),
+    case("memory_restore", {"id": "s" * 65 + ":seed/one"}, BAD, "id", "store-65"),
+    case("memory_restore", {"id": "s:/seed/one"}, BAD, "id", "path-leading-slash"),
     # -- memory_list -----------------------------------------------------------------------------
     case("memory_list", {"limit": "ten"}, BAD, "limit", "limit-str"),
     case("memory_list", {"limit": -1}, BAD, "limit", "limit-neg"),
@@ -226,8 +226,8 @@ CASES = [
     case("memory_list", {"offset": "x"}, BAD, "offset", "offset-str"),
     case("memory_add", {"content": "x", "tgas": ["a"]}, BAD, "tgas", "add-misspelt-argument"),
     case("memory_list", {"sortby": "importance"}, BAD, "sortby", "list-misspelt-argument"),
-    case("memory_get", {"store": "s"}, BAD, "path", "get-store-without-path"),
-    case("memory_get", {"path": "seed/one"}, BAD, "store", "get-path-without-store"),
+    case("memory_get", {"id": "s:"}, BAD, "id", "get-store-without-path"),
+    case("memory_get", {"id": ":seed/one"}, BAD, "id", "get-path-without-store"),
     case("memory_list", {"sort_by": "size"}, BAD, "sort_by", "sort-by-unknown"),
     case("memory_list", {"status": "deleted"}, BAD, "status", "status-unknown"),
     case("memory_list", {"sort_order": "up"}, BAD, "sort_order", "sort-order-unknown"),
@@ -244,16 +244,18 @@ CASES = [
     case("memory_list", {"importance_min": "nan"}, BAD, "importance_min", "importance-min-nan"),
     case("memory_list", {"kind": "Bad Kind"}, BAD, "kind", "kind-pattern"),
     case("memory_list", {"recursive": "x"}, BAD, "recursive", "recursive-str"),
-    # -- memory_recent ---------------------------------------------------------------------------
-    case("memory_recent", {"limit": "ten"}, BAD, "limit", "limit-str"),
-    case("memory_recent", {"limit": -3}, BAD, "limit", "limit-neg"),
-    case("memory_recent", {"limit": 0}, BAD, "limit", "limit-0"),
-    case("memory_recent", {"limit": 101}, BAD, "limit", "limit-101"),
-    case("memory_recent", {"store": ""}, BAD, "store", "store-empty"),
-    case("memory_recent", {"store": "s" * 65}, BAD, "store", "store-65"),
-    case("memory_recent", {"category_path": "a//b"}, BAD, "category_path", "category-empty-segment"),
-    case("memory_recent", {"category_path": "a/.."}, BAD, "category_path", "category-dotdot"),
-    case("memory_recent", {"namespace": "bad/ns!"}, BAD, "namespace", "namespace-chars"),
+    # -- the most recent: memory_list sorted by updated_at (was memory_recent, whose limit was 1..100) ---
+    case("memory_list", {"sort_by": "updated_at", "limit": "ten"}, BAD, "limit", "recent-limit-str"),
+    case("memory_list", {"sort_by": "updated_at", "limit": -3}, BAD, "limit", "recent-limit-neg"),
+    case("memory_list", {"sort_by": "updated_at", "limit": 0}, BAD, "limit", "recent-limit-0"),
+    case("memory_list", {"sort_by": "updated_at", "limit": 501}, BAD, "limit", "recent-limit-over-max"),
+    case("memory_list", {"sort_by": "updated_at", "store": ""}, BAD, "store", "recent-store-empty"),
+    case("memory_list", {"sort_by": "updated_at", "store": "s" * 65}, BAD, "store", "recent-store-65"),
+    case("memory_list", {"sort_by": "updated_at", "category_path": "a//b"}, BAD, "category_path",
+         "recent-category-empty-segment"),
+    case("memory_list", {"sort_by": "updated_at", "category_path": "a/.."}, BAD, "category_path",
+         "recent-category-dotdot"),
+    case("memory_list", {"sort_by": "updated_at", "namespace": "bad/ns!"}, BAD, "namespace", "recent-namespace-chars"),
     # -- memory_prune_expired --------------------------------------------------------------------
     case("memory_prune_expired", {"store": ""}, BAD, "store", "store-empty"),
     case("memory_prune_expired", {"store": "s" * 65}, BAD, "store", "store-65"),
@@ -337,7 +339,7 @@ async def test_a_batch_of_bad_calls_then_a_good_write_works(shared: tuple[Stack,
     assert await stack.last_seq() == before
     added = await stack.call("memory_add", content="after the storm", store="s", path="after/storm")
     assert added["seq"] == before + 1
-    got = await stack.call("memory_get", store="s", path="after/storm")
+    got = await stack.call("memory_get", id="s:after/storm")
     assert got["content"] == "after the storm"
 
 
@@ -356,34 +358,37 @@ def _is_number(prop: dict[str, Any]) -> bool:
     return prop.get("type") == "number" or any(m.get("type") == "number" for m in prop.get("anyOf", ()))
 
 
-REQUIRED = {"content": "x", "query": "x"}  # what the tools with a float parameter require besides it
+REQUIRED = {"content": "x", "query": "x", "id": SEED}  # what the tools with a float parameter require besides it
 
 
 async def test_every_float_parameter_refuses_nan_and_infinity(shared: tuple[Stack, str]) -> None:
     """Found through the tools' own schemas, so a float parameter added later is covered too. In process the
     client sends a float NaN as null, so the spellings pydantic reads as floats are sent; the JSON literals
     (`NaN`, `Infinity`, `1e400`) go over the wire in test_e2e_stdio.py."""
-    stack, _ = shared
+    stack, seed = shared
     before = await stack.last_seq()
     checked = []
     for tool in (await stack.client.list_tools()).tools:
         props = tool.input_schema.get("properties", {})
         for name in (n for n, p in props.items() if _is_number(p)):
-            args = {k: REQUIRED[k] for k in tool.input_schema.get("required", [])}
+            args = _fill({k: REQUIRED[k] for k in tool.input_schema.get("required", [])}, seed)
             for bad in ("NaN", "nan", "Infinity", "-inf", "+inf"):
                 with pytest.raises(ToolFailure) as err:
                     await stack.call(tool.name, **args, **{name: bad})
                 assert err.value.error["code"] == BAD and err.value.field == name, (tool.name, bad, err.value.error)
                 assert err.value.error["message"] == f"{name}: must be a finite number", (tool.name, bad)
             checked.append(f"{tool.name}.{name}")
-    assert len(checked) >= 16 and "memory_recall.semantic_weight" in checked, checked
+    # 10 on the native surface: add and update (importance, confidence), list (importance_min/max), search
+    # (threshold, importance_min/max, semantic_weight: one tool where three searches were)
+    assert len(checked) >= 10 and "memory_search.semantic_weight" in checked, checked
     assert await stack.last_seq() == before
 
 
 async def test_a_union_argument_is_named_by_itself_with_what_it_accepts(shared: tuple[Stack, str]) -> None:
     """`as_of` is a sequence or a time: a value that is neither fails once, on `as_of` (not `as_of.int`)."""
     stack, seed = shared
-    for tool, args in (("memory_get", {"id": seed}), ("memory_list", {}), ("memory_search_keyword", {"query": "x"})):
+    for tool, args in (("memory_get", {"id": seed}), ("memory_list", {}),
+                       ("memory_search", {"query": "x", "mode": "keyword"})):
         for bad in (1.5, [1], {"seq": 1}, 2.25):
             with pytest.raises(ToolFailure) as err:
                 await stack.call(tool, as_of=bad, **args)
@@ -443,7 +448,7 @@ async def test_bad_calls_over_stdio_do_not_kill_mneme_serve(tmp_path: Path) -> N
                 assert not res.is_error, res.content
                 mem = res.structured_content
                 assert mem["seq"] == 1, "the bad calls must not have written anything"
-                res = await session.call_tool("memory_get", {"store": "s", "path": "ok"})
+                res = await session.call_tool("memory_get", {"id": "s:ok"})
                 assert not res.is_error, res.content
                 assert res.structured_content["id"] == mem["id"]
                 assert res.structured_content["content"] == "still here"

@@ -50,7 +50,7 @@ async def test_concurrent_updates_from_two_gateways_are_all_applied_once(stack: 
             versions = []
             for i in range(100):
                 res = await gw("memory_update", id=mid, content=f"{name}-{i}")
-                versions.append(res["memory"]["version"])
+                versions.append(res["version"])
             return versions
 
         va, vb = await asyncio.gather(writer(a, "a"), writer(b, "b"))
@@ -122,7 +122,7 @@ async def test_same_request_id_creates_one_memory(stack: Stack) -> None:
 
     up1 = await stack.call("memory_update", id=plain1["id"], content="v2", request_id="req-3")
     up2 = await stack.call("memory_update", id=plain1["id"], content="v2", request_id="req-3")
-    assert up1["memory"]["version"] == up2["memory"]["version"] == 2
+    assert up1["version"] == up2["version"] == 2
 
 
 async def test_retry_through_another_gateway_is_one_event(stack: Stack) -> None:

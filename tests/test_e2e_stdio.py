@@ -22,11 +22,11 @@ from tests.harness import MNEME, ToolFailure, nats_pid, result_of, serve_params,
 pytestmark = pytest.mark.anyio
 
 TOOLS = {
-    "memory_add", "memory_get", "memory_update", "memory_move", "memory_delete", "memory_restore",
-    "memory_list", "memory_recent", "memory_prune_expired", "memory_stats",
-    "memory_verify", "memory_lock", "memory_unlock", "memory_deprecate", "audit_query",
-    "memory_search", "memory_search_keyword", "memory_recall",
-    "memory_history", "memory_diff", "memory_valid", "memory_invalidate", "memory_mark_outdated",
+    "memory_search", "memory_add", "memory_get", "memory_update", "memory_retire", "memory_list",
+    "memory_restore", "memory_move", "memory_stats", "memory_prune_expired",
+    "memory_history", "memory_diff",
+    "memory_verify", "memory_lock", "memory_unlock",
+    "audit_query",
 }  # fmt: skip
 
 
@@ -50,7 +50,7 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         listed = {t.name: t for t in (await cs.list_tools()).tools}
         assert set(listed) == TOOLS
         assert listed["memory_get"].annotations.read_only_hint is True
-        assert listed["memory_delete"].annotations.destructive_hint is True
+        assert listed["memory_retire"].annotations.destructive_hint is True
         assert all(t.output_schema for t in listed.values())
 
         future = (datetime.now(timezone.utc) + timedelta(days=30)).isoformat()
@@ -63,48 +63,49 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         b = (await call("memory_add", content="Bob avoids peanuts", store="fam", path="diet/bob", kind="fact",
                         tags=["food", "allergy"], importance=0.3))  # fmt: skip
         c = (await call("memory_add", content="Project uses pytest", kind="preference", tags=["python"]))
-        assert c["store"] is None and (await call("memory_get", id=c["id"]))["citations"] == []
+        assert c.get("store") is None and (await call("memory_get", id=c["id"]))["citations"] == []
 
-        got = await call("memory_get", store="fam", path="diet/alice")
+        got = await call("memory_get", id="fam:diet/alice")
         assert got["id"] == a["id"] and got["citations"] == ["chat:2026-11-01"] and got["metadata"] == {"src": "chat"}
-        assert (await call("memory_get", store="fam", path="diet/bob"))["citations"] == []
+        assert (await call("memory_get", id="fam:diet/bob"))["citations"] == []
 
         # update: partial; citations [] clears, absent keeps; clear_expiry
         up = await call("memory_update", id=a["id"], content="Alice is vegan", citations=[], clear_expiry=True)
         assert sorted(up["updated_fields"]) == ["citations", "content", "expires_at"]
-        m = up["memory"]
-        assert m["version"] == 2 and m["citations"] == [] and m["expires_at"] is None and m["tags"] == ["food", "family"]
-        up = await call("memory_update", store="fam", path="diet/alice", importance=0.95)
-        assert up["updated_fields"] == ["importance"] and up["memory"]["content"] == "Alice is vegan"
+        m = await call("memory_get", id=a["id"])
+        assert up["version"] == 2 and m["version"] == 2
+        assert m["citations"] == [] and m.get("expires_at") is None and m["tags"] == ["food", "family"]
+        up = await call("memory_update", id="fam:diet/alice", importance=0.95)
+        assert up["updated_fields"] == ["importance"]
+        assert (await call("memory_get", id=a["id"]))["content"] == "Alice is vegan"
         same = await call("memory_update", id=a["id"], importance=0.95)
-        assert same["updated_fields"] == [] and same["memory"]["version"] == 3
+        assert same["updated_fields"] == [] and same["version"] == 3
 
         # move / rename; destination taken is an error
         mv = await call("memory_move", id=a["id"], to_path="people/alice/diet")
-        assert mv["from_path"] == "diet/alice" and mv["memory"]["path"] == "people/alice/diet"
+        assert mv["from_path"] == "diet/alice" and mv["path"] == "people/alice/diet"
         err = await call.fails("memory_move", id=b["id"], to_path="people/alice/diet")
         assert err.code == "ALREADY_EXISTS"
-        assert (await call.fails("memory_get", store="fam", path="diet/alice")).code == "MEMORY_NOT_FOUND"
+        assert (await call.fails("memory_get", id="fam:diet/alice")).code == "MEMORY_NOT_FOUND"
 
         # list: filters, AND tags, pagination, sort
         page = await call("memory_list", tags=["food"], sort_by="importance", sort_order="asc")
-        assert [x["id"] for x in page["items"]] == [b["id"], a["id"]] and page["total"] == 2
+        assert [x["id"] for x in page["results"]] == [b["id"], a["id"]] and page["total"] == 2
         assert (await call("memory_list", tags=["food", "allergy"]))["total"] == 1
-        assert (await call("memory_list", kind="preference"))["items"][0]["id"] == c["id"]
+        assert (await call("memory_list", kind="preference"))["results"][0]["id"] == c["id"]
         assert (await call("memory_list", category="diet"))["total"] == 1
         assert (await call("memory_list", importance_min=0.6))["total"] == 1
         p1 = await call("memory_list", limit=2, offset=0, sort_by="created_at", sort_order="asc")
         p2 = await call("memory_list", limit=2, offset=2, sort_by="created_at", sort_order="asc")
         assert p1["total"] == p2["total"] == 3 and p1["has_more"] and not p2["has_more"]
-        assert [x["id"] for x in p1["items"] + p2["items"]] == [a["id"], b["id"], c["id"]]
+        assert [x["id"] for x in p1["results"] + p2["results"]] == [a["id"], b["id"], c["id"]]
         assert (await call("memory_list", store="fam", category_path="people"))["total"] == 1
         assert (await call("memory_list", store="fam", category_path="people", recursive=False))["total"] == 0
 
-        # recent: newest first, full content, token estimate
-        rec = await call("memory_recent", limit=2)
-        assert rec["count"] == 2 and rec["category"] == "all"
-        assert rec["memories"][0]["id"] == a["id"] and rec["memories"][0]["content"] == "Alice is vegan"
-        assert rec["memories"][0]["token_estimate"] == 4
+        # recent: newest first (memory_list's default sort), full content
+        rec = await call("memory_list", limit=2)
+        assert len(rec["results"]) == 2
+        assert rec["results"][0]["id"] == a["id"] and rec["results"][0]["content"] == "Alice is vegan"
 
         # expiry: hidden unless asked; prune counts
         past = (datetime.now(timezone.utc) - timedelta(minutes=1)).isoformat()
@@ -118,13 +119,13 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert (await call.fails("memory_get", id=e["id"], include_expired=True)).code == "MEMORY_NOT_FOUND"
 
         # delete: archive by default (restorable), permanent frees the path
-        d = await call("memory_delete", id=b["id"])
-        assert d["mode"] == "archived"
+        d = await call("memory_retire", id=b["id"], mode="archive")
+        assert d["status"] == "archived"
         assert (await call("memory_get", id=b["id"]))["status"] == "archived"
         assert (await call("memory_list", store="fam"))["total"] == 1
-        assert (await call("memory_list", store="fam", status="archived"))["items"][0]["id"] == b["id"]
+        assert (await call("memory_list", store="fam", status="archived"))["results"][0]["id"] == b["id"]
         assert (await call("memory_restore", id=b["id"]))["status"] == "active"
-        await call("memory_delete", store="fam", path="diet/bob", permanent=True)
+        await call("memory_retire", id="fam:diet/bob", mode="delete")
         assert (await call.fails("memory_get", id=b["id"])).code == "MEMORY_NOT_FOUND"
         again = (await call("memory_add", content="Bob is fine with peanuts now", store="fam", path="diet/bob"))
         assert again["id"] != b["id"]
@@ -138,17 +139,17 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert (await call("memory_stats", namespace="elsewhere"))["total"] == 0
 
         # search in `mneme serve`: the bundled model and Qdrant Edge under the data directory
-        for tool, query in (("memory_search", "which testing tool does the project like"),
-                            ("memory_search_keyword", "pytest"), ("memory_recall", "what does the project test with")):
+        for mode, query in (("semantic", "which testing tool does the project like"),
+                            ("keyword", "pytest"), ("hybrid", "what does the project test with")):
             found = None
             for _ in range(100):  # the model loads in the background at start
                 try:
-                    found = await call(tool, query=query, limit=1)
+                    found = await call("memory_search", query=query, mode=mode, limit=1)
                     break
                 except ToolFailure as exc:
                     assert exc.error["code"] == "EMBEDDING_MODEL_LOADING", exc.error
                     await asyncio.sleep(0.1)
-            assert found is not None and found["results"][0]["id"] == c["id"], (tool, found)
+            assert found is not None and found["results"][0]["id"] == c["id"], (mode, found)
 
 
 async def test_read_your_writes_200_times(tmp_path: Path) -> None:
@@ -161,7 +162,7 @@ async def test_read_your_writes_200_times(tmp_path: Path) -> None:
             assert got["content"] == f"fact number {i}"
             if i % 20 == 0:
                 up = await call("memory_update", id=added["id"], content=f"fact number {i}, revised")
-                assert (await call("memory_get", id=added["id"]))["version"] == up["memory"]["version"] == 2
+                assert (await call("memory_get", id=added["id"]))["version"] == up["version"] == 2
 
 
 async def test_restart_finds_every_memory_and_leaves_no_orphan(tmp_path: Path) -> None:
@@ -183,7 +184,7 @@ async def test_restart_finds_every_memory_and_leaves_no_orphan(tmp_path: Path) -
         call = Session(cs)
         assert (await call("memory_list", store="s", limit=100))["total"] == 20
         assert (await call("memory_get", id=ids[0]))["content"] == "m0 changed"
-        assert (await call("memory_get", store="s", path="c/m19"))["id"] == ids[19]
+        assert (await call("memory_get", id="s:c/m19"))["id"] == ids[19]
 
 
 def _rpc(proc: subprocess.Popen[bytes], msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -239,13 +240,14 @@ async def test_signal_stops_everything_and_keeps_acknowledged_writes(tmp_path: P
 
 async def test_serve_audits_every_call_and_answers_admin_queries_at_once(tmp_path: Path) -> None:
     env = {**os.environ, "MNEME_GATEWAY_ROLE": "admin", "MNEME_GATEWAY_AGENT_ID": "root"}
-    async with stdio_client(serve_params(tmp_path / "d", env=env)) as (r, w), ClientSession(r, w) as cs:
+    async with stdio_client(serve_params(tmp_path / "d", "--context", "optional", env=env)) as (r, w), \
+            ClientSession(r, w) as cs:
         await cs.initialize()
         call = Session(cs)
         a = await call("memory_add", content="audited", context={"request_id": "w-1"})
         await call("memory_get", id=a["id"], context={"request_id": "r-1"})
         page = await call("audit_query", memory_id=a["id"])
-        assert [(r["action"], r["request_id"], r["agent_id"]) for r in page["records"]] == [
+        assert [(r["action"], r["request_id"], r["agent_id"]) for r in page["results"]] == [
             ("memory_created", "w-1", "root"), ("read:memory_get", "r-1", "root")]
 
 
@@ -269,9 +271,11 @@ async def test_malformed_lines_are_answered_and_never_end_mneme_serve(tmp_path: 
         (_call(4, "memory_add", '{"content":"x","metadata":%s}' % _deep(150)), 4, "INVALID_INPUT metadata"),
         (_call(5, "memory_add", '{"content":"x","importance":NaN}'), 5, "INVALID_INPUT importance"),
         (_call(6, "memory_add", '{"content":"x","confidence":1e400}'), 6, "INVALID_INPUT confidence"),
-        (_call(7, "memory_search_keyword", '{"query":"x","threshold":-Infinity}'), 7, "INVALID_INPUT threshold"),
+        (_call(7, "memory_search", '{"query":"x","mode":"keyword","threshold":-Infinity}'), 7,
+         "INVALID_INPUT threshold"),
         (_call(8, "memory_nuke", "{}"), 8, "UNKNOWN_TOOL name"),
-        (_call(9, "memory_get", '{"as_of":1.5}'), 9, "INVALID_INPUT as_of"),
+        (_call(9, "memory_get", '{"id":"00000000-0000-4000-8000-000000000000","as_of":1.5}'), 9,
+         "INVALID_INPUT as_of"),
         (b'[{"jsonrpc":"2.0","id":10,"method":"tools/list"}]', None, "-32600"),
         (b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"memory_add"', 11, "-32700"),
         (b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"'

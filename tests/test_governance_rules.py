@@ -56,6 +56,7 @@ class Caller:
 
 
 async def add_caller(stack: Stack, es: AsyncExitStack, name: str, **settings: Any) -> Caller:
+    settings.setdefault("context", "optional")  # the native tools offer the context object (checked below)
     gs = GatewaySettings(agent_id=name, consistency="linearizable", **settings)
     gw = make_gateway(stack.nc, gs)
     es.push_async_callback(gw.access.flush)
@@ -99,7 +100,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     stack = None
     try:
         admin = GatewaySettings(agent_id="alice", role="admin", organization="acme", namespaces=["acme/*"],
-                                namespace="acme/web", consistency="linearizable")  # fmt: skip
+                                namespace="acme/web", consistency="linearizable", context="optional")  # fmt: skip
         stack = await start_stack(base / "data", server, gs=admin)
         async with AsyncExitStack() as es:
             es.push_async_callback(stack.gateway.access.flush)
@@ -208,32 +209,35 @@ async def test_locked_memory_refuses_agent_changes_and_admin_may_change_it(world
     await world.alice("memory_lock", id=mid, namespace=ns, reason="frozen")
 
     await refused(world, world.bob, "memory_update", "MEMORY_LOCKED", id=mid, namespace=ns, content="agent edit")
-    await refused(world, world.bob, "memory_update", "MEMORY_LOCKED", namespace=ns, store="s", path="a/locked",
+    await refused(world, world.bob, "memory_update", "MEMORY_LOCKED", namespace=ns, id="s:a/locked",
                   tags=["x"])  # fmt: skip
     await refused(world, world.bob, "memory_move", "MEMORY_LOCKED", id=mid, namespace=ns, to_path="a/moved")
-    await refused(world, world.bob, "memory_delete", "MEMORY_LOCKED", id=mid, namespace=ns)
-    await refused(world, world.bob, "memory_delete", "MEMORY_LOCKED", id=mid, namespace=ns, permanent=True)
-    await refused(world, world.bob, "memory_deprecate", "MEMORY_LOCKED", id=mid, namespace=ns, reason="stale")
+    await refused(world, world.bob, "memory_retire", "MEMORY_LOCKED", id=mid, namespace=ns, mode="archive")
+    await refused(world, world.bob, "memory_retire", "MEMORY_LOCKED", id=mid, namespace=ns, mode="delete")
+    await refused(world, world.bob, "memory_retire", "MEMORY_LOCKED", id=mid, namespace=ns, mode="deprecate",
+                  reason="stale")  # fmt: skip
     got = await world.bob("memory_get", id=mid, namespace=ns)  # still readable, unchanged
     assert (got["content"], got["locked"], got["version"], got["path"]) == ("original text", True, 2, "a/locked")
-    assert got["status"] == "active" and got["status_reason"] is None and got["lock_reason"] == "frozen"
+    assert got["status"] == "active" and got.get("status_reason") is None and got["lock_reason"] == "frozen"
 
     # an admin may change a locked memory
     up = await world.alice("memory_update", id=mid, namespace=ns, content="admin edit")
-    assert up["memory"]["content"] == "admin edit" and up["memory"]["locked"] is True
+    assert up["changed"] is True
+    got = await world.alice("memory_get", id=mid, namespace=ns)
+    assert got["content"] == "admin edit" and got["locked"] is True
     mv = await world.alice("memory_move", id=mid, namespace=ns, to_path="a/by-admin")
-    assert mv["memory"]["path"] == "a/by-admin"
+    assert mv["path"] == "a/by-admin"
     await world.alice("memory_unlock", id=mid, namespace=ns)
     # unlocked: the agent may change it again
     up = await world.bob("memory_update", id=mid, namespace=ns, content="agent edit after unlock")
-    assert up["memory"]["version"] == 6 and up["memory"]["updated_by"] == "bob"
+    assert up["version"] == 6 and (await world.bob("memory_get", id=mid, namespace=ns))["updated_by"] == "bob"
 
     # an admin may delete a locked memory
     other = (await world.bob("memory_add", content="locked, then deleted", namespace=ns))["id"]
     await world.alice("memory_lock", id=other, namespace=ns)
-    assert (await world.alice("memory_delete", id=other, namespace=ns))["mode"] == "archived"
+    assert (await world.alice("memory_retire", id=other, namespace=ns, mode="archive"))["status"] == "archived"
     await refused(world, world.bob, "memory_restore", "MEMORY_LOCKED", id=other, namespace=ns)
-    assert (await world.alice("memory_delete", id=other, namespace=ns, permanent=True))["mode"] == "deleted"
+    assert (await world.alice("memory_retire", id=other, namespace=ns, mode="delete"))["status"] == "deleted"
     await refused(world, world.bob, "memory_get", "MEMORY_NOT_FOUND", id=other, namespace=ns)
 
 
@@ -254,16 +258,18 @@ async def test_agents_cannot_write_protected_kinds(world: World) -> None:
     sysc = await world.alice("memory_add", content="max 5 retries", namespace=ns, kind="system_constraint")
     assert (await world.bob("memory_get", id=sysc["id"], namespace=ns))["kind"] == "system_constraint"
     promoted = await world.alice("memory_update", id=note, namespace=ns, kind="business_rule")
-    assert promoted["memory"]["kind"] == "business_rule"
+    assert promoted["changed"] is True
+    assert (await world.alice("memory_get", id=note, namespace=ns))["kind"] == "business_rule"
 
     # an agent may not change an admin's business rule (nor delete it); the admin may
     await refused(world, world.bob, "memory_update", "WRITE_NOT_ALLOWED", id=rule["id"], namespace=ns,
                   content="invoices are net 90")  # fmt: skip
-    await refused(world, world.bob, "memory_delete", "WRITE_NOT_ALLOWED", id=rule["id"], namespace=ns)
+    await refused(world, world.bob, "memory_retire", "WRITE_NOT_ALLOWED", id=rule["id"], namespace=ns)
     got = await world.bob("memory_get", id=rule["id"], namespace=ns)
     assert got["content"] == "invoices are net 30" and got["version"] == 1
     changed = await world.alice("memory_update", id=rule["id"], namespace=ns, content="invoices are net 45")
-    assert changed["memory"]["content"] == "invoices are net 45" and changed["memory"]["version"] == 2
+    assert changed["version"] == 2
+    assert (await world.bob("memory_get", id=rule["id"], namespace=ns))["content"] == "invoices are net 45"
 
 
 # -- deprecation -------------------------------------------------------------------------------------
@@ -274,38 +280,42 @@ async def test_deprecate_needs_a_reason_and_keeps_the_memory_readable_and_marked
     old = (await world.bob("memory_add", content="use python 3.9", namespace=ns, store="s", path="lang/py"))["id"]
     keep = (await world.bob("memory_add", content="use ruff", namespace=ns, store="s", path="lang/lint"))["id"]
 
-    err = await refused(world, world.bob, "memory_deprecate", "INVALID_INPUT", id=old, namespace=ns)
+    err = await refused(world, world.bob, "memory_retire", "INVALID_INPUT", id=old, namespace=ns, mode="deprecate")
     assert err.field == "reason"
     for blank in ("", "   "):
-        err = await refused(world, world.bob, "memory_deprecate", "INVALID_INPUT", id=old, namespace=ns, reason=blank)
+        err = await refused(world, world.bob, "memory_retire", "INVALID_INPUT", id=old, namespace=ns, mode="deprecate",
+                            reason=blank)  # fmt: skip
         assert err.field == "reason"
     # anyone with write access may deprecate (an agent here) ...
-    d = await world.bob("memory_deprecate", id=old, namespace=ns, reason="  superseded by 3.11 ")
+    d = await world.bob("memory_retire", id=old, namespace=ns, mode="deprecate", reason="  superseded by 3.11 ")
     assert (d["status"], d["changed"], d["version"]) == ("deprecated", True, 2)
     before = await world.last_seq()
-    assert (await world.bob("memory_deprecate", id=old, namespace=ns, reason="again"))["changed"] is False
+    again = await world.bob("memory_retire", id=old, namespace=ns, mode="deprecate", reason="again")
+    assert again["changed"] is False
     assert await world.last_seq() == before
     # ... but not without write access to the namespace
-    await refused(world, world.dave, "memory_deprecate", "SCOPE_VIOLATION", id=keep, namespace=ns, reason="no")
-    await refused(world, world.carol, "memory_deprecate", "SCOPE_VIOLATION", id=keep, namespace=ns, reason="no")
+    await refused(world, world.dave, "memory_retire", "SCOPE_VIOLATION", id=keep, namespace=ns, mode="deprecate",
+                  reason="no")  # fmt: skip
+    await refused(world, world.carol, "memory_retire", "SCOPE_VIOLATION", id=keep, namespace=ns, mode="deprecate",
+                  reason="no")  # fmt: skip
 
     got = await world.bob("memory_get", id=old, namespace=ns)
     assert got["content"] == "use python 3.9"
     assert got["status"] == "deprecated" and got["status_reason"] == "superseded by 3.11"
-    by_path = await world.alice("memory_get", namespace=ns, store="s", path="lang/py")
+    by_path = await world.alice("memory_get", namespace=ns, id="s:lang/py")
     assert by_path["id"] == old and by_path["status"] == "deprecated"
 
-    live = await world.bob("memory_list", namespace=ns)  # default status: live = active + deprecated
-    assert {m["id"]: m["status"] for m in live["items"]} == {old: "deprecated", keep: "active"}
+    live = await world.bob("memory_list", namespace=ns, detail="full")  # default status: live = active + deprecated
+    assert {m["id"]: m["status"] for m in live["results"]} == {old: "deprecated", keep: "active"}
     only_dep = await world.bob("memory_list", namespace=ns, status="deprecated")
-    assert [m["id"] for m in only_dep["items"]] == [old] and only_dep["total"] == 1
+    assert [m["id"] for m in only_dep["results"]] == [old] and only_dep["total"] == 1
     only_active = await world.bob("memory_list", namespace=ns, status="active")
-    assert [m["id"] for m in only_active["items"]] == [keep]
+    assert [m["id"] for m in only_active["results"]] == [keep]
     stats = await world.bob("memory_stats", namespace=ns)
     assert (stats["total"], stats["active"], stats["deprecated"]) == (2, 1, 1)
 
     # an admin may deprecate too
-    d2 = await world.alice("memory_deprecate", id=keep, namespace=ns, reason="use ruff format")
+    d2 = await world.alice("memory_retire", id=keep, namespace=ns, mode="deprecate", reason="use ruff format")
     assert d2["status"] == "deprecated"
 
 
@@ -314,7 +324,7 @@ async def test_a_deprecated_memory_keeps_its_deprecation_reason_through_lock_and
     own) and unlocking must not replace or blank why the memory was deprecated."""
     ns = f"acme/{fresh()}"
     mid = (await world.bob("memory_add", content="deploy with fabric", namespace=ns))["id"]
-    await world.bob("memory_deprecate", id=mid, namespace=ns, reason="replaced by ansible")
+    await world.bob("memory_retire", id=mid, namespace=ns, mode="deprecate", reason="replaced by ansible")
     await world.alice("memory_lock", id=mid, namespace=ns, reason="legal hold")
     got = await world.bob("memory_get", id=mid, namespace=ns)
     assert (got["status"], got["locked"]) == ("deprecated", True)
@@ -336,7 +346,7 @@ async def test_every_change_is_a_new_version_with_history_newest_first(world: Wo
         (world.alice, "memory_lock", {"reason": "pin"}),
         (world.alice, "memory_update", {"content": "version five"}),
         (world.alice, "memory_unlock", {}),
-        (world.bob, "memory_deprecate", {"reason": "obsolete"}),
+        (world.bob, "memory_retire", {"mode": "deprecate", "reason": "obsolete"}),
     ]
     for caller, tool, args in steps:
         await caller(tool, id=mid, namespace=ns, **args)
@@ -359,7 +369,7 @@ async def test_every_change_is_a_new_version_with_history_newest_first(world: Wo
     assert (v2["version"], v2["content"], v2["verification"]) == (2, "version two", "unverified")
     v4 = await world.bob("memory_get", id=mid, namespace=ns, version=4)
     assert (v4["content"], v4["verification"], v4["locked"]) == ("version two", "verified", True)
-    v5 = await world.bob("memory_get", namespace=ns, store="s", path="v/one", version=5)
+    v5 = await world.bob("memory_get", namespace=ns, id="s:v/one", version=5)
     assert v5["content"] == "version five" and v5["updated_by"] == "alice"
     await refused(world, world.bob, "memory_get", "MEMORY_NOT_FOUND", id=mid, namespace=ns, version=8)
 
@@ -389,7 +399,7 @@ async def test_writes_outside_the_principals_patterns_are_scope_violations(world
     # by id from inside its own scope: a write tool aimed at another namespace's memory
     await refused(world, world.dave, "memory_update", "SCOPE_VIOLATION", id=ok["id"], namespace="acme/web",
                   content="hijack")  # fmt: skip
-    await refused(world, world.dave, "memory_delete", "SCOPE_VIOLATION", id=ok["id"], namespace="acme/web")
+    await refused(world, world.dave, "memory_retire", "SCOPE_VIOLATION", id=ok["id"], namespace="acme/web")
     # and from its own namespace: the memory is not there
     await refused(world, world.dave, "memory_update", "MEMORY_NOT_FOUND", id=ok["id"], content="hijack")
     assert (await world.carol("memory_get", id=ok["id"]))["content"] == "carol in web"
@@ -401,12 +411,13 @@ async def test_reads_outside_scope_reveal_nothing(world: World) -> None:
     mid = (await world.alice("memory_add", content=f"secret {secret}", namespace=ns, store="vault", path="k/key",
                              tags=[secret[:20]]))["id"]  # fmt: skip
     for caller in (world.dave, world.carol):
-        for tool in ("memory_list", "memory_stats", "memory_recent"):
-            err = await refused(world, caller, tool, "SCOPE_VIOLATION", namespace=ns)
+        # the newest first (memory_list sorted by updated_at) was memory_recent
+        for tool, args in (("memory_list", {}), ("memory_stats", {}), ("memory_list", {"sort_by": "updated_at"})):
+            err = await refused(world, caller, tool, "SCOPE_VIOLATION", namespace=ns, **args)
             no_leak(err, secret, mid)
         err = await refused(world, caller, "memory_get", "SCOPE_VIOLATION", id=mid, namespace=ns)
         no_leak(err, secret, "vault", "k/key")
-        err = await refused(world, caller, "memory_get", "SCOPE_VIOLATION", namespace=ns, store="vault", path="k/key")
+        err = await refused(world, caller, "memory_get", "SCOPE_VIOLATION", namespace=ns, id="vault:k/key")
         no_leak(err, secret, mid)
         # from its own default namespace the memory simply does not exist
         with pytest.raises(ToolFailure) as e:
@@ -420,8 +431,8 @@ async def test_reads_outside_scope_reveal_nothing(world: World) -> None:
         # write tools aimed at it from the caller's own namespace: not found either
         for tool, args in (
             ("memory_update", {"content": "x"}),
-            ("memory_deprecate", {"reason": "x"}),
-            ("memory_delete", {}),
+            ("memory_retire", {"mode": "deprecate", "reason": "x"}),
+            ("memory_retire", {}),
             ("memory_move", {"to_path": "z"}),
             ("memory_lock", {}),
         ):
@@ -436,18 +447,20 @@ async def test_read_only_patterns_are_readable_not_writable(world: World) -> Non
     mid = (await world.alice("memory_add", content="style guide", namespace="acme/docs", store=store, path="g"))["id"]
     assert (await world.carol("memory_get", id=mid, namespace="acme/docs"))["content"] == "style guide"
     listed = await world.carol("memory_list", namespace="acme/docs", store=store)
-    assert [m["id"] for m in listed["items"]] == [mid]
+    assert [m["id"] for m in listed["results"]] == [mid]
     assert (await world.carol("memory_stats", namespace="acme/docs", store=store))["total"] == 1
-    assert (await world.carol("memory_recent", namespace="acme/docs", store=store))["count"] == 1
+    recent = await world.carol("memory_list", namespace="acme/docs", store=store, sort_by="updated_at")
+    assert len(recent["results"]) == 1
 
     await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", namespace="acme/docs")
     await refused(world, world.carol, "memory_update", "SCOPE_VIOLATION", id=mid, namespace="acme/docs", content="y")
     await refused(world, world.carol, "memory_move", "SCOPE_VIOLATION", id=mid, namespace="acme/docs", to_path="h")
-    await refused(world, world.carol, "memory_delete", "SCOPE_VIOLATION", id=mid, namespace="acme/docs")
-    await refused(world, world.carol, "memory_deprecate", "SCOPE_VIOLATION", id=mid, namespace="acme/docs", reason="r")
+    await refused(world, world.carol, "memory_retire", "SCOPE_VIOLATION", id=mid, namespace="acme/docs")
+    await refused(world, world.carol, "memory_retire", "SCOPE_VIOLATION", id=mid, namespace="acme/docs",
+                  mode="deprecate", reason="r")  # fmt: skip
     await refused(world, world.carol, "memory_prune_expired", "SCOPE_VIOLATION", namespace="acme/docs")
     # bob (acme/*) may write there
-    assert (await world.bob("memory_update", id=mid, namespace="acme/docs", tags=["ok"]))["memory"]["version"] == 2
+    assert (await world.bob("memory_update", id=mid, namespace="acme/docs", tags=["ok"]))["version"] == 2
 
 
 async def test_system_scope_readable_by_the_org_writable_only_by_its_admins(world: World) -> None:
@@ -459,7 +472,7 @@ async def test_system_scope_readable_by_the_org_writable_only_by_its_admins(worl
     for caller in (world.bob, world.carol):
         got = await caller("memory_get", id=rule["id"], namespace="acme/_system")
         assert got["content"] == "never push to main" and got["verification"] == "verified"
-        assert [m["id"] for m in (await caller("memory_list", namespace="acme/_system", store=store))["items"]] == [
+        assert [m["id"] for m in (await caller("memory_list", namespace="acme/_system", store=store))["results"]] == [
             rule["id"]
         ]
     # not writable by agents of the organization (even with acme/* or * patterns)
@@ -467,8 +480,8 @@ async def test_system_scope_readable_by_the_org_writable_only_by_its_admins(worl
     await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", namespace="acme/_system")
     await refused(world, world.bob, "memory_update", "SCOPE_VIOLATION", id=rule["id"], namespace="acme/_system",
                   tags=["x"])  # fmt: skip
-    await refused(world, world.bob, "memory_deprecate", "SCOPE_VIOLATION", id=rule["id"], namespace="acme/_system",
-                  reason="no")  # fmt: skip
+    await refused(world, world.bob, "memory_retire", "SCOPE_VIOLATION", id=rule["id"], namespace="acme/_system",
+                  mode="deprecate", reason="no")  # fmt: skip
     async with AsyncExitStack() as es:
         star = await add_caller(world.stack, es, "star-agent", organization="acme", namespaces=["*"])
         world.extra.append(star)
@@ -484,7 +497,7 @@ async def test_system_scope_readable_by_the_org_writable_only_by_its_admins(worl
     await refused(world, world.erin, "memory_list", "SCOPE_VIOLATION", namespace="acme/_system")
     # the org's admin writes it; each admin writes only their own organization's
     up = await world.alice("memory_update", id=rule["id"], namespace="acme/_system", content="never force-push")
-    assert up["memory"]["version"] == 2
+    assert up["version"] == 2
     g = await world.erin("memory_add", content="globex rule", namespace="globex/_system", store=store, path="r")
     assert g["namespace"] == "globex/_system"
     assert (await world.dave("memory_get", id=g["id"], namespace="globex/_system"))["content"] == "globex rule"
@@ -522,8 +535,8 @@ async def test_context_object_is_checked_against_the_principal(world: World) -> 
     # (dave's own repository "web" is globex/web: the memory is not there)
     await refused(world, world.dave, "memory_get", "MEMORY_NOT_FOUND", id=r["id"], context={"repository_id": "web"})
     # read-only repository: readable through the context, not writable
-    docs = await world.carol("memory_list", context={"repository_id": "docs"})
-    assert all(m["namespace"] == "acme/docs" for m in docs["items"])
+    docs = await world.carol("memory_list", context={"repository_id": "docs"}, detail="full")
+    assert all(m["namespace"] == "acme/docs" for m in docs["results"])
     await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", context={"repository_id": "docs"})
 
     # intent: a read intent does not allow a write tool, a write intent not an admin tool

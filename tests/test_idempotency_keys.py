@@ -42,11 +42,11 @@ async def test_a_key_is_scoped_per_operation(stack: Stack) -> None:
     """The reported case: an update with the key of the create used to answer success and change nothing."""
     created = await stack.call("memory_add", content="v1", request_id="r-2")
     up = await stack.call("memory_update", id=created["id"], content="v2", request_id="r-2")
-    assert up["memory"]["version"] == 2 and up["updated_fields"] == ["content"]
+    assert up["version"] == 2 and up["updated_fields"] == ["content"]
     assert (await stack.call("memory_get", id=created["id"]))["content"] == "v2"
     # the update retried is a retry; the same key with other content is refused
     again = await stack.call("memory_update", id=created["id"], content="v2", request_id="r-2")
-    assert again["memory"]["version"] == 2
+    assert again["version"] == 2
     with pytest.raises(ToolFailure) as err:
         await stack.call("memory_update", id=created["id"], content="v3", request_id="r-2")
     assert err.value.code == "IDEMPOTENCY_KEY_REUSED"
@@ -83,8 +83,9 @@ async def test_annotations_hold_for_the_defaults(stack: Stack) -> None:
     # the idempotent writes really are: a second identical call changes nothing
     m = await stack.call("memory_add", content="x", store="s", path="a/b")
     for tool, args in [("memory_update", {"content": "y"}), ("memory_move", {"to_path": "a/c"}),
-                       ("memory_deprecate", {"reason": "old"}), ("memory_invalidate", {"reason": "gone"}),
-                       ("memory_delete", {})]:  # fmt: skip
+                       ("memory_retire", {"mode": "deprecate", "reason": "old"}),
+                       ("memory_retire", {"mode": "invalidate", "reason": "gone"}),
+                       ("memory_retire", {"mode": "archive"})]:  # fmt: skip
         assert tools[tool].annotations.idempotent_hint is True, tool
         await stack.call(tool, id=m["id"], **args)
         before = await stack.last_seq()

@@ -3,8 +3,9 @@
 Random principals (organization, role, namespace patterns, read-only patterns) are bound to the
 namespaces of two organizations × two repositories (plus each organization's `_system` scope). Each
 writes memories carrying distinctive marker words (in content, tag and path); then each reads every
-namespace with memory_list, memory_recent and memory_stats, by namespace and through the context
-object, and asks memory_get for other namespaces' memories by id and by store path.
+namespace with memory_list (every memory, and the newest first as memory_recent answered) and memory_stats,
+by namespace and through the context object, and asks memory_get for other namespaces' memories by id and
+by store:path.
 
 The oracle is the rule as the issue states it, written here independently of mneme.principals: a
 principal reads a namespace its patterns (or read-only patterns) match, or its organization's
@@ -14,8 +15,9 @@ message may carry a memory id or marker of that namespace, reads of it are SCOPE
 memory_get of a memory that exists elsewhere fails exactly as one of a memory that never existed.
 
 One stack (nats-server + projector + auditor) serves the whole module; each principal gets its own
-gateway on the same NATS connection, driven through an in-process MCP client. Memories accumulate
-over the examples, so every example checks against everything written so far.
+gateway on the same NATS connection (the native `context` argument offered: `context="optional"`), driven
+through an in-process MCP client. Memories accumulate over the examples, so every example checks against
+everything written so far.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ class Caller:
 
 async def caller_for(stack: Stack, es: AsyncExitStack, agent_id: str, spec: Spec) -> Caller:
     gs = GatewaySettings(agent_id=agent_id, role=spec.role, organization=spec.org, namespaces=list(spec.namespaces),
-                         read_only=list(spec.read_only), consistency="linearizable")  # fmt: skip
+                         read_only=list(spec.read_only), consistency="linearizable", context="optional")  # fmt: skip
     gw = make_gateway(stack.nc, gs)
     es.push_async_callback(gw.access.flush)
     return Caller(await es.enter_async_context(Client(build_server(gw))))
@@ -187,7 +189,8 @@ async def outcome(caller: Caller, tool: str, **args: Any) -> tuple[str, dict[str
 
 
 async def check_namespace_reads(spec: Spec, w: World, who: Caller, ns: str | None, ctx: dict[str, str] | None) -> None:
-    """list, recent and stats of one namespace (given directly, or named by a context object)."""
+    """list (all, and the newest first) and stats of one namespace (given directly, or named by a context
+    object)."""
     if ctx is None:
         assert ns is not None
         target, where = ns, {"namespace": ns}
@@ -200,26 +203,26 @@ async def check_namespace_reads(spec: Spec, w: World, who: Caller, ns: str | Non
         where = {"context": ctx}
     readable = target is not None and spec.may_read(target)
     calls = (
-        ("memory_list", {"status": "any", "include_expired": True, "limit": 500}),
-        ("memory_recent", {"limit": 100, "include_expired": True}),
-        ("memory_stats", {"top_tags": 100}),
+        ("memory_list", "all", {"status": "any", "include_expired": True, "limit": 500, "detail": "full"}),
+        ("memory_list", "recent", {"limit": 100, "include_expired": True, "sort_by": "updated_at"}),
+        ("memory_stats", "stats", {"top_tags": 100}),
     )
-    for tool, args in calls:
+    for tool, what, args in calls:
         code, got = await outcome(who, tool, **where, **args)
-        label = f"{tool} {where}"
+        label = f"{tool} ({what}) {where}"
         assert_hidden(spec, w, text_of(got), label)
         if not readable:
             assert code == "SCOPE_VIOLATION", (label, code, got)
             continue
         assert code == "ok", (label, got)
         mine = {m.id: m for m in w.of(target)}  # type: ignore[arg-type]
-        if tool == "memory_list":
-            assert {i["id"] for i in got["items"]} == set(mine), label
+        if what == "all":
+            assert {i["id"] for i in got["results"]} == set(mine), label
             assert got["total"] == len(mine), label
-            assert all(i["namespace"] == target for i in got["items"]), label
-        elif tool == "memory_recent":
-            assert {e["id"] for e in got["memories"]} <= set(mine), label
-            assert got["count"] == min(100, len(mine)), label
+            assert all(i["namespace"] == target for i in got["results"]), label
+        elif what == "recent":
+            assert {e["id"] for e in got["results"]} <= set(mine), label
+            assert len(got["results"]) == min(100, len(mine)), label
         else:
             assert got["total"] == len(mine) and got["active"] == len(mine), label
             assert {t["tag"] for t in got["top_tags"]} == {m.marker for m in mine.values()}, label
@@ -240,7 +243,7 @@ async def check_point_reads(spec: Spec, w: World, who: Caller, targets: list[Wri
             label = f"memory_get {m.namespace} memory from {eff}"
             code, got = await outcome(who, "memory_get", id=m.id, **where)
             assert_hidden(spec, w, text_of(got), label, asked=m.id)
-            code_p, got_p = await outcome(who, "memory_get", store=STORE, path=m.path, **where)
+            code_p, got_p = await outcome(who, "memory_get", id=f"{STORE}:{m.path}", **where)
             assert_hidden(spec, w, text_of(got_p), label + " by path", asked=f"{STORE}:{m.path}")
             if not spec.may_read(eff):
                 assert code == code_p == "SCOPE_VIOLATION", (label, got, got_p)
@@ -254,7 +257,7 @@ async def check_point_reads(spec: Spec, w: World, who: Caller, targets: list[Wri
             if code != "ok":
                 assert code_n == code, label
                 assert text_of(got).replace(m.id, "<id>") == text_of(got_n).replace(never, "<id>"), label
-            code_np, got_np = await outcome(who, "memory_get", store=STORE, path=f"m/zznever{m.marker}", **where)
+            code_np, got_np = await outcome(who, "memory_get", id=f"{STORE}:m/zznever{m.marker}", **where)
             if code_p != "ok":
                 assert code_np == code_p, label
                 assert text_of(got_p).replace(m.path, "<p>") == text_of(got_np).replace(f"m/zznever{m.marker}", "<p>")

@@ -32,37 +32,38 @@ async def test_an_expired_path_is_taken_and_every_tool_says_so(stack: Stack) -> 
     past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     m = await stack.call("memory_add", content="frozen", store="tmp", path="frozen", expires_at=past)
     with pytest.raises(ToolFailure) as err:
-        await stack.call("memory_get", store="tmp", path="frozen")
+        await stack.call("memory_get", id="tmp:frozen")
     assert err.value.code == "MEMORY_NOT_FOUND" and "expired" in err.value.error["message"]
     assert "include_expired" in err.value.error["message"]
-    shown = await stack.call("memory_get", store="tmp", path="frozen", include_expired=True)
+    shown = await stack.call("memory_get", id="tmp:frozen", include_expired=True)
     assert shown["id"] == m["id"] and shown["expired"] is True
     listed = await stack.call("memory_list", store="tmp", include_expired=True)
-    assert [x["id"] for x in listed["items"]] == [m["id"]]
+    assert [x["id"] for x in listed["results"]] == [m["id"]]
     with pytest.raises(ToolFailure) as err:
         await stack.call("memory_add", content="new", store="tmp", path="frozen")
     assert err.value.code == "ALREADY_EXISTS" and err.value.error["details"]["memory_id"] == m["id"]
     assert "expired" in err.value.error["message"]
     # writes reach it by path (clear_expiry revives it, as the cortex contract expects) ...
-    revived = await stack.call("memory_update", store="tmp", path="frozen", clear_expiry=True)
-    assert revived["memory"]["expires_at"] is None
-    assert (await stack.call("memory_get", store="tmp", path="frozen"))["id"] == m["id"]
+    revived = await stack.call("memory_update", id="tmp:frozen", clear_expiry=True)
+    assert "expires_at" in revived["updated_fields"]
+    got = await stack.call("memory_get", id="tmp:frozen")
+    assert got["id"] == m["id"] and got.get("expires_at") is None
     # ... and pruning frees the path
-    await stack.call("memory_update", store="tmp", path="frozen", expires_at=past)
+    await stack.call("memory_update", id="tmp:frozen", expires_at=past)
     assert (await stack.call("memory_prune_expired"))["pruned"] == 1
     assert (await stack.call("memory_add", content="new", store="tmp", path="frozen"))["id"] != m["id"]
 
 
 async def test_restore_brings_back_archived_memories_only(stack: Stack) -> None:
     m = await stack.call("memory_add", content="old advice")
-    await stack.call("memory_deprecate", id=m["id"], reason="superseded")
+    await stack.call("memory_retire", id=m["id"], mode="deprecate", reason="superseded")
     head = await stack.last_seq()
     with pytest.raises(ToolFailure) as err:
         await stack.call("memory_restore", id=m["id"])
     assert err.value.code == "INVALID_STATE" and "deprecated" in err.value.error["message"]
     assert await stack.last_seq() == head
     assert (await stack.call("memory_get", id=m["id"]))["status"] == "deprecated"
-    await stack.call("memory_delete", id=m["id"])
+    await stack.call("memory_retire", id=m["id"], mode="archive")
     assert (await stack.call("memory_restore", id=m["id"]))["status"] == "active"
     # active already: nothing to do, nothing written
     head = await stack.last_seq()
@@ -82,9 +83,9 @@ async def test_past_reads_carry_no_access_statistics(stack: Stack) -> None:
     now = await stack.call("memory_get", id=m["id"])
     assert now["access_count"] >= 3 and now["accessed_at"] is not None
     then = await stack.call("memory_get", id=m["id"], as_of=m["seq"])
-    assert then["content"] == "read me" and then["access_count"] is None and then["accessed_at"] is None
-    page = await stack.call("memory_list", as_of=m["seq"])
-    assert page["items"][0]["access_count"] is None
+    assert then["content"] == "read me" and then.get("access_count") is None and then.get("accessed_at") is None
+    page = await stack.call("memory_list", as_of=m["seq"], detail="full")
+    assert page["results"][0].get("access_count") is None
     assert (await stack.call("memory_stats", as_of=m["seq"]))["most_accessed"] == []
     with pytest.raises(ToolFailure) as err:
         await stack.call("memory_list", as_of=m["seq"], sort_by="access_count")

@@ -194,7 +194,7 @@ def test_settings_take_groups_as_a_comma_list_or_json(monkeypatch: pytest.Monkey
 
 async def test_serve_with_chosen_groups_and_context_over_stdio(tmp_path: Path) -> None:
     """`mneme serve --tools core,audit --context required`: ten core tools and audit_query, each requiring
-    `context`, and a call without one is refused with the field named."""
+    `context`, and a call without one is refused as INVALID_CONTEXT (a refusal the audit trail records)."""
     from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
@@ -208,7 +208,7 @@ async def test_serve_with_chosen_groups_and_context_over_stdio(tmp_path: Path) -
         assert all("context" in t.input_schema["required"] for t in tools)
         with pytest.raises(ToolFailure) as refused:
             result_of(await cs.call_tool("memory_add", {"content": "no context"}))
-        assert refused.value.code == "INVALID_INPUT" and refused.value.field == "context"
+        assert refused.value.code == "INVALID_CONTEXT" and refused.value.field == "context"
         added = result_of(await cs.call_tool("memory_add", {"content": "with context",
                                                             "context": {"intent": "write"}}))  # fmt: skip
         got = result_of(await cs.call_tool("memory_get", {"id": added["id"], "context": {"intent": "read"}}))

@@ -88,7 +88,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
             ("memory_add", {"content": "written during the outage", "request_id": "outage-write-1"}),
             ("memory_add", {"content": "path write during the outage", "store": "s", "path": "pre/two"}),
             ("memory_get", {"id": pre["id"]}),
-            ("memory_get", {"store": "s", "path": "pre/one"}),
+            ("memory_get", {"id": "s:pre/one"}),
             ("memory_list", {}),
         ]
         async with anyio.create_task_group() as tg:
@@ -104,7 +104,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         # the acknowledged write survived the restart
         got = await _until_ok(stack, deadline, "memory_get", id=pre["id"])
         assert got["content"] == "written before the outage" and got["version"] == 1
-        got = await _until_ok(stack, deadline, "memory_get", store="s", path="pre/one")
+        got = await _until_ok(stack, deadline, "memory_get", id="s:pre/one")
         assert got["id"] == pre["id"]
 
         # A plain subscriber (not in the projectors' queue group, so it never answers) sees every
@@ -131,7 +131,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         read_deadline = time.monotonic() + RECOVER_WITHIN
         got = await _until_ok(stack, read_deadline, "memory_get", id=added["id"])
         assert got["content"] == "written after" and got["seq"] == added["seq"]
-        got = await _until_ok(stack, read_deadline, "memory_get", store="s", path="post/one")
+        got = await _until_ok(stack, read_deadline, "memory_get", id="s:post/one")
         assert got["id"] == added["id"]
         # ... and not by luck (a projector that happened to be caught up): every read of the new
         # memory asked the projector for a log position at or after the write (invariant 3)
@@ -155,7 +155,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         await _until_ok(stack, read_deadline, "memory_add", content="written during the outage",
                         request_id="outage-write-1")  # fmt: skip
         page = await _until_ok(stack, read_deadline, "memory_list", limit=500)
-        during = [m for m in page["items"] if m["content"] == "written during the outage"]
+        during = [m for m in page["results"] if m["content"] == "written during the outage"]
         assert len(during) == 1, f"the retried write exists {len(during)} times"
     finally:
         try:

@@ -636,8 +636,8 @@ async def test_cross_profile_native_reads_what_agent_memory_writes_and_back(loca
         got = await native("memory_get", id=stored["id"])
         assert (got["kind"], got["content"], got["category"], got["tags"], got["importance"], got["namespace"]) == (
             "core", STORE_EXAMPLE["content"], "preference", ["python", "testing"], 0.9, "cross")  # fmt: skip
-        assert stored["id"] in [m["id"] for m in (await native("memory_list", kind="core"))["items"]]
-        recalled = await native("memory_recall", query="which test framework does the user prefer?", threshold=0.0)
+        assert stored["id"] in [m["id"] for m in (await native("memory_list", kind="core"))["results"]]
+        recalled = await native("memory_search", query="which test framework does the user prefer?", threshold=0.0)
         assert stored["id"] in [r["id"] for r in recalled["results"]]
         # the native surface writes; agent-memory reads, updates and counts it
         fact = await native("memory_add", content="Grafana dashboards live in the ops repo", kind="fact",

@@ -747,11 +747,11 @@ async def test_what_cortex_writes_the_native_surface_reads(shared: tuple[Stack, 
     stack, cortex = shared
     await cortex.text("add_memory", store="team", path="decisions/db", content="Postgres 16", tags=["db"],
                       citations=["adr/7.md"], expires_at=days(90))  # fmt: skip
-    native = await stack.call("memory_get", namespace="acme/team", store="team", path="decisions/db")
+    native = await stack.call("memory_get", namespace="acme/team", id="team:decisions/db")
     assert native["content"] == "Postgres 16" and native["citations"] == ["adr/7.md"] and native["tags"] == ["db"]
-    assert native["namespace"] == "acme/team" and native["store"] == "team" and native["expires_at"] is not None
+    assert native["namespace"] == "acme/team" and native["store"] == "team" and native.get("expires_at") is not None
     listed = await stack.call("memory_list", namespace="acme/team", store="team", category_path="decisions")
-    assert [m["path"] for m in listed["items"]] == ["decisions/db"]
+    assert [m["path"] for m in listed["results"]] == ["decisions/db"]
     # the namespace isolates: the default namespace has no such memory
     assert (await stack.call("memory_list", store="team"))["total"] == 0
     await cortex.text("update_memory", store="team", path="decisions/db", citations=[])
@@ -769,7 +769,7 @@ async def test_what_the_native_surface_writes_cortex_reads(shared: tuple[Stack, 
     recent = await cortex.data("cortex_get_recent_memories", store="notes", category="native")
     assert recent["memories"][0]["content"] == "Ship on Tuesdays" and recent["memories"][0]["tags"] == ["ops"]
     # archived on the native surface (restorable there) is deleted for cortex; remove_memory frees its path
-    await stack.call("memory_delete", id=a["id"])
+    await stack.call("memory_retire", id=a["id"], mode="archive")
     assert (await cortex.error("get_memory", store="notes", path="native/ship"))[1] == "Memory not found: native/ship"
     assert (await cortex.data("list_memories", store="notes", category="native"))["count"] == 0
     assert (await cortex.error("update_memory", store="notes", path="native/ship", content="x"))[0] == INVALID_PARAMS
@@ -795,7 +795,7 @@ async def test_a_locked_memory_refuses_a_cortex_agent(shared: tuple[Stack, Corte
     agent = gw.principal
     gw.principal = Principal(agent_id="root", role="admin")
     try:
-        mid = (await stack.call("memory_get", store="notes", path="locked/rule"))["id"]
+        mid = (await stack.call("memory_get", id="notes:locked/rule"))["id"]
         await stack.call("memory_lock", id=mid, reason="policy")
     finally:
         gw.principal = agent

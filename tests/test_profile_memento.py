@@ -583,7 +583,7 @@ async def test_store_again_with_other_labels_updates_the_first(world: World) -> 
                         tags=["dietary"], confidence=0.6)  # the first call, replayed: latest labels again
     assert c["id"] == a["id"] and (c["category"], c["confidence"]) == ("fact", 0.6)
     history = await u.native("memory_history", id=a["id"])
-    assert len(history["versions"]) == 3  # created, relabelled, relabelled back: nothing duplicated
+    assert len(history["results"]) == 3  # created, relabelled, relabelled back: nothing duplicated
     assert (await u.memento("get_memory_stats"))["total_memories"] == 1
 
 
@@ -595,7 +595,7 @@ async def test_a_retired_fact_stored_again_is_a_new_memory(world: World) -> None
     assert b["id"] != a["id"] and b["duplicate"] is False
     assert (await u.memento("store_memory", content="Liam walks to school", subject="Liam",
                             category="context"))["id"] == b["id"]  # fmt: skip
-    await u.native("memory_delete", id=b["id"], permanent=True)
+    await u.native("memory_retire", id=b["id"], mode="delete")
     c = await u.memento("store_memory", content="Liam walks to school", subject="Liam", category="context")
     assert c["id"] not in (a["id"], b["id"]) and c["duplicate"] is False
     changed = await u.memento("update_memory", memory_id=c["id"], new_content="Liam cycles to school")
@@ -689,8 +689,8 @@ async def test_cross_profile_memento_writes_native_reads_and_back(world: World) 
         u.namespace, "Emma is lactose intolerant", "Emma", "restriction")
     assert (got["kind"], got["tags"], got["confidence"]) == ("fact", ["dietary", "health"], 1.0)
     listed = await u.native("memory_list", subject="emma", category="restriction")
-    assert [x["id"] for x in listed["items"]] == [m["id"]]
-    recalled = await u.native("memory_recall", query="is Emma lactose intolerant?")
+    assert [x["id"] for x in listed["results"]] == [m["id"]]
+    recalled = await u.native("memory_search", query="is Emma lactose intolerant?")
     assert recalled["results"][0]["id"] == m["id"]
     # and back: what the native surface writes, memento reads (kind and category as they were given)
     n = await u.native("memory_add", content="Emma is afraid of dogs", subject="emma", category="restriction",
@@ -698,9 +698,9 @@ async def test_cross_profile_memento_writes_native_reads_and_back(world: World) 
     found = await u.memento("search_memories", query="Do you remember what Emma is afraid of?")
     assert found["memories"][0]["id"] == n["id"] and found["memories"][0]["subject"] == "emma"
     assert [x["id"] for x in (await u.memento("list_recent_memories"))["memories"]] == [n["id"], m["id"]]
-    await u.native("memory_mark_outdated", id=n["id"], reason="no longer")
+    await u.native("memory_retire", id=n["id"], mode="outdated", reason="no longer")
     assert [x["id"] for x in (await u.memento("list_recent_memories"))["memories"]] == [m["id"]]
-    await u.native("memory_delete", id=m["id"])  # archived: memento no longer counts or shows it
+    await u.native("memory_retire", id=m["id"], mode="archive")  # archived: memento no longer counts or shows it
     stats = await u.memento("get_memory_stats")
     assert stats["total_memories"] == 1 and stats["by_subject"] == {"emma": 1}
     native = await u.native("memory_stats")  # the native surface's statistics are as they were

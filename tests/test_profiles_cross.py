@@ -13,7 +13,7 @@ principals so that all of them land on the one namespace `acme/web`:
 
 1. In process (tests/harness.py `start_stack` with the real model, several MCP clients, one per profile, over
    the SAME gateway): a memory stored through memento is found by agent-memory's query_memories search text,
-   by native memory_get and memory_recall, and read by governed's memory.read, in `acme/web`.
+   by native memory_get and memory_search, and read by governed's memory.read, in `acme/web`.
 2. In process, two principals on one NATS (the stack's agent gateway, and an admin's gateway built with
    `make_gateway` on the stack's connection): a memory the admin locked through governed's memory.lock refuses
    the agent's update through cortex, agent-memory and memento, each in that contract's own error format, and
@@ -144,13 +144,13 @@ async def test_a_memento_memory_is_found_by_agent_memory_native_and_governed(
             assert listed["total"] == 3 and m["id"] in {x["id"] for x in listed["memories"]}
             assert other["id"] in {x["id"] for x in listed["memories"]}
 
-            # native: memory_get by id (default namespace, and naming it), memory_recall ranks it first
+            # native: memory_get by id (default namespace, and naming it), memory_search ranks it first
             got = await native("memory_get", id=m["id"])
             assert (got["namespace"], got["content"], got["subject"], got["category"], got["kind"]) == (
                 NS, EMMA["content"], "Emma", "restriction", "fact")  # fmt: skip
             assert (got["created_by"], got["version"]) == ("ann", 1)
             assert (await native("memory_get", id=m["id"], namespace=NS))["id"] == m["id"]
-            recalled = await native("memory_recall", query="is Emma lactose intolerant?")
+            recalled = await native("memory_search", query="is Emma lactose intolerant?", detail="full")
             assert recalled["results"][0]["id"] == m["id"], recalled["results"]
             assert recalled["results"][0]["namespace"] == NS
 
@@ -178,7 +178,7 @@ async def test_a_governed_lock_refuses_an_agents_update_on_every_profile(
 ) -> None:  # fmt: skip
     """ann (agent) and dana (admin, acme/*) are two gateways on the stack's NATS, both with store kb -> acme/web.
     The memory is made through cortex (so that cortex can address it by store + path), and its id read through
-    the native memory_get by store + path: the same memory on every surface."""
+    the native memory_get by store:path: the same memory on every surface."""
     stack = await start_stack(tmp_path / "data", nats_server, agent_settings())
     admin_gw = make_gateway(stack.nc, agent_settings(agent_id="dana", role="admin", namespaces=["acme/*"]))
     try:
@@ -191,7 +191,7 @@ async def test_a_governed_lock_refuses_an_agents_update_on_every_profile(
             admin_native = Surface(await es.enter_async_context(Client(build_server(admin_gw))))
             path = "decisions/database"
             await cortex("add_memory", store="kb", path=path, content="v1: every service uses PostgreSQL")
-            mid = (await native("memory_get", store="kb", path=path))["id"]
+            mid = (await native("memory_get", id=f"kb:{path}"))["id"]
 
             # before the lock, the agent may update it through each of the three profiles
             await cortex("update_memory", store="kb", path=path, content="v2 through cortex")
@@ -321,7 +321,7 @@ async def test_http_serves_two_profiles_at_once_over_one_memory(tmp_path: Path) 
             assert await memento.tool_names() == MEMENTO_TOOLS
             assert await agent_memory.tool_names() == AGENT_MEMORY_TOOLS
             native_tools = await native.tool_names()
-            assert {"memory_add", "memory_get", "memory_recall"} <= native_tools
+            assert {"memory_add", "memory_get", "memory_search"} <= native_tools
             assert not native_tools & (MEMENTO_TOOLS | AGENT_MEMORY_TOOLS)
             schemas = {}
             for label, s in (("memento", memento), ("agent-memory", agent_memory)):

@@ -139,8 +139,8 @@ async def test_rebuild_from_the_log_equals_the_live_projection(stack: Stack, tmp
     for mid in ids[:10]:
         await stack.call("memory_update", id=mid, content="changed", citations=["x:1"])
     await stack.call("memory_move", id=ids[10], to_path="moved/m10")
-    await stack.call("memory_delete", id=ids[11])
-    await stack.call("memory_delete", id=ids[12], permanent=True)
+    await stack.call("memory_retire", id=ids[11], mode="archive")
+    await stack.call("memory_retire", id=ids[12], mode="delete")
     await stack.call("memory_add", content="again", store="s", path="c0/m12")
     assert await stack.projector.follower.wait_for(await stack.last_seq(), 10)
     live = stack.view.canonical_digest()

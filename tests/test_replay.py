@@ -82,12 +82,13 @@ async def populate(stack: Stack, ns: str, n: int = 12) -> list[str]:
         await stack.call("memory_update", id=mid, namespace=ns, content=f"quokka changed {mid[:8]} — naïve café",
                          citations=["x:1"])  # fmt: skip
     await stack.call("memory_move", id=ids[1], namespace=ns, to_path="moved/m1")
-    await stack.call("memory_delete", id=ids[2], namespace=ns)  # archived
+    await stack.call("memory_retire", id=ids[2], namespace=ns, mode="archive")
     await stack.call("memory_restore", id=ids[2], namespace=ns)
-    await stack.call("memory_delete", id=ids[3], namespace=ns)
-    await stack.call("memory_deprecate", id=ids[4], namespace=ns, reason="old")
-    await stack.call("memory_invalidate", id=ids[5], namespace=ns, reason="replaced", superseded_by=ids[6])
-    await stack.call("memory_delete", id=ids[7], namespace=ns, permanent=True)
+    await stack.call("memory_retire", id=ids[3], namespace=ns, mode="archive")
+    await stack.call("memory_retire", id=ids[4], namespace=ns, mode="deprecate", reason="old")
+    await stack.call("memory_retire", id=ids[5], namespace=ns, mode="invalidate", reason="replaced",
+                     superseded_by=ids[6])  # fmt: skip
+    await stack.call("memory_retire", id=ids[7], namespace=ns, mode="delete")
     ids.append((await stack.call("memory_add", namespace=ns, content="quokka recreated", store="kb",
                                  path="c1/m7"))["id"])  # fmt: skip
     await stack.call("memory_add", namespace=ns, content="quokka without a path", kind="fact",
@@ -172,7 +173,9 @@ def rows_of(out: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def listed_rows(page: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
-    return {m["id"]: (m["version"], m["content"], m["store"], m["path"], m["status"], m["seq"]) for m in page["items"]}
+    """A memory_list page (detail="full") as rows of the memories table."""
+    return {m["id"]: (m["version"], m["content"], m.get("store"), m.get("path"), m["status"], m["seq"])
+            for m in page["results"]}  # fmt: skip
 
 
 async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, nats_server: EmbeddedNats) -> None:
@@ -188,7 +191,7 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
             if i == 1:
                 await stack.call("memory_move", id=ids[1], namespace=ns, to_path="q/1")
             if i == 2:
-                await stack.call("memory_delete", id=ids[1], namespace=ns, permanent=True)
+                await stack.call("memory_retire", id=ids[1], namespace=ns, mode="delete")
                 await stack.call("memory_add", namespace=ns, content="quokka at the freed path", store="s",
                                  path="q/1")  # fmt: skip
             marks.append(await stack.last_seq())
@@ -197,7 +200,7 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
 
         async def as_of(at: int | str) -> dict[str, Any]:
             return await stack.call("memory_list", namespace=ns, status="any", include_expired=True, limit=500,
-                                    as_of=at)  # fmt: skip
+                                    as_of=at, detail="full")  # fmt: skip
 
         for k, mark in enumerate(marks[:3]):
             want = await as_of(mark)
@@ -223,7 +226,7 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
             await replay(core, NO_VECTORS, upto=str(marks[0]), output=tmp_path / "seq0")
         # the copy is frozen: the live projection moved on, the data directory's generation is untouched
         assert projection_dir(core) == core.data_dir
-        assert len((await as_of(await stack.last_seq()))["items"]) > len(rows_of(tmp_path / "seq0"))
+        assert len((await as_of(await stack.last_seq()))["results"]) > len(rows_of(tmp_path / "seq0"))
         # a time before the first event: an empty copy; a time after the last event: the whole log
         r = await replay(core, NO_VECTORS, upto="2000-01-01T00:00:00Z", output=tmp_path / "empty")
         assert (r["target_seq"], r["verify"]["memories"]) == (0, 0)
@@ -284,8 +287,8 @@ async def test_blue_green_swap_while_writes_continue(stack: Stack) -> None:
         g = await stack.call("memory_get", id=a["id"], namespace=ns)
         assert g["content"] == content, g
         listed = await stack.call("memory_list", namespace=ns, limit=5)
-        assert a["id"] in [m["id"] for m in listed["items"]], "the newest memory is first (updated_at desc)"
-        found = await stack.call("memory_search_keyword", namespace=ns, query=f"{tag} {i}", limit=100)
+        assert a["id"] in [m["id"] for m in listed["results"]], "the newest memory is first (updated_at desc)"
+        found = await stack.call("memory_search", mode="keyword", namespace=ns, query=f"{tag} {i}", limit=100)
         assert a["id"] in [h["id"] for h in found["results"]], (tag, i)
         calls += 4
 
@@ -336,10 +339,10 @@ async def test_blue_green_swap_while_writes_continue(stack: Stack) -> None:
     # every memory written before, during and after the swaps is there, as written
     assert len(written) > 8 + 4 and calls == 4 * len(written)
     listed = await stack.call("memory_list", namespace=ns, limit=500)
-    assert {m["id"]: m["content"] for m in listed["items"]} == written and listed["total"] == len(written)
+    assert {m["id"]: m["content"] for m in listed["results"]} == written and listed["total"] == len(written)
     for mid, content in written.items():
         assert (await stack.call("memory_get", id=mid, namespace=ns))["content"] == content
-    found = await stack.call("memory_search_keyword", namespace=ns, query="marmalade", limit=100)
+    found = await stack.call("memory_search", mode="keyword", namespace=ns, query="marmalade", limit=100)
     assert len(found["results"]) == min(100, len(written))
     # and the serving generation is what a clean replay of the log builds
     head = await settled(stack)
@@ -579,19 +582,19 @@ async def test_a_schema_1_move_is_upcast_live_and_in_a_replay(tmp_path: Path, na
         assert await stack.projector.follower.wait_for(ack.seq, 10, committed=True)
 
         # live: the memory is at the new path, in its store
-        got = await stack.call("memory_get", namespace=ns, store="main", path="projects/mneme/adr/0001-event-log")
+        got = await stack.call("memory_get", namespace=ns, id="main:projects/mneme/adr/0001-event-log")
         assert (got["id"], got["store"], got["version"], got["updated_by"]) == (mid, "main", 2, "agent-alpha")
         with pytest.raises(ToolFailure):
-            await stack.call("memory_get", namespace=ns, store="main", path="projects/mneme/decisions/event-log")
+            await stack.call("memory_get", namespace=ns, id="main:projects/mneme/decisions/event-log")
         h = await stack.call("memory_history", id=mid, namespace=ns)
         assert [(v["version"], v["event"], v["seq"], v["agent_id"], v["request_id"], v["changed"])
-                for v in h["versions"]] == [
-            (1, "memory_created", a["seq"], "local-agent", h["versions"][0]["request_id"], ["created"]),
+                for v in h["results"]] == [
+            (1, "memory_created", a["seq"], "local-agent", h["results"][0]["request_id"], ["created"]),
             (2, "memory_moved", ack.seq, "agent-alpha", "req-0004", ["path"]),
         ]  # fmt: skip
         # the next write decides on the upcast state (version 3)
         up = await stack.call("memory_update", id=mid, namespace=ns, content="Use NATS JetStream as the event log.")
-        assert (up["memory"]["version"], up["memory"]["path"]) == (3, "projects/mneme/adr/0001-event-log")
+        assert (up["version"], up["path"]) == (3, "projects/mneme/adr/0001-event-log")
         head = await settled(stack)
 
         # a replay (with vectors, which fold the upcast event too) gives the same tables
@@ -622,13 +625,15 @@ async def test_replay_with_another_model_re_embeds_and_serves_it_after_a_restart
     ns = "replay/model"
     a = await stack.call("memory_add", namespace=ns, content="The user drinks green tea every morning")
     await stack.call("memory_add", namespace=ns, content="The build server runs on Fridays")
-    before = await stack.call("memory_search", namespace=ns, query="favourite morning drink", limit=1)
+    before = await stack.call("memory_search", mode="semantic", namespace=ns, query="favourite morning drink", limit=1,
+                              detail="full")  # fmt: skip
     assert before["model"] == "paraphrase-MiniLM-L3-v2"
     core = core_of(stack)
     result = await replay(core, ProjectorSettings(), model="minilm-l6-int8")
     assert result["verify"]["ok"] and result["model"] == "minilm-l6-int8" and result["swap"]["live"], result
     assert result["embedded"] >= 2  # nothing of this model was cached: it ran
-    after = await stack.call("memory_search", namespace=ns, query="favourite morning drink", limit=1)  # no sleep
+    after = await stack.call("memory_search", mode="semantic", namespace=ns, query="favourite morning drink", limit=1,
+                             detail="full")  # no sleep  # fmt: skip
     assert after["model"] == "all-MiniLM-L6-v2-int8" and after["results"][0]["id"] == a["id"], after
     assert serving_settings(core, ProjectorSettings()).embedding_model == "minilm-l6-int8"
     assert (projection_dir(core) / "vectors-minilm-l6-int8").is_dir()

@@ -1,11 +1,12 @@
-"""Search end to end: memory_search (semantic), memory_search_keyword (BM25) and memory_recall (hybrid).
+"""Search end to end: memory_search in its three modes, semantic, keyword (BM25) and hybrid (the default).
 
 Everything is real: the embedding model shipped in a wheel (loaded once per process), a Qdrant Edge
 shard under the data directory, DuckDB, and a nats-server child. One stack serves the module; its
 own gateway runs as `alice` (an agent bound to every namespace, in no organization, so no
 organization rules mix into her results). Tests write into fresh namespaces of their own, so the
 shared stack does not couple them. Organization rules use further gateways of organization `acme`
-on the same NATS connection (`linearizable`, so they see each other's writes).
+on the same NATS connection (`linearizable`, so they see each other's writes). The shared gateway offers the
+native `context` argument (`context="optional"`), so a search can carry its own request id for the audit.
 
 Two tests run stacks of their own: the one whose embedding model is still loading, and (beside the
 shared stack) the replay, which folds the shared log a second time into a fresh index.
@@ -47,8 +48,7 @@ from tests.harness import Stack, ToolFailure, open_vectors, result_of, shared_mo
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = ("memory_search", "memory_search_keyword", "memory_recall")
-MODE = {"memory_search": "semantic", "memory_search_keyword": "keyword", "memory_recall": "hybrid"}
+MODES = ("semantic", "keyword", "hybrid")  # memory_search's modes (the old memory_search, _keyword and recall)
 
 
 # -- callers and the shared stack ------------------------------------------------------------------
@@ -65,8 +65,11 @@ class Caller:
     async def __call__(self, tool: str, **args: Any) -> dict[str, Any]:
         return result_of(await self.client.call_tool(tool, args))
 
-    async def ids(self, tool: str, **args: Any) -> list[str]:
-        return [r["id"] for r in (await self(tool, **args))["results"]]
+    async def search(self, mode: str, **args: Any) -> dict[str, Any]:
+        return await self("memory_search", mode=mode, **args)
+
+    async def ids(self, mode: str, **args: Any) -> list[str]:
+        return [r["id"] for r in (await self.search(mode, **args))["results"]]
 
 
 @dataclass
@@ -102,7 +105,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     await server.start()
     stack = None
     try:
-        gs = GatewaySettings(agent_id="alice", namespaces=["*"], namespace="solo")
+        gs = GatewaySettings(agent_id="alice", namespaces=["*"], namespace="solo", context="optional")
         stack = await start_stack(base / "data", server, gs, vectors=True)
         async with AsyncExitStack() as es:
             es.push_async_callback(stack.gateway.access.flush)
@@ -181,42 +184,44 @@ async def test_paraphrased_queries_find_their_fact_and_keywords_find_exact_and_s
         by_id[await add(world.alice, ns, content)] = key
     misses, dropped = [], []
     for query, want in PARAPHRASES.items():
-        for tool in ("memory_search", "memory_recall"):
-            got = await world.alice(tool, query=query, namespace=ns, limit=3, threshold=0.0)
+        for mode in ("semantic", "hybrid"):
+            got = await world.alice.search(mode, query=query, namespace=ns, limit=3, threshold=0.0)
             top = [by_id[r["id"]] for r in got["results"]]
             if want not in top:
-                misses.append((tool, query, want, top))
+                misses.append((mode, query, want, top))
                 continue
             # the default threshold keeps the fact exactly when its score reaches it
             score = got["results"][top.index(want)]["score"]
-            default = await world.alice(tool, query=query, namespace=ns, limit=3)
+            default = await world.alice.search(mode, query=query, namespace=ns, limit=3, detail="full")
             kept = want in [by_id[r["id"]] for r in default["results"]]
-            assert kept == (score >= default["threshold"]), (tool, query, score)
+            assert kept == (score >= default["threshold"]), (mode, query, score)
             if not kept:
-                dropped.append((tool, query))
+                dropped.append((mode, query))
     assert not misses, misses
     # ... which it does for every paraphrase but one: no word in common, and a cosine (0.21) this model also
-    # gives unrelated text; memory_search's lower bar (cosine 0.2) still keeps it
-    assert dropped == [("memory_recall", "dietary restrictions for the family")], dropped
+    # gives unrelated text; the semantic mode's lower bar (cosine 0.2) still keeps it
+    assert dropped == [("hybrid", "dietary restrictions for the family")], dropped
     for query, want in KEYWORDS.items():
-        got = await world.alice("memory_search_keyword", query=query, namespace=ns)
+        got = await world.alice.search("keyword", query=query, namespace=ns, detail="full")
         top = [by_id[r["id"]] for r in got["results"]]
         assert top and top[0] == want, (query, top)
         # the score is the share of the query's words the memory holds: all of them
         assert got["results"][0]["score"] >= 0.9 and got["results"][0]["keyword_score"] > 0, got["results"][0]
     # half the (equally rare) words: about half the score, whatever else the namespace holds
-    got = {by_id[r["id"]]: r["score"] for r in (await world.alice("memory_search_keyword", query="pytest argon2",
-                                                                   namespace=ns))["results"]}  # fmt: skip
+    got = {by_id[r["id"]]: r["score"] for r in (await world.alice.search("keyword", query="pytest argon2",
+                                                                          namespace=ns))["results"]}  # fmt: skip
     assert set(got) == {"pytest", "pw"} and all(0.35 < x < 0.65 for x in got.values()), got
     # keyword search is no semantic search: a paraphrase without a shared word finds nothing
-    got = await world.alice("memory_search_keyword", query="dietary restrictions for the family", namespace=ns)
-    assert got["results"] == [] and got["count"] == 0
-    # results carry the memory and the scores of the mode
-    sem = await world.alice("memory_search", query="what kind of pet does Sarah own", namespace=ns, limit=1)
+    got = await world.alice.search("keyword", query="dietary restrictions for the family", namespace=ns)
+    assert got["results"] == []
+    # results carry the memory and the scores of the mode (every field with detail="full"; the score is
+    # rounded to 4 places, the semantic score is not)
+    sem = await world.alice.search("semantic", query="what kind of pet does Sarah own", namespace=ns, limit=1,
+                                   detail="full")  # fmt: skip
     (hit,) = sem["results"]
     assert hit["content"] == CORPUS["cat"] and hit["namespace"] == ns and hit["match"] == "scope"
-    assert hit["score"] == pytest.approx(hit["semantic_score"], abs=1e-5) and hit["demoted"] is False
-    assert sem["mode"] == "semantic" and sem["model"] == shared_model().model_id and sem["count"] == 1
+    assert hit["score"] == pytest.approx(hit["semantic_score"], abs=1e-4) and hit["demoted"] is False
+    assert sem["mode"] == "semantic" and sem["model"] == shared_model().model_id and len(sem["results"]) == 1
 
 
 # -- 2. filters --------------------------------------------------------------------------------------
@@ -318,36 +323,44 @@ async def filter_corpus(world: World) -> FilterCorpus:
         ids[s.key] = await add(world.alice, ns, f"zebra memo {i}: the {s.kind} about {s.category} ({s.key})", **args)
     for s in FILTER_SPECS:
         if s.status == "archived":
-            assert (await world.alice("memory_delete", id=ids[s.key], namespace=ns))["mode"] == "archived"
+            r = await world.alice("memory_retire", id=ids[s.key], namespace=ns, mode="archive")
+            assert r["status"] == "archived"
         elif s.status == "deprecated":
-            d = await world.alice("memory_deprecate", id=ids[s.key], namespace=ns, reason="superseded")
+            d = await world.alice("memory_retire", id=ids[s.key], namespace=ns, mode="deprecate", reason="superseded")
             assert d["status"] == "deprecated"
     return FilterCorpus(ns, ids)
 
 
-@pytest.mark.parametrize("tool", TOOLS)
-async def test_filters_are_honoured_by_every_tool(world: World, filter_corpus: FilterCorpus, tool: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: FilterCorpus, mode: str) -> None:
     fc = filter_corpus
     for f in FILTER_CASES:
         # threshold 0 (every candidate passes) and a generous limit: the result is exactly the filter's set
-        got = await world.alice(tool, query="zebra memo", namespace=fc.ns, threshold=0.0, limit=100, **f)
+        got = await world.alice.search(mode, query="zebra memo", namespace=fc.ns, threshold=0.0, limit=100,
+                                       detail="full", **f)  # fmt: skip
         keys = fc.keys([r["id"] for r in got["results"]])
-        assert keys == expected(FILTER_SPECS, f), (tool, f, sorted(keys))
-        assert got["count"] == len(got["results"])
+        assert keys == expected(FILTER_SPECS, f), (mode, f, sorted(keys))
         # demoted exactly when not active; in order of score
         for r in got["results"]:
-            assert r["demoted"] is (r["status"] != "active"), (tool, f, r)
-            assert r["expired"] is (r["id"] == fc.ids["note-food-expired"]), (tool, f, r)
+            assert r["demoted"] is (r["status"] != "active"), (mode, f, r)
+            assert r["expired"] is (r["id"] == fc.ids["note-food-expired"]), (mode, f, r)
+        # in brief, status is there only when not active and expired only when true
+        brief = await world.alice.search(mode, query="zebra memo", namespace=fc.ns, threshold=0.0, limit=100, **f)
+        full = {r["id"]: r for r in got["results"]}
+        assert {r["id"]: r["score"] for r in brief["results"]} == {i: r["score"] for i, r in full.items()}, (mode, f)
+        for b in brief["results"]:
+            r = full[b["id"]]
+            assert b.get("status", "active") == r["status"] and b.get("expired", False) is r["expired"], (mode, f, b)
         scores = [r["score"] for r in got["results"]]
-        assert scores == sorted(scores, reverse=True), (tool, f)
+        assert scores == sorted(scores, reverse=True), (mode, f)
         # the same filter with the tier order (an option of the projector's query): the demoted last
         args = {k: tuple(x) if k == "tags" else x for k, x in f.items()}
-        q = SearchMemories(namespace=fc.ns, now=datetime.now(UTC), mode=MODE[tool], query="zebra memo", threshold=0.0,
-                           limit=100, order="tiers", **args)  # fmt: skip
+        q = SearchMemories(namespace=fc.ns, now=datetime.now(UTC), mode=mode, query="zebra memo", threshold=0.0,
+                           limit=100, order="tiers", **args)  # type: ignore[arg-type]  # fmt: skip
         tiered = world.stack.projector.searcher.search(q).hits  # type: ignore[union-attr]
-        assert {h.memory.id for h in tiered} == {r["id"] for r in got["results"]}, (tool, f)
+        assert {h.memory.id for h in tiered} == {r["id"] for r in got["results"]}, (mode, f)
         flags = [(h.group, h.demoted) for h in tiered]
-        assert flags == sorted(flags, key=lambda x: ({"exact": 0, "scope": 1, "rules": 2}[x[0]], x[1])), (tool, f)
+        assert flags == sorted(flags, key=lambda x: ({"exact": 0, "scope": 1, "rules": 2}[x[0]], x[1])), (mode, f)
 
 
 async def test_deprecation_scales_the_score_down_instead_of_ranking_below_every_active_memory(world: World) -> None:
@@ -355,23 +368,24 @@ async def test_deprecation_scales_the_score_down_instead_of_ranking_below_every_
     old = await add(world.alice, ns, "All services must run on Python 3.9")
     new = await add(world.alice, ns, "Services run on Python 3.11 now")
     await add(world.alice, ns, "The cafeteria serves lunch at noon")
-    await world.alice("memory_deprecate", id=old, namespace=ns, reason="we upgraded")
-    for tool in TOOLS:
+    await world.alice("memory_retire", id=old, namespace=ns, mode="deprecate", reason="we upgraded")
+    for mode in MODES:
         for query, exact in (("All services must run on Python 3.9", True),  # the deprecated memory, verbatim
                              ("every service must run on Python 3.9", False)):  # fmt: skip
-            got = (await world.alice(tool, query=query, namespace=ns, threshold=0.0))["results"]
+            got = (await world.alice.search(mode, query=query, namespace=ns, threshold=0.0, detail="full"))["results"]
             by = {r["id"]: r for r in got}
-            assert old in by and new in by, (tool, query, got)
+            assert old in by and new in by, (mode, query, got)
             o = by[old]
             assert (o["match"], o["demoted"], o["status"]) == ("exact" if exact else "scope", True, "deprecated")
             assert not by[new]["demoted"]
-            assert [r["score"] for r in got] == sorted((r["score"] for r in got), reverse=True), (tool, query)
-            if tool == "memory_search":  # the score: the cosine (+0.1 for containing the query) times 0.7
+            assert [r["score"] for r in got] == sorted((r["score"] for r in got), reverse=True), (mode, query)
+            if mode == "semantic":  # the score: the cosine (+0.1 for containing the query) times 0.7
+                # (the score is rounded to 4 places, the semantic score is not)
                 want = (min(1.0, o["semantic_score"] + 0.1) if exact else o["semantic_score"]) * 0.7
-                assert o["score"] == pytest.approx(want, abs=1e-5), o
-                assert by[new]["score"] == pytest.approx(by[new]["semantic_score"], abs=1e-5)
-        active = await world.alice(tool, query="every service must run on Python 3.9", namespace=ns, threshold=0.0,
-                                   status="active")  # fmt: skip
+                assert o["score"] == pytest.approx(want, abs=1e-4), o
+                assert by[new]["score"] == pytest.approx(by[new]["semantic_score"], abs=1e-4)
+        active = await world.alice.search(mode, query="every service must run on Python 3.9", namespace=ns,
+                                          threshold=0.0, status="active")  # fmt: skip
         assert old not in [r["id"] for r in active["results"]] and new in [r["id"] for r in active["results"]]
 
 
@@ -383,12 +397,12 @@ async def test_a_deprecated_memory_that_answers_the_question_stays_within_the_li
                     "The database team meets on Thursdays", "Database migrations are written with Alembic"):
         await add(world.alice, ns, content)
     answer = await add(world.alice, ns, "The production database password rotates every 90 days")
-    await world.alice("memory_deprecate", id=answer, namespace=ns, reason="moving to a secrets manager")
-    for tool in TOOLS:
-        got = (await world.alice(tool, query="how often does the production database password rotate?",
-                                 namespace=ns, limit=3))["results"]  # fmt: skip
-        assert answer in [r["id"] for r in got], (tool, [(r["content"], r["score"]) for r in got])
-        assert got[0]["id"] == answer and got[0]["demoted"] is True, (tool, got[0])
+    await world.alice("memory_retire", id=answer, namespace=ns, mode="deprecate", reason="moving to a secrets manager")
+    for mode in MODES:
+        got = (await world.alice.search(mode, query="how often does the production database password rotate?",
+                                        namespace=ns, limit=3, detail="full"))["results"]  # fmt: skip
+        assert answer in [r["id"] for r in got], (mode, [(r["content"], r["score"]) for r in got])
+        assert got[0]["id"] == answer and got[0]["demoted"] is True, (mode, got[0])
 
 
 async def test_memories_whose_valid_time_ended_are_demoted(world: World) -> None:
@@ -396,9 +410,10 @@ async def test_memories_whose_valid_time_ended_are_demoted(world: World) -> None
     ended = await add(world.alice, ns, "The London office uses the guest wifi network called Lobby",
                       valid_until=(datetime.now(UTC) - timedelta(hours=1)).isoformat())  # fmt: skip
     current = await add(world.alice, ns, "The London office guest wifi network is called Atrium")
-    for tool in TOOLS:
-        got = (await world.alice(tool, query="London office guest wifi network", namespace=ns))["results"]
-        assert [(r["id"], r["demoted"]) for r in got] == [(current, False), (ended, True)], (tool, got)
+    for mode in MODES:
+        got = (await world.alice.search(mode, query="London office guest wifi network", namespace=ns,
+                                        detail="full"))["results"]  # fmt: skip
+        assert [(r["id"], r["demoted"]) for r in got] == [(current, False), (ended, True)], (mode, got)
 
 
 async def test_tag_filter_is_normalised_like_the_stored_tags(world: World) -> None:
@@ -407,11 +422,11 @@ async def test_tag_filter_is_normalised_like_the_stored_tags(world: World) -> No
     ns = fresh()
     mid = await add(world.alice, ns, "A memo tagged in capitals", tags=["Red", " Blue "])
     assert (await world.alice("memory_get", id=mid, namespace=ns))["tags"] == ["red", "blue"]
-    assert [m["id"] for m in (await world.alice("memory_list", namespace=ns, tags=["Red"]))["items"]] == [mid]
-    for tool in TOOLS:
-        assert await world.alice.ids(tool, query="memo", namespace=ns, threshold=0.0, tags=["red", "blue"]) == [mid]
-        assert await world.alice.ids(tool, query="memo", namespace=ns, threshold=0.0, tags=["Red", " BLUE"]) == [mid], (
-            f"{tool}: the tag filter is compared raw with the normalised stored tags"
+    assert [m["id"] for m in (await world.alice("memory_list", namespace=ns, tags=["Red"]))["results"]] == [mid]
+    for mode in MODES:
+        assert await world.alice.ids(mode, query="memo", namespace=ns, threshold=0.0, tags=["red", "blue"]) == [mid]
+        assert await world.alice.ids(mode, query="memo", namespace=ns, threshold=0.0, tags=["Red", " BLUE"]) == [mid], (
+            f"{mode}: the tag filter is compared raw with the normalised stored tags"
         )
 
 
@@ -422,26 +437,32 @@ async def test_threshold_is_honoured_and_the_default_reported(world: World) -> N
     ns = fresh()
     for content in CORPUS.values():
         await add(world.alice, ns, content)
-    for tool in TOOLS:
-        got = await world.alice(tool, query="the user's time zone and city", namespace=ns, limit=100)
-        assert got["threshold"] == DEFAULT_THRESHOLD[MODE[tool]] and got["mode"] == MODE[tool]
+    for mode in MODES:
+        got = await world.alice.search(mode, query="the user's time zone and city", namespace=ns, limit=100,
+                                       detail="full")  # fmt: skip
+        assert got["threshold"] == DEFAULT_THRESHOLD[mode] and got["mode"] == mode
         assert all(r["score"] >= got["threshold"] for r in got["results"])
-        assert got["results"], tool
+        assert got["results"], mode
         scores = [r["score"] for r in got["results"]]
         for t in (0.3, 0.5, 0.75, 1.0):
-            cut = await world.alice(tool, query="the user's time zone and city", namespace=ns, limit=100, threshold=t)
+            cut = await world.alice.search(mode, query="the user's time zone and city", namespace=ns, limit=100,
+                                           threshold=t, detail="full")  # fmt: skip
             assert cut["threshold"] == t
-            assert all(r["score"] >= t for r in cut["results"]), (tool, t, cut["results"])
+            assert all(r["score"] >= t for r in cut["results"]), (mode, t, cut["results"])
             # the same ranking, cut at the threshold (no exact matches here, one group)
-            assert [r["score"] for r in cut["results"]] == [s for s in scores if s >= t], (tool, t)
-    assert (await world.alice("memory_search", query="x", namespace=ns))["threshold"] == 0.2
+            assert [r["score"] for r in cut["results"]] == [s for s in scores if s >= t], (mode, t)
+    assert (await world.alice.search("semantic", query="x", namespace=ns, detail="full"))["threshold"] == 0.2
+    # without a mode, memory_search is the hybrid search (what memory_recall was)
+    default = await world.alice("memory_search", query="the user's time zone and city", namespace=ns, detail="full")
+    assert (default["mode"], default["threshold"]) == ("hybrid", DEFAULT_THRESHOLD["hybrid"]), default
     # nothing in the corpus is about volcanoes: a strict semantic threshold returns nothing
-    strict = await world.alice("memory_search", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.99)
-    assert strict["results"] == [] and strict["count"] == 0 and strict["threshold"] == 0.99
-    loose = await world.alice("memory_search", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.0)
+    strict = await world.alice.search("semantic", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.99,
+                                      detail="full")  # fmt: skip
+    assert strict["results"] == [] and strict["threshold"] == 0.99
+    loose = await world.alice.search("semantic", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.0)
     assert loose["results"], "threshold 0 returns the nearest memories, however far"
     # keyword: 1.0 keeps only the best hit(s)
-    best = await world.alice("memory_search_keyword", query="user", namespace=ns, threshold=1.0)
+    best = await world.alice.search("keyword", query="user", namespace=ns, threshold=1.0)
     assert best["results"] and all(r["score"] == 1.0 for r in best["results"])
 
 
@@ -454,40 +475,41 @@ async def test_updates_and_permanent_deletes_are_reflected_at_once(world: World)
         await add(world.alice, ns, content)
     mid = await add(world.alice, ns, "Alice's favourite fruit is mango")
     # read your writes: searched right after the write, no sleep
-    assert (await world.alice.ids("memory_search", query="what fruit does Alice like", namespace=ns, limit=1)) == [mid]
+    assert (await world.alice.ids("semantic", query="what fruit does Alice like", namespace=ns, limit=1)) == [mid]
     up = await world.alice("memory_update", id=mid, namespace=ns, content="The backup job runs every night at 2am")
-    assert up["memory"]["version"] == 2
-    for tool in TOOLS:
-        got = await world.alice(tool, query="mango", namespace=ns, threshold=0.0, status="any", limit=100)
-        assert all("mango" not in r["content"] for r in got["results"]), (tool, got["results"])
+    assert up["version"] == 2
+    for mode in MODES:
+        got = await world.alice.search(mode, query="mango", namespace=ns, threshold=0.0, status="any", limit=100,
+                                       detail="full")  # fmt: skip
+        assert all("mango" not in r["content"] for r in got["results"]), (mode, got["results"])
         for r in got["results"]:
             if r["id"] == mid:
                 assert r["version"] == 2 and r["content"].startswith("The backup job")
-    assert await world.alice.ids("memory_search_keyword", query="mango", namespace=ns) == []
-    assert mid not in await world.alice.ids("memory_search", query="what fruit does Alice like", namespace=ns)
-    for tool in TOOLS:
-        got = await world.alice(tool, query="when do backups run", namespace=ns)
-        assert got["results"][0]["id"] == mid, (tool, got["results"])
+    assert await world.alice.ids("keyword", query="mango", namespace=ns) == []
+    assert mid not in await world.alice.ids("semantic", query="what fruit does Alice like", namespace=ns)
+    for mode in MODES:
+        got = await world.alice.search(mode, query="when do backups run", namespace=ns, detail="full")
+        assert got["results"][0]["id"] == mid, (mode, got["results"])
         assert got["results"][0]["version"] == 2
     # archived: only with status any
-    await world.alice("memory_delete", id=mid, namespace=ns)
-    for tool in TOOLS:
-        assert mid not in await world.alice.ids(tool, query="when do backups run", namespace=ns, threshold=0.0)
-        got = {r["id"]: r for r in (await world.alice(tool, query="when do backups run", namespace=ns,
-                                                         status="any"))["results"]}  # fmt: skip
-        assert mid in got, tool
+    await world.alice("memory_retire", id=mid, namespace=ns, mode="archive")
+    for mode in MODES:
+        assert mid not in await world.alice.ids(mode, query="when do backups run", namespace=ns, threshold=0.0)
+        got = {r["id"]: r for r in (await world.alice.search(mode, query="when do backups run", namespace=ns,
+                                                                status="any", detail="full"))["results"]}  # fmt: skip
+        assert mid in got, mode
         assert (got[mid]["status"], got[mid]["demoted"]) == ("archived", True)  # ranked below active ones
     # restored: back at once
     await world.alice("memory_restore", id=mid, namespace=ns)
-    assert (await world.alice.ids("memory_recall", query="when do backups run", namespace=ns))[0] == mid
+    assert (await world.alice.ids("hybrid", query="when do backups run", namespace=ns))[0] == mid
     # deleted for good: never again, whatever the filters
-    d = await world.alice("memory_delete", id=mid, namespace=ns, permanent=True)
-    assert d["mode"] == "deleted"
-    for tool in TOOLS:
+    d = await world.alice("memory_retire", id=mid, namespace=ns, mode="delete")
+    assert d["status"] == "deleted"
+    for mode in MODES:
         for query in ("when do backups run", "The backup job runs every night at 2am", "mango", "backup"):
-            found = await world.alice.ids(tool, query=query, namespace=ns, threshold=0.0, status="any",
+            found = await world.alice.ids(mode, query=query, namespace=ns, threshold=0.0, status="any",
                                           include_expired=True, limit=100)  # fmt: skip
-            assert mid not in found, (tool, query)
+            assert mid not in found, (mode, query)
 
 
 # -- 5. before the model is loaded ---------------------------------------------------------------------------
@@ -510,12 +532,12 @@ async def test_search_while_the_model_loads(tmp_path: Path, nats_server: Embedde
         assert not handle.ready
         a = await stack.call("memory_add", content="The nightly backup is copied to the cold storage bucket")
         b = await stack.call("memory_add", content="Grace prefers tea over coffee")
-        for tool in ("memory_search", "memory_recall"):
+        for mode in ("semantic", "hybrid"):
             with pytest.raises(ToolFailure) as err:
-                await stack.call(tool, query="where do backups go")
+                await stack.call("memory_search", mode=mode, query="where do backups go")
             assert err.value.code == "EMBEDDING_MODEL_LOADING", err.value.error
-        kw = await stack.call("memory_search_keyword", query="backup")
-        assert [r["id"] for r in kw["results"]] == [a["id"]] and kw["model"] is None
+        kw = await stack.call("memory_search", mode="keyword", query="backup", detail="full")
+        assert [r["id"] for r in kw["results"]] == [a["id"]] and kw.get("model") is None
         assert vectors.pending_dense == 2 and vectors.checkpoint == 0, "written without dense vectors, position held"
         gate.set()
         assert await asyncio.to_thread(handle.wait, 60)
@@ -523,13 +545,13 @@ async def test_search_while_the_model_loads(tmp_path: Path, nats_server: Embedde
         while vectors.pending_dense and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         assert vectors.pending_dense == 0, "the dense vectors were not filled in"
-        got = await stack.call("memory_search", query="where do backups go")
+        got = await stack.call("memory_search", mode="semantic", query="where do backups go", detail="full")
         assert got["results"][0]["id"] == a["id"] and got["model"] == handle.model_id
-        got = await stack.call("memory_recall", query="what does Grace like to drink")
+        got = await stack.call("memory_search", mode="hybrid", query="what does Grace like to drink")
         assert got["results"][0]["id"] == b["id"]
         # and what is written now is embedded at once
         c = await stack.call("memory_add", content="Heidi is allergic to cats")
-        got = await stack.call("memory_search", query="pet allergies")
+        got = await stack.call("memory_search", mode="semantic", query="pet allergies")
         assert got["results"][0]["id"] == c["id"]
         # nothing is held back any more: the (lazily saved) position can be saved up to the head
         assert vectors.save() == await stack.last_seq(), "the position was saved once the vectors were filled"
@@ -554,11 +576,11 @@ async def test_a_model_that_fails_to_load_leaves_keyword_search_working(
     stack.projector.wait_timeout = 1.0  # a lagging answer fails fast
     try:
         a = await stack.call("memory_add", content="The nightly backup is copied to the cold storage bucket")
-        kw = await stack.call("memory_search_keyword", query="backup")
+        kw = await stack.call("memory_search", mode="keyword", query="backup")
         assert [r["id"] for r in kw["results"]] == [a["id"]]
-        for tool in ("memory_search", "memory_recall"):
+        for mode in ("semantic", "hybrid"):
             with pytest.raises(ToolFailure) as err:
-                await stack.call(tool, query="where do backups go")
+                await stack.call("memory_search", mode=mode, query="where do backups go")
             assert err.value.code == "EMBEDDING_MODEL_UNAVAILABLE", err.value.error
     finally:
         follower = stack.projector.vector_follower
@@ -577,13 +599,13 @@ async def test_each_search_is_audited_with_the_returned_ids_and_counted(world: W
     ids = [await add(world.alice, ns, c) for c in list(CORPUS.values())[:6]]
     rid = uuid.uuid4().hex[:8]
     returned: dict[str, list[str]] = {}
-    for tool in TOOLS:
-        got = await world.alice(tool, query="PostgreSQL production database", namespace=ns, limit=3,
-                                context={"request_id": f"{rid}-{tool}"})  # fmt: skip
-        returned[tool] = [r["id"] for r in got["results"]]
-        assert returned[tool], tool
-    empty = await world.alice("memory_search", query="volcanic eruptions", namespace=ns, threshold=0.99,
-                              context={"request_id": f"{rid}-empty"})  # fmt: skip
+    for mode in MODES:
+        got = await world.alice.search(mode, query="PostgreSQL production database", namespace=ns, limit=3,
+                                       context={"request_id": f"{rid}-{mode}"})  # fmt: skip
+        returned[mode] = [r["id"] for r in got["results"]]
+        assert returned[mode], mode
+    empty = await world.alice.search("semantic", query="volcanic eruptions", namespace=ns, threshold=0.99,
+                                     context={"request_id": f"{rid}-empty"})  # fmt: skip
     assert empty["results"] == []
     await world.stack.settle()
     rows = world.stack.trail.con.execute(
@@ -591,10 +613,10 @@ async def test_each_search_is_audited_with_the_returned_ids_and_counted(world: W
         "WHERE request_id LIKE ? ORDER BY trail_seq", [f"{rid}-%"],
     ).fetchall()  # fmt: skip
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
-        *[(f"{rid}-{t}", f"read:{t}", "ok", "alice", ns) for t in TOOLS],
+        *[(f"{rid}-{m}", "read:memory_search", "ok", "alice", ns) for m in MODES],
         (f"{rid}-empty", "read:memory_search", "ok", "alice", ns),
     ]
-    assert [list(r[5]) for r in rows] == [*[returned[t] for t in TOOLS], []]
+    assert [list(r[5]) for r in rows] == [*[returned[m] for m in MODES], []]
     # access statistics are folded from those records
     access_head = (await world.stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq
     assert await world.stack.projector.access_follower.wait_for(access_head, 10, committed=True)
@@ -632,34 +654,34 @@ async def test_verified_organization_rules_rank_by_relevance_and_the_tier_order_
     got = await boss("memory_get", id=unverified, namespace="acme/_system")
     assert got["verification"] == "unverified"
     query = "deploy on Fridays"
-    for tool in TOOLS:
-        got = (await bob(tool, query=query, namespace=ns, threshold=0.0))["results"]
+    for mode in MODES:
+        got = (await bob.search(mode, query=query, namespace=ns, threshold=0.0, detail="full"))["results"]
         ids = [r["id"] for r in got]
         # both contain the query: the caller's exact match and the rule come first, in the order of their scores
-        assert set(ids[:2]) == {exact, rule}, (tool, got)
-        assert got[ids.index(exact)]["match"] == "exact", (tool, got)
-        assert unverified not in ids, (tool, got)
+        assert set(ids[:2]) == {exact, rule}, (mode, got)
+        assert got[ids.index(exact)]["match"] == "exact", (mode, got)
+        assert unverified not in ids, (mode, got)
         r = got[ids.index(rule)]
         assert r["match"] == "rules" and r["namespace"] == "acme/_system" and r["verification"] == "verified"
         assert all(x["namespace"] == ns for x in got if x["match"] != "rules")
         # by relevance: the rule (about deploying on Fridays) before the caller's own Tuesday releases
-        assert [x["score"] for x in got] == sorted((x["score"] for x in got), reverse=True), (tool, got)
-        if tool != "memory_search_keyword":
-            assert own in ids and ids.index(rule) < ids.index(own), (tool, got)
+        assert [x["score"] for x in got] == sorted((x["score"] for x in got), reverse=True), (mode, got)
+        if mode != "keyword":
+            assert own in ids and ids.index(rule) < ids.index(own), (mode, got)
         # the tier order, for a contract that promises it (an option of the projector's query): the caller's
         # exact matches, the rest of the caller's namespace, then the rules
-        q = SearchMemories(namespace=ns, now=datetime.now(UTC), mode=MODE[tool], query=query, threshold=0.0,
-                           rule_namespaces=("acme/_system",), order="tiers")  # fmt: skip
+        q = SearchMemories(namespace=ns, now=datetime.now(UTC), mode=mode, query=query, threshold=0.0,
+                           rule_namespaces=("acme/_system",), order="tiers")  # type: ignore[arg-type]  # fmt: skip
         tiered = world.stack.projector.searcher.search(q).hits  # type: ignore[union-attr]
-        assert {h.memory.id for h in tiered} == set(ids), tool
+        assert {h.memory.id for h in tiered} == set(ids), mode
         groups = [h.group for h in tiered]
-        assert groups == sorted(groups, key=["exact", "scope", "rules"].index) and groups[-1] == "rules", (tool, groups)
+        assert groups == sorted(groups, key=["exact", "scope", "rules"].index) and groups[-1] == "rules", (mode, groups)
         # include_rules=False: the caller's namespace only
-        assert rule not in await bob.ids(tool, query=query, namespace=ns, threshold=0.0, include_rules=False)
+        assert rule not in await bob.ids(mode, query=query, namespace=ns, threshold=0.0, include_rules=False)
         # another organization never sees acme's rules
-        assert rule not in await dave.ids(tool, query=query, threshold=0.0)
+        assert rule not in await dave.ids(mode, query=query, threshold=0.0)
         # nor does a principal in no organization
-        assert rule not in await world.alice.ids(tool, query=query, namespace=ns, threshold=0.0)
+        assert rule not in await world.alice.ids(mode, query=query, namespace=ns, threshold=0.0)
 
 
 async def test_a_matching_organization_rule_comes_before_unrelated_memories_of_ones_own(world: World) -> None:
@@ -673,11 +695,11 @@ async def test_a_matching_organization_rule_comes_before_unrelated_memories_of_o
     for content in CORPUS.values():
         await add(bob, ns, content)
     rule = await add(boss, f"{org}/_system", "All APIs must require auth", kind="business_rule")
-    for tool in ("memory_recall", "memory_search"):
-        got = (await bob(tool, query="do APIs need authentication?", namespace=ns))["results"]
-        assert got[0]["id"] == rule and got[0]["match"] == "rules", (tool, [(r["content"], r["score"]) for r in got])
+    for mode in ("hybrid", "semantic"):
+        got = (await bob.search(mode, query="do APIs need authentication?", namespace=ns, detail="full"))["results"]
+        assert got[0]["id"] == rule and got[0]["match"] == "rules", (mode, [(r["content"], r["score"]) for r in got])
         # and the default threshold leaves out what is unrelated: fewer than `limit`
-        assert len(got) < 10, (tool, [(r["content"], r["score"]) for r in got])
+        assert len(got) < 10, (mode, [(r["content"], r["score"]) for r in got])
 
 
 # -- 8. duplicates -------------------------------------------------------------------------------------------------
@@ -691,12 +713,12 @@ async def test_identical_content_stored_twice_comes_back_once(world: World) -> N
     assert first != second
     await add(world.alice, ns, "Staging is reset every Sunday")
     elsewhere = await add(world.alice, other, text)
-    for tool in TOOLS:
+    for mode in MODES:
         for query in ("how often does the staging password change", "password rotates", text):
-            got = await world.alice.ids(tool, query=query, namespace=ns, threshold=0.0)
-            assert len([i for i in got if i in (first, second)]) == 1, (tool, query, got)
+            got = await world.alice.ids(mode, query=query, namespace=ns, threshold=0.0)
+            assert len([i for i in got if i in (first, second)]) == 1, (mode, query, got)
             assert elsewhere not in got
-        assert await world.alice.ids(tool, query=text, namespace=other, threshold=0.0) == [elsewhere]
+        assert await world.alice.ids(mode, query=text, namespace=other, threshold=0.0) == [elsewhere]
 
 
 # -- 9. replay -----------------------------------------------------------------------------------------------------
@@ -707,9 +729,9 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
     ids = [await add(world.alice, ns, c, importance=0.1 + 0.04 * i) for i, c in enumerate(CORPUS.values())]
     await world.alice("memory_update", id=ids[0], namespace=ns, content="Emma cannot digest milk or cheese")
     await world.alice("memory_update", id=ids[1], namespace=ns, tags=["testing"])
-    await world.alice("memory_deprecate", id=ids[2], namespace=ns, reason="migrated")
-    await world.alice("memory_delete", id=ids[3], namespace=ns)
-    await world.alice("memory_delete", id=ids[4], namespace=ns, permanent=True)
+    await world.alice("memory_retire", id=ids[2], namespace=ns, mode="deprecate", reason="migrated")
+    await world.alice("memory_retire", id=ids[3], namespace=ns, mode="archive")
+    await world.alice("memory_retire", id=ids[4], namespace=ns, mode="delete")
     await add(world.alice, ns, CORPUS["cat"])  # a duplicate
     head = await world.stack.last_seq()
     assert await world.stack.projector.vector_follower.wait_for(head, 10, committed=True)  # type: ignore[union-attr]
@@ -742,12 +764,13 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
                     assert a == b, (query, mode, extra)
                     compared += bool(a)
         assert compared > 20
-        # and through the tools, the live answer is what the replayed index answers
-        for tool in TOOLS:
-            got = await world.alice(tool, query="dietary restrictions", namespace=ns, threshold=0.0)
-            q = SearchMemories(namespace=ns, now=now, mode=MODE[tool], query="dietary restrictions", threshold=0.0)  # type: ignore[arg-type]
-            assert [(r["id"], round(r["score"], 5)) for r in got["results"]] == [
-                (h.memory.id, round(h.score, 5)) for h in replay.searcher.search(q).hits
+        # and through the tool, the live answer is what the replayed index answers (the tool rounds scores to
+        # 4 places)
+        for mode in MODES:
+            got = await world.alice.search(mode, query="dietary restrictions", namespace=ns, threshold=0.0)
+            q = SearchMemories(namespace=ns, now=now, mode=mode, query="dietary restrictions", threshold=0.0)  # type: ignore[arg-type]
+            assert [(r["id"], round(r["score"], 4)) for r in got["results"]] == [
+                (h.memory.id, round(h.score, 4)) for h in replay.searcher.search(q).hits
             ]
     finally:
         await replay.stop()
@@ -767,11 +790,12 @@ async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
         ids = [await stack.call("memory_add", content=c, tags=["t"]) for c in list(CORPUS.values())[:8]]
         await stack.call("memory_update", id=ids[0]["id"], content="Emma cannot digest milk")
         await stack.call("memory_update", id=ids[1]["id"], tags=["testing"], importance=0.9)
-        await stack.call("memory_deprecate", id=ids[2]["id"], reason="old")
-        await stack.call("memory_delete", id=ids[3]["id"])
-        await stack.call("memory_delete", id=ids[4]["id"], permanent=True)
-        before = {(tool, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
-            tool, query=q, status="any", threshold=0.0))["results"]] for tool in TOOLS for q in queries}  # fmt: skip
+        await stack.call("memory_retire", id=ids[2]["id"], mode="deprecate", reason="old")
+        await stack.call("memory_retire", id=ids[3]["id"], mode="archive")
+        await stack.call("memory_retire", id=ids[4]["id"], mode="delete")
+        before = {(mode, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
+            "memory_search", mode=mode, query=q, status="any", threshold=0.0, detail="full"))["results"]]
+            for mode in MODES for q in queries}  # fmt: skip
         assert stack.projector.vectors is not None
         points = stack.projector.vectors.index.count(Where())
         ckpt = stack.projector.vectors.index.checkpoint_file  # type: ignore[attr-defined]
@@ -785,8 +809,9 @@ async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
     try:
         vv = stack.projector.vectors
         assert vv is not None
-        after = {(tool, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
-            tool, query=q, status="any", threshold=0.0))["results"]] for tool in TOOLS for q in queries}  # fmt: skip
+        after = {(mode, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
+            "memory_search", mode=mode, query=q, status="any", threshold=0.0, detail="full"))["results"]]
+            for mode in MODES for q in queries}  # fmt: skip
         assert after == before
         assert vv.index.count(Where()) == points
         assert vv.embedded == 0, "re-folding ran the model instead of the cache"
@@ -808,38 +833,39 @@ async def test_scores_are_absolute_and_the_default_thresholds_leave_unrelated_me
     ns, small = fresh(), fresh()
     ids = {key: await add(world.alice, ns, content) for key, content in CORPUS.items()}
     bob = await add(world.alice, ns, "Bob is allergic to peanuts")
-    for tool in ("memory_recall", "memory_search"):
-        got = await world.alice(tool, query="linting tool for python", namespace=ns)
-        assert bob not in [r["id"] for r in got["results"]], (tool, got["results"])
-        assert got["count"] < 10, (tool, [(r["content"], r["score"]) for r in got["results"]])
-        loose = {r["id"]: r for r in (await world.alice(tool, query="linting tool for python", namespace=ns,
-                                                         threshold=0.0, limit=100))["results"]}  # fmt: skip
+    for mode in ("hybrid", "semantic"):
+        got = await world.alice.search(mode, query="linting tool for python", namespace=ns)
+        assert bob not in [r["id"] for r in got["results"]], (mode, got["results"])
+        assert len(got["results"]) < 10, (mode, [(r["content"], r["score"]) for r in got["results"]])
+        loose = {r["id"]: r for r in (await world.alice.search(mode, query="linting tool for python", namespace=ns,
+                                                                threshold=0.0, limit=100,
+                                                                detail="full"))["results"]}  # fmt: skip
         assert loose[bob]["semantic_score"] < 0.2, loose[bob]
-        if tool == "memory_recall":  # no word in common and the cosine of unrelated text: nothing
+        if mode == "hybrid":  # no word in common and the cosine of unrelated text: nothing
             assert loose[bob]["keyword_score"] == 0.0 and loose[bob]["score"] < 0.02, loose[bob]
         # nothing in the corpus is about these: the defaults return nothing at all
         for query in OFF_TOPIC:
-            got = await world.alice(tool, query=query, namespace=ns)
-            assert got["results"] == [], (tool, query, [(r["content"], r["score"]) for r in got["results"]])
+            got = await world.alice.search(mode, query=query, namespace=ns)
+            assert got["results"] == [], (mode, query, [(r["content"], r["score"]) for r in got["results"]])
     # a memory's score does not depend on what else the namespace holds (IDF is the collection's)
     other = await add(world.alice, small, "Bob is allergic to peanuts")
     await add(world.alice, small, "The office is closed on public holidays in Germany")
-    for tool in TOOLS:
+    for mode in MODES:
         compared = 0
         for query in ("food allergies", "is Bob allergic to anything", "peanuts"):
-            a = {r["id"]: r["score"] for r in (await world.alice(tool, query=query, namespace=ns,
-                                                                  threshold=0.0, limit=100))["results"]}  # fmt: skip
-            b = {r["id"]: r["score"] for r in (await world.alice(tool, query=query, namespace=small,
-                                                                  threshold=0.0, limit=100))["results"]}  # fmt: skip
-            assert (bob in a) == (other in b), (tool, query)
+            a = {r["id"]: r["score"] for r in (await world.alice.search(
+                mode, query=query, namespace=ns, threshold=0.0, limit=100))["results"]}  # fmt: skip
+            b = {r["id"]: r["score"] for r in (await world.alice.search(
+                mode, query=query, namespace=small, threshold=0.0, limit=100))["results"]}  # fmt: skip
+            assert (bob in a) == (other in b), (mode, query)
             if bob in a:
-                assert a[bob] == pytest.approx(b[other], abs=1e-4), (tool, query, a[bob], b[other])
+                assert a[bob] == pytest.approx(b[other], abs=1e-4), (mode, query, a[bob], b[other])
                 compared += 1
-        assert compared >= 2, tool
-    # and a relevant memory clears the default threshold of every tool
-    for tool in TOOLS:
-        got = await world.alice(tool, query="how does Mark take his coffee", namespace=ns)
-        assert got["results"][0]["id"] == ids["coffee"] and got["results"][0]["score"] >= 0.3, (tool, got["results"])
+        assert compared >= 2, mode
+    # and a relevant memory clears the default threshold of every mode
+    for mode in MODES:
+        got = await world.alice.search(mode, query="how does Mark take his coffee", namespace=ns)
+        assert got["results"][0]["id"] == ids["coffee"] and got["results"][0]["score"] >= 0.3, (mode, got["results"])
 
 
 # -- 11. text beyond ASCII: accents, CJK, emoji, right-to-left -----------------------------------------------------
@@ -881,28 +907,28 @@ async def test_search_keyword_search_and_recall_work_on_accented_cjk_emoji_and_a
         await add(world.alice, ns, content)
     back = {v: k for k, v in ids.items()}
     # the content comes back as it was written
-    got = await world.alice("memory_search_keyword", query="Zürich", namespace=ns)
+    got = await world.alice.search("keyword", query="Zürich", namespace=ns)
     assert got["results"][0]["content"] == INTL["zurich"]
     keyword = {"Zurich": "zurich", "zurich": "zurich", "ZÜRICH": "zurich", "jurgen": "zurich", "cafe": "cafe",
                "Café": "cafe", "hauptstrasse": "strasse", "東京": "tokyo", "月曜日": "tokyo", "会議": "tokyo",
                "🚀": "launch", "دبي": "dubai", "الاجتماع": "dubai"}  # fmt: skip
     for query, want in keyword.items():
-        got = (await world.alice("memory_search_keyword", query=query, namespace=ns))["results"]
+        got = (await world.alice.search("keyword", query=query, namespace=ns))["results"]
         assert [back.get(r["id"]) for r in got][:1] == [want], (query, [(r["content"], r["score"]) for r in got])
         assert got[0]["score"] >= 0.9, (query, got[0])
     both = {"where does Jürgen live": "zurich", "Zurich": "zurich", "東京の会議": "tokyo", "月曜日": "tokyo",
             "🚀": "launch", "when is the launch": "launch", "أين الاجتماع": "dubai"}  # fmt: skip
-    for tool in ("memory_search", "memory_recall"):
+    for mode in ("semantic", "hybrid"):
         for query, want in both.items():
-            got = (await world.alice(tool, query=query, namespace=ns))["results"]
+            got = (await world.alice.search(mode, query=query, namespace=ns))["results"]
             seen = [(r["content"], r["score"]) for r in got]
-            assert [back.get(r["id"]) for r in got][:1] == [want], (tool, query, seen)
+            assert [back.get(r["id"]) for r in got][:1] == [want], (mode, query, seen)
 
 
 # -- 12. bad input -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
     ("args", "field"),
     [
@@ -921,28 +947,28 @@ async def test_search_keyword_search_and_recall_work_on_accented_cjk_emoji_and_a
     ],
 )
 async def test_bad_input_is_a_structured_error_naming_the_field(
-    world: World, tool: str, args: dict[str, Any], field: str
+    world: World, mode: str, args: dict[str, Any], field: str
 ) -> None:
     seq = await world.stack.last_seq()
     with pytest.raises(ToolFailure) as err:
-        await world.alice(tool, **args)
+        await world.alice.search(mode, **args)
     assert err.value.code == "INVALID_INPUT", err.value.error
     assert err.value.field == field, err.value.error
     assert err.value.error["message"].startswith(field), err.value.error
     assert await world.stack.last_seq() == seq
 
 
-@pytest.mark.parametrize("tool", TOOLS)
-async def test_blank_query_and_hybrid_only_arguments(world: World, tool: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_blank_query_and_hybrid_only_arguments(world: World, mode: str) -> None:
     with pytest.raises(ToolFailure) as err:
-        await world.alice(tool, query="   \n\t ")
+        await world.alice.search(mode, query="   \n\t ")
     assert (err.value.code, err.value.field) == ("INVALID_INPUT", "query"), err.value.error
-    if tool == "memory_recall":
+    if mode == "hybrid":
         for args, field in (({"semantic_weight": 1.5}, "semantic_weight"), ({"fusion": "max"}, "fusion")):
             with pytest.raises(ToolFailure) as err:
-                await world.alice(tool, query="ok", **args)
+                await world.alice.search(mode, query="ok", **args)
             assert (err.value.code, err.value.field) == ("INVALID_INPUT", field), err.value.error
-    else:  # fusion belongs to the hybrid tool only
+    else:  # fusion belongs to the hybrid mode only
         with pytest.raises(ToolFailure) as err:
-            await world.alice(tool, query="ok", fusion="rrf")
+            await world.alice.search(mode, query="ok", fusion="rrf")
         assert (err.value.code, err.value.field) == ("INVALID_INPUT", "fusion"), err.value.error

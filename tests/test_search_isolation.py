@@ -1,8 +1,8 @@
 """Namespace isolation of the search tools, as a property: no search ever returns a memory the
 principal may not read, and none leaks a memory id or marker of such a namespace.
 
-The approach of tests/test_isolation_property.py, for memory_search, memory_search_keyword and
-memory_recall: random principals (organization, role, namespace patterns, read-only patterns) over
+The approach of tests/test_isolation_property.py, for memory_search in each of its modes (semantic,
+keyword, hybrid): random principals (organization, role, namespace patterns, read-only patterns) over
 two organizations × two repositories plus each organization's `_system`; each writes memories with
 distinctive marker words, then searches every namespace (directly and through the context object)
 with a query every memory matches, and with a query made of the markers of every memory it may NOT
@@ -16,7 +16,8 @@ its error names nothing of it. Each `_system` also holds an unverified memory (w
 the log: no gateway lets an agent write there), which must never appear as a rule.
 
 One stack (nats-server, projector with the real model and a Qdrant Edge shard, auditor) serves the
-module; each principal gets its own gateway (linearizable reads) on the same NATS connection.
+module; each principal gets its own gateway (linearizable reads, the native `context` argument offered:
+`context="optional"`) on the same NATS connection.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ SYSTEM_NS = tuple(f"{o}/_system" for o in ORGS)
 WRITE_NS = REPO_NS + SYSTEM_NS
 READ_NS = WRITE_NS + ORGS + ("default", "initech/web")  # also names nobody writes
 PATTERNS = ("acme/web", "acme/api", "globex/web", "globex/api", "acme/*", "globex/*", "*")
-TOOLS = ("memory_search", "memory_search_keyword", "memory_recall")
+MODES = ("semantic", "keyword", "hybrid")  # memory_search's modes
 MARK_LETTERS = "ghijklmnopqrstuvwxy"  # no hex digits, no "z": a marker never occurs inside an id or a time
 LIMIT = 100
 
@@ -119,7 +120,7 @@ class Caller:
 
 async def caller_for(stack: Stack, es: AsyncExitStack, agent_id: str, spec: Spec) -> Caller:
     gs = GatewaySettings(agent_id=agent_id, role=spec.role, organization=spec.org, namespaces=list(spec.namespaces),
-                         read_only=list(spec.read_only), consistency="linearizable")  # fmt: skip
+                         read_only=list(spec.read_only), consistency="linearizable", context="optional")  # fmt: skip
     gw = make_gateway(stack.nc, gs)
     es.push_async_callback(gw.access.flush)
     return Caller(await es.enter_async_context(Client(build_server(gw))))
@@ -197,15 +198,15 @@ async def outcome(caller: Caller, tool: str, **args: Any) -> tuple[str, dict[str
         return exc.code, exc.error
 
 
-async def check_search(spec: Spec, w: World, who: Caller, tool: str, target: str | None, where: dict[str, Any],
+async def check_search(spec: Spec, w: World, who: Caller, mode: str, target: str | None, where: dict[str, Any],
                        query: str, *, complete: bool) -> None:  # fmt: skip
-    label = f"{tool} {where} {query[:40]!r}"
-    code, got = await outcome(who, tool, query=query, threshold=0.0, limit=LIMIT, status="any",
-                              include_expired=True, **where)  # fmt: skip
-    # the result echoes the query (which for the probe is made of markers): everything else must not
-    assert_hidden(spec, w, text_of({k: v for k, v in got.items() if k != "query"}), label)
-    if code == "ok":
-        assert got["query"] == query
+    label = f"{mode} {where} {query[:40]!r}"
+    code, got = await outcome(who, "memory_search", mode=mode, query=query, threshold=0.0, limit=LIMIT,
+                              status="any", include_expired=True, detail="full", **where)  # fmt: skip
+    # nothing in the result or error may carry an id or marker the principal may not read (the native result
+    # does not echo the query, which for the probe is made of markers)
+    assert "query" not in got, (label, sorted(got))
+    assert_hidden(spec, w, text_of(got), label)
     if target is None or not spec.may_read(target):
         assert code == "SCOPE_VIOLATION", (label, code, got)
         return
@@ -225,12 +226,12 @@ async def check_search(spec: Spec, w: World, who: Caller, tool: str, target: str
 async def check_principal(spec: Spec, w: World, who: Caller) -> None:
     probe = " ".join(m.marker for m in w.ledger if not spec.may_read(m.namespace))
     for i, ns in enumerate(READ_NS):
-        for tool in TOOLS:
-            await check_search(spec, w, who, tool, ns, {"namespace": ns}, "the secret word is", complete=True)
-        # a targeted probe: the markers of everything it may not read (rotating over the tools)
+        for mode in MODES:
+            await check_search(spec, w, who, mode, ns, {"namespace": ns}, "the secret word is", complete=True)
+        # a targeted probe: the markers of everything it may not read (rotating over the modes)
         if probe and spec.may_read(ns):
-            tool = ("memory_search_keyword", "memory_recall")[i % 2]
-            await check_search(spec, w, who, tool, ns, {"namespace": ns}, probe[:4096], complete=False)
+            mode = ("keyword", "hybrid")[i % 2]
+            await check_search(spec, w, who, mode, ns, {"namespace": ns}, probe[:4096], complete=False)
     for n, (org, repo) in enumerate(itertools.product((*ORGS, None), REPOS)):
         ctx = {"repository_id": repo} | ({"organization_id": org} if org else {})
         if spec.org is not None and org not in (None, spec.org):
@@ -238,9 +239,9 @@ async def check_principal(spec: Spec, w: World, who: Caller) -> None:
         else:
             o = org or spec.org
             target = f"{o}/{repo}" if o else repo
-        await check_search(spec, w, who, TOOLS[n % 3], target, {"context": ctx}, "the secret word is", complete=True)
+        await check_search(spec, w, who, MODES[n % 3], target, {"context": ctx}, "the secret word is", complete=True)
     # the caller's own organization rules, searched from its default namespace
-    await check_search(spec, w, who, "memory_recall", "default", {}, "secret word", complete=True)
+    await check_search(spec, w, who, "hybrid", "default", {}, "secret word", complete=True)
 
 
 words = st.text(alphabet=MARK_LETTERS, min_size=3, max_size=10)

@@ -12,7 +12,7 @@ async def test_add_then_get_through_the_log(stack: Stack) -> None:
     mem = added
     assert mem["version"] == 1 and mem["seq"] == await stack.last_seq() and not mem["duplicate"]
     assert "content" not in mem, "an add returns a receipt, not the content it was given"
-    got = await stack.call("memory_get", store="s", path="prefs/testing")
+    got = await stack.call("memory_get", id="s:prefs/testing")
     assert got["id"] == mem["id"] and got["content"] == "The user prefers pytest" and got["citations"] == []
     assert (got["seq"], got["created_at"], got["path"]) == (mem["seq"], mem["created_at"], mem["path"])
     with pytest.raises(ToolFailure) as err:

@@ -1,5 +1,5 @@
 """Time, end to end: record time (`as_of` on every read and search tool, memory_history, memory_diff) and
-valid time (memory_valid, memory_invalidate, memory_mark_outdated).
+valid time (memory_list and memory_search's valid_at, memory_retire's invalidate and outdated modes).
 
 Everything is real: a nats-server child, DuckDB, a Qdrant Edge shard and the embedding model. One stack
 serves the module; its gateway runs as the admin `ada` (an admin may lock), bound to every namespace.
@@ -27,7 +27,7 @@ from tests.harness import Stack, ToolFailure, start_stack
 pytestmark = pytest.mark.anyio
 
 AGENT = "ada"
-SEARCHES = ("memory_search", "memory_search_keyword", "memory_recall")
+MODES = ("semantic", "keyword", "hybrid")  # memory_search's modes
 VOLATILE = ("accessed_at", "access_count", "as_of")  # access statistics are today's, whatever as_of says
 
 
@@ -103,7 +103,8 @@ def plain(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def page(p: dict[str, Any]) -> dict[str, Any]:
-    return {**{k: v for k, v in p.items() if k not in ("items", "as_of")}, "items": [plain(m) for m in p["items"]]}
+    rest = {k: v for k, v in p.items() if k not in ("results", "as_of")}
+    return {**rest, "results": [plain(m) for m in p["results"]]}
 
 
 def stats(s: dict[str, Any]) -> dict[str, Any]:
@@ -170,8 +171,8 @@ async def snapshot(w: World, ns: str, name: str, expect: Expect, ids: dict[str, 
                 setattr(step, attr, await w("memory_get", id=ids[key], namespace=ns))
             except ToolFailure as exc:
                 assert exc.code == "MEMORY_NOT_FOUND", exc.error
-    step.listed = await w("memory_list", namespace=ns, status="any")
-    step.live = await w("memory_list", namespace=ns)
+    step.listed = await w("memory_list", namespace=ns, status="any", detail="full")
+    step.live = await w("memory_list", namespace=ns, detail="full")
     step.stats = await w("memory_stats", namespace=ns)
     return step
 
@@ -200,27 +201,29 @@ async def script(world: World) -> Script:
     await step("create", base, seq=add["seq"])
     up = await w("memory_update", id=ids["a"], namespace=ns, content=C[2], request_id=f"{ns}-2")
     assert up["updated_fields"] == ["content"]
-    await step("update 1", {**base, "content": C[2], "version": 2}, seq=up["memory"]["seq"])
+    await step("update 1", {**base, "content": C[2], "version": 2}, seq=up["seq"])
     up = await w("memory_update", id=ids["a"], namespace=ns, content=C[3], importance=0.9, request_id=f"{ns}-3")
     a3 = {**base, "content": C[3], "version": 3, "importance": 0.9}
-    await step("update 2", a3, seq=up["memory"]["seq"])
-    up = await w("memory_update", store=STORE, path=P1, namespace=ns, content=C[4], tags=["db", "prod"],
+    await step("update 2", a3, seq=up["seq"])
+    up = await w("memory_update", id=f"{STORE}:{P1}", namespace=ns, content=C[4], tags=["db", "prod"],
                  request_id=f"{ns}-4")  # fmt: skip
     a4 = {**a3, "content": C[4], "version": 4, "tags": ["db", "prod"]}
-    await step("update 3", a4, seq=up["memory"]["seq"])
+    await step("update 3", a4, seq=up["seq"])
     mv = await w("memory_move", id=ids["a"], namespace=ns, to_path=P2, request_id=f"{ns}-5")
     a5 = {**a4, "path": P2, "version": 5}
-    await step("move", a5, seq=mv["memory"]["seq"])
+    await step("move", a5, seq=mv["seq"])
     lk = await w("memory_lock", id=ids["a"], namespace=ns, reason="source of truth", request_id=f"{ns}-6")
     assert lk["changed"] and lk["locked"] and lk["version"] == 6
     a6 = {**a5, "version": 6, "locked": True}
     await step("lock", a6)
-    dp = await w("memory_deprecate", store=STORE, path=P2, namespace=ns, reason="migrating", request_id=f"{ns}-7")
+    dp = await w("memory_retire", id=f"{STORE}:{P2}", mode="deprecate", namespace=ns, reason="migrating",
+                 request_id=f"{ns}-7")  # fmt: skip
     assert dp["changed"] and dp["status"] == "deprecated" and dp["version"] == 7
     await step("deprecate", {**a6, "version": 7, "status": "deprecated"})
-    dl = await w("memory_delete", id=ids["a"], namespace=ns, permanent=True, reason="gone",
+    dl = await w("memory_retire", id=ids["a"], namespace=ns, mode="delete", reason="gone",
                  request_id=f"{ns}-8")  # fmt: skip
-    assert dl == {"id": ids["a"], "mode": "deleted", "version": 8}
+    assert dl == {"id": ids["a"], "status": "deleted", "version": 8, "seq": await w.head(), "changed": True,
+                  "store": STORE, "path": P2}  # fmt: skip
     await step("delete", None)
     re = await w("memory_add", namespace=ns, content=C_B, store=STORE, path=P2, kind="fact", request_id=f"{ns}-9")
     ids["b"] = re["id"]
@@ -248,20 +251,24 @@ async def read_all(w: World, sc: Script, step: Step, as_of: int | str) -> dict[s
     out["get a"] = await get(id=sc.a)
     out["get b"] = await get(id=sc.b)
     out["get by"] = await get(id=sc.bystander)
-    out["get p1"] = await get(store=STORE, path=P1)
-    out["get p2"] = await get(store=STORE, path=P2)
-    out["list any"] = page(await w("memory_list", namespace=ns, status="any", as_of=as_of))
-    out["list live"] = page(await w("memory_list", namespace=ns, as_of=as_of))
-    out["list active"] = page(await w("memory_list", namespace=ns, status="active", as_of=as_of))
-    out["list store"] = page(await w("memory_list", namespace=ns, store=STORE, category_path="team", as_of=as_of))
+    out["get p1"] = await get(id=f"{STORE}:{P1}")
+    out["get p2"] = await get(id=f"{STORE}:{P2}")
+    out["list any"] = page(await w("memory_list", namespace=ns, status="any", as_of=as_of, detail="full"))
+    out["list live"] = page(await w("memory_list", namespace=ns, as_of=as_of, detail="full"))
+    out["list active"] = page(await w("memory_list", namespace=ns, status="active", as_of=as_of, detail="full"))
+    out["list store"] = page(await w("memory_list", namespace=ns, store=STORE, category_path="team", as_of=as_of,
+                                     detail="full"))  # fmt: skip
     out["stats"] = stats(await w("memory_stats", namespace=ns, as_of=as_of))
-    out["kw quokka"] = hits(await w("memory_search_keyword", namespace=ns, query="quokka", as_of=as_of))
+    out["kw quokka"] = hits(await w("memory_search", mode="keyword", namespace=ns, query="quokka", as_of=as_of,
+                                    detail="full"))  # fmt: skip
     for word in UNIQUE:
-        out[f"kw {word}"] = hits(await w("memory_search_keyword", namespace=ns, query=word, as_of=as_of))
-    out["semantic"] = hits(await w("memory_search", namespace=ns, query="which database does the team use",
-                                   threshold=0.0, as_of=as_of))  # fmt: skip
-    out["hybrid"] = hits(await w("memory_recall", namespace=ns, query="quokka team database", threshold=0.0,
-                                 as_of=as_of))  # fmt: skip
+        out[f"kw {word}"] = hits(await w("memory_search", mode="keyword", namespace=ns, query=word, as_of=as_of,
+                                         detail="full"))  # fmt: skip
+    out["semantic"] = hits(await w("memory_search", mode="semantic", namespace=ns,
+                                   query="which database does the team use", threshold=0.0, as_of=as_of,
+                                   detail="full"))  # fmt: skip
+    out["hybrid"] = hits(await w("memory_search", namespace=ns, query="quokka team database", threshold=0.0,
+                                 as_of=as_of, detail="full"))  # fmt: skip
     return out
 
 
@@ -295,14 +302,14 @@ async def test_as_of_returns_each_steps_state_by_sequence_and_by_time(world: Wor
         assert got["list live"] == page(step.live), where
         want_ids = ({sc.bystander} if step.name != "start" else set()) | ({sc.a} if e.a else set()) \
             | ({sc.b} if e.b else set())  # fmt: skip
-        assert {m["id"] for m in got["list any"]["items"]} == want_ids, where
+        assert {m["id"] for m in got["list any"]["results"]} == want_ids, where
         assert got["list any"]["total"] == len(want_ids), where
         active = want_ids - ({sc.a} if e.a and e.a["status"] != "active" else set())
-        assert {m["id"] for m in got["list active"]["items"]} == active, where
-        in_store = {m["id"] for m in got["list store"]["items"]}
+        assert {m["id"] for m in got["list active"]["results"]} == active, where
+        in_store = {m["id"] for m in got["list store"]["results"]}
         assert in_store == want_ids - {sc.bystander}, where
         if e.a:
-            (item,) = [m for m in got["list any"]["items"] if m["id"] == sc.a]
+            (item,) = [m for m in got["list any"]["results"] if m["id"] == sc.a]
             check_a(item, e.a, where)
 
         # memory_stats: totals and lifecycle counts
@@ -332,39 +339,40 @@ async def test_as_of_returns_each_steps_state_by_sequence_and_by_time(world: Wor
         # as_of by time: the time the answer reports for the sequence gives the same answers
         reported = (await w("memory_list", namespace=sc.ns, as_of=step.seq))["as_of"]
         assert reported["seq"] == step.seq, where
-        if reported["time"] is None:  # (nothing recorded yet at that sequence)
+        if reported.get("time") is None:  # (nothing recorded yet at that sequence)
             continue
         t = reported["time"]
         assert ts(t) <= w.clock(), where
-        again = await w("memory_list", namespace=sc.ns, status="any", as_of=t)
+        again = await w("memory_list", namespace=sc.ns, status="any", as_of=t, detail="full")
         assert again["as_of"]["seq"] == step.seq and ts(again["as_of"]["time"]) == ts(t), (where, again["as_of"])
         by_time = await read_all(w, sc, step, t)
         assert by_time == got, where
         # the same instant written with another offset
         for offset in (2, -5):
             variant = ts(t).astimezone(timezone(timedelta(hours=offset))).isoformat()
-            assert page(await w("memory_list", namespace=sc.ns, status="any", as_of=variant)) == got["list any"]
+            assert page(await w("memory_list", namespace=sc.ns, status="any", as_of=variant, detail="full")) == \
+                got["list any"]  # fmt: skip
 
     # the current answers are the last step's
     last = sc.steps[-1]
-    assert page(await w("memory_list", namespace=sc.ns, status="any")) == page(last.listed)
+    assert page(await w("memory_list", namespace=sc.ns, status="any", detail="full")) == page(last.listed)
     with pytest.raises(ToolFailure) as gone:
         await w("memory_get", id=sc.a, namespace=sc.ns)
     assert gone.value.code == "MEMORY_NOT_FOUND"
 
 
 async def test_as_of_a_sequence_as_a_string_and_memory_recent(world: World, script: Script) -> None:
-    """A sequence may come as a digit string; memory_recent honours as_of too."""
+    """A sequence may come as a digit string; the recent list (memory_list, newest first) honours as_of too."""
     w, sc = world, script
     by_name = {s.name: s for s in sc.steps}
     move = by_name["move"]
     assert plain(await w("memory_get", id=sc.a, namespace=sc.ns, as_of=str(move.seq))) == plain(move.get_a or {})
-    recent = await w("memory_recent", namespace=sc.ns, as_of=move.seq, limit=10)
-    assert [(m["id"], m["path"], m["content"]) for m in recent["memories"]] == [(sc.a, P2, C[4]), (sc.bystander, None,
-                                                                                                   BYSTANDER)]  # fmt: skip
+    recent = await w("memory_list", namespace=sc.ns, as_of=move.seq, limit=10)
+    assert [(m["id"], m.get("path"), m["content"]) for m in recent["results"]] == \
+        [(sc.a, P2, C[4]), (sc.bystander, None, BYSTANDER)]  # fmt: skip
     assert recent["as_of"]["seq"] == move.seq
-    recent = await w("memory_recent", namespace=sc.ns, as_of=by_name["delete"].seq, limit=10)
-    assert [m["id"] for m in recent["memories"]] == [sc.bystander]
+    recent = await w("memory_list", namespace=sc.ns, as_of=by_name["delete"].seq, limit=10)
+    assert [m["id"] for m in recent["results"]] == [sc.bystander]
     # a version and as_of at once is refused
     err = await w.fails("memory_get", id=sc.b, namespace=sc.ns, as_of=move.seq, version=1)
     assert (err.code, err.field) == ("INVALID_INPUT", "as_of")
@@ -385,15 +393,15 @@ async def test_expiry_is_judged_at_the_as_of_moment(world: World) -> None:
     w.clock.set(expires + timedelta(minutes=5))  # now it has expired
     assert (await w.fails("memory_get", id=x["id"], namespace=ns)).code == "MEMORY_NOT_FOUND"
     assert (await w("memory_get", id=x["id"], namespace=ns, include_expired=True))["expired"] is True
-    assert [m["id"] for m in (await w("memory_list", namespace=ns))["items"]] == [keep["id"]]
+    assert [m["id"] for m in (await w("memory_list", namespace=ns))["results"]] == [keep["id"]]
 
     # as of a sequence recorded before it expired: visible, not expired
     then = await w("memory_get", id=x["id"], namespace=ns, as_of=seq_x)
     assert then["expired"] is False and ts(then["as_of"]["time"]) < expires
     listed = await w("memory_list", namespace=ns, as_of=keep["seq"])
-    assert {m["id"] for m in listed["items"]} == {x["id"], keep["id"]}
-    assert set(hits(await w("memory_search_keyword", namespace=ns, query="quokka", as_of=keep["seq"]))) == \
-        {x["id"], keep["id"]}  # fmt: skip
+    assert {m["id"] for m in listed["results"]} == {x["id"], keep["id"]}
+    assert set(hits(await w("memory_search", mode="keyword", namespace=ns, query="quokka", as_of=keep["seq"],
+                            detail="full"))) == {x["id"], keep["id"]}  # fmt: skip
     assert (await w("memory_stats", namespace=ns, as_of=keep["seq"]))["expired"] == 0
     # ... also by the time the log recorded it
     recorded = then["as_of"]["time"]
@@ -404,13 +412,14 @@ async def test_expiry_is_judged_at_the_as_of_moment(world: World) -> None:
     assert (await w.fails("memory_get", id=x["id"], namespace=ns, as_of=after)).code == "MEMORY_NOT_FOUND"
     old = await w("memory_get", id=x["id"], namespace=ns, as_of=after, include_expired=True)
     assert old["expired"] is True and old["as_of"]["seq"] == keep["seq"] and ts(old["as_of"]["time"]) == ts(after)
-    assert [m["id"] for m in (await w("memory_list", namespace=ns, as_of=after))["items"]] == [keep["id"]]
-    every = await w("memory_list", namespace=ns, as_of=after, include_expired=True)
-    assert {m["id"]: m["expired"] for m in every["items"]} == {x["id"]: True, keep["id"]: False}
-    for tool in SEARCHES:
-        args: dict[str, Any] = {"namespace": ns, "query": "quokka fact", "threshold": 0.0, "as_of": after}
-        assert set(hits(await w(tool, **args))) == {keep["id"]}, tool
-        assert set(hits(await w(tool, **args, include_expired=True))) == {x["id"], keep["id"]}, tool
+    assert [m["id"] for m in (await w("memory_list", namespace=ns, as_of=after))["results"]] == [keep["id"]]
+    every = await w("memory_list", namespace=ns, as_of=after, include_expired=True, detail="full")
+    assert {m["id"]: m["expired"] for m in every["results"]} == {x["id"]: True, keep["id"]: False}
+    for mode in MODES:
+        args: dict[str, Any] = {"namespace": ns, "query": "quokka fact", "threshold": 0.0, "as_of": after,
+                                "mode": mode, "detail": "full"}  # fmt: skip
+        assert set(hits(await w("memory_search", **args))) == {keep["id"]}, mode
+        assert set(hits(await w("memory_search", **args, include_expired=True))) == {x["id"], keep["id"]}, mode
     s = await w("memory_stats", namespace=ns, as_of=after)
     assert (s["total"], s["expired"]) == (2, 1)
     # a time between creation and expiry still sees it
@@ -439,11 +448,11 @@ async def test_valid_time_boundaries_open_ends_and_time_zones(world: World) -> N
     assert ts(got["valid_from"]).utcoffset() == timedelta(0)
 
     async def valid(at: Any) -> set[str]:
-        args = {} if at is None else {"at": at if isinstance(at, str) else at.isoformat()}
-        r = await w("memory_valid", namespace=ns, **args)
+        at = w.clock() if at is None else at  # without a time: valid now, by the gateway's clock
+        r = await w("memory_list", namespace=ns, valid_at=at if isinstance(at, str) else at.isoformat())
         back = {v: k for k, v in ids.items()}
-        assert r["total"] == len(r["items"])
-        return {back[m["id"]] for m in r["items"]}
+        assert r["total"] == len(r["results"])
+        return {back[m["id"]] for m in r["results"]}
 
     everything = {"window", "from", "until", "open"}
     cases: list[tuple[Any, set[str]]] = [
@@ -464,9 +473,6 @@ async def test_valid_time_boundaries_open_ends_and_time_zones(world: World) -> N
     ]
     for at, want in cases:
         assert await valid(at) == want, at
-    # `at` is reported normalised to UTC
-    r = await w("memory_valid", namespace=ns, at="2030-03-01T02:00:00+02:00")
-    assert ts(r["at"]) == T1 and ts(r["at"]).utcoffset() == timedelta(0)
     # without `at`: the gateway's clock
     w.clock.set(T1 + timedelta(days=1))
     assert await valid(None) == everything
@@ -475,14 +481,14 @@ async def test_valid_time_boundaries_open_ends_and_time_zones(world: World) -> N
     w.clock.set(datetime.now(UTC) + timedelta(hours=1))
     assert await valid(None) == {"until", "open"}
     # filters and paging
-    r = await w("memory_valid", namespace=ns, at=T1.isoformat(), limit=2)
-    assert (r["total"], len(r["items"]), r["has_more"]) == (4, 2, True)
-    r2 = await w("memory_valid", namespace=ns, at=T1.isoformat(), limit=2, offset=2)
-    assert {m["id"] for m in r["items"]} | {m["id"] for m in r2["items"]} == set(ids.values())
+    r = await w("memory_list", namespace=ns, valid_at=T1.isoformat(), limit=2)
+    assert (r["total"], len(r["results"]), r["has_more"]) == (4, 2, True)
+    r2 = await w("memory_list", namespace=ns, valid_at=T1.isoformat(), limit=2, offset=2)
+    assert {m["id"] for m in r["results"]} | {m["id"] for m in r2["results"]} == set(ids.values())
     assert r2["has_more"] is False
-    assert {m["id"] for m in (await w("memory_valid", namespace=ns, at=T1.isoformat(), created_by=AGENT))["items"]} \
-        == set(ids.values())  # fmt: skip
-    assert (await w("memory_valid", namespace=ns, at=T1.isoformat(), created_by="nobody"))["items"] == []
+    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=T1.isoformat(),
+                                      created_by=AGENT))["results"]} == set(ids.values())  # fmt: skip
+    assert (await w("memory_list", namespace=ns, valid_at=T1.isoformat(), created_by="nobody"))["results"] == []
 
 
 async def test_malformed_or_impossible_times_are_refused_naming_the_field(world: World) -> None:
@@ -491,8 +497,8 @@ async def test_malformed_or_impossible_times_are_refused_naming_the_field(world:
     head = await w.head()
     future = (w.clock() + timedelta(minutes=5)).isoformat()
     reads: list[tuple[str, dict[str, Any]]] = [
-        ("memory_get", {"id": mid}), ("memory_list", {}), ("memory_recent", {}), ("memory_stats", {}),
-        *((tool, {"query": "quokka"}) for tool in SEARCHES),
+        ("memory_get", {"id": mid}), ("memory_list", {}), ("memory_stats", {}),
+        *(("memory_search", {"query": "quokka", "mode": mode}) for mode in MODES),
     ]  # fmt: skip
     for tool, args in reads:
         for bad, says in (("yesterday", "neither an ISO 8601 time"), ("2026-13-45T99:00:00Z", "neither"),
@@ -506,7 +512,8 @@ async def test_malformed_or_impossible_times_are_refused_naming_the_field(world:
     assert (await w("memory_list", namespace=ns, as_of=w.clock().isoformat()))["total"] == 1
 
     # a bad datetime argument fails in the argument validation layer, with the field named
-    for tool, args in (("memory_valid", {"at": "not a time"}), ("memory_valid", {"at": "2030-02-30T00:00:00Z"}),
+    for tool, args in (("memory_list", {"valid_at": "not a time"}),
+                       ("memory_list", {"valid_at": "2030-02-30T00:00:00Z"}),
                        ("memory_add", {"content": "x", "valid_from": "soon"}),
                        ("memory_add", {"content": "x", "expires_at": "tomorrow"}),
                        ("memory_update", {"id": mid, "valid_until": "later"})):  # fmt: skip
@@ -537,12 +544,12 @@ async def test_invalidate_and_mark_outdated(world: World) -> None:
 
     # superseded_by must name an existing memory of this namespace (and not the memory itself)
     for bad in (str(uuid.uuid4()), elsewhere, old):
-        err = await w.fails("memory_invalidate", id=old, namespace=ns, superseded_by=bad)
+        err = await w.fails("memory_retire", id=old, mode="invalidate", namespace=ns, superseded_by=bad)
         assert (err.code, err.field) == ("INVALID_INPUT", "superseded_by"), (bad, err.error)
     assert await w.head() == before  # nothing was written
 
-    inv = await w("memory_invalidate", id=old, namespace=ns, reason="moved to Thursdays", superseded_by=new,
-                  request_id=f"{ns}-inv")  # fmt: skip
+    inv = await w("memory_retire", id=old, mode="invalidate", namespace=ns, reason="moved to Thursdays",
+                  superseded_by=new, request_id=f"{ns}-inv")  # fmt: skip
     assert inv["changed"] is True and inv["version"] == 2 and ts(inv["valid_until"]) == now
     after = await w.head()
     assert after == before + 1
@@ -551,63 +558,68 @@ async def test_invalidate_and_mark_outdated(world: World) -> None:
         (now, new, "moved to Thursdays", "active")  # fmt: skip
 
     # valid time: gone now, valid a moment before the end
-    assert {m["id"] for m in (await w("memory_valid", namespace=ns))["items"]} == {new}
-    assert {m["id"] for m in (await w("memory_valid", namespace=ns, at=(now - US).isoformat()))["items"]} == {old, new}
+    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=w.clock().isoformat()))["results"]} == {new}
+    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=(now - US).isoformat()))["results"]} == \
+        {old, new}  # fmt: skip
     # record time: as of before the invalidation it had no end
     then = await w("memory_get", id=old, namespace=ns, as_of=before)
-    assert (then["valid_until"], then["superseded_by"], then["invalid_reason"]) == (None, None, None)
+    assert (then.get("valid_until"), then.get("superseded_by"), then.get("invalid_reason")) == (None, None, None)
     assert then["version"] == 1
     listed = await w("memory_list", namespace=ns, as_of=before)
-    assert {m["id"]: m["valid_until"] for m in listed["items"]} == {old: None, new: None}
+    assert {m["id"]: m.get("valid_until") for m in listed["results"]} == {old: None, new: None}
     # still readable and listed (soft)
-    assert {m["id"] for m in (await w("memory_list", namespace=ns))["items"]} == {old, new}
+    assert {m["id"] for m in (await w("memory_list", namespace=ns))["results"]} == {old, new}
 
     # search: still found, demoted below the valid one; as of before, not demoted
-    for tool in SEARCHES:
-        r = await w(tool, namespace=ns, query="which day do production deploys happen", threshold=0.0)
-        assert [(h["id"], h["demoted"]) for h in r["results"]] == [(new, False), (old, True)], tool
-        r = await w(tool, namespace=ns, query="which day do production deploys happen", threshold=0.0, as_of=before)
-        assert {h["id"]: h["demoted"] for h in r["results"]} == {new: False, old: False}, tool
+    for mode in MODES:
+        r = await w("memory_search", mode=mode, namespace=ns, query="which day do production deploys happen",
+                    threshold=0.0, detail="full")  # fmt: skip
+        assert [(h["id"], h["demoted"]) for h in r["results"]] == [(new, False), (old, True)], mode
+        r = await w("memory_search", mode=mode, namespace=ns, query="which day do production deploys happen",
+                    threshold=0.0, as_of=before, detail="full")  # fmt: skip
+        assert {h["id"]: h["demoted"] for h in r["results"]} == {new: False, old: False}, mode
 
     # the history shows it
     hist = await w("memory_history", id=old, namespace=ns)
-    last = hist["versions"][-1]
+    last = hist["results"][-1]
     assert (last["event"], last["version"], last["seq"], last["request_id"], last["agent_id"]) == \
         ("memory_invalidated", 2, after, f"{ns}-inv", AGENT)  # fmt: skip
     assert last["changed"] == ["valid_until", "invalid_reason", "superseded_by"]
 
     # idempotent: again (even later) changes nothing
     w.clock.set(now + timedelta(minutes=5))
-    again = await w("memory_invalidate", id=old, namespace=ns, reason="again")
+    again = await w("memory_retire", id=old, mode="invalidate", namespace=ns, reason="again")
     assert again["changed"] is False and again["version"] == 2 and ts(again["valid_until"]) == now
     assert await w.head() == after
 
     # mark outdated: a reason is required
     for args in ({}, {"reason": ""}):
-        err = await w.fails("memory_mark_outdated", id=new, namespace=ns, **args)
+        err = await w.fails("memory_retire", id=new, mode="outdated", namespace=ns, **args)
         assert (err.code, err.field) == ("INVALID_INPUT", "reason"), err.error
     later = w.clock()
-    out = await w("memory_mark_outdated", id=new, namespace=ns, reason="we deploy continuously now")
+    out = await w("memory_retire", id=new, mode="outdated", namespace=ns, reason="we deploy continuously now")
     assert out["changed"] is True and ts(out["valid_until"]) == later
     got = await w("memory_get", id=new, namespace=ns)
-    assert (got["invalid_reason"], got["superseded_by"]) == ("we deploy continuously now", None)
-    assert (await w("memory_valid", namespace=ns))["items"] == []
-    assert {m["id"] for m in (await w("memory_valid", namespace=ns, at=(later - US).isoformat()))["items"]} == {new}
+    assert (got["invalid_reason"], got.get("superseded_by")) == ("we deploy continuously now", None)
+    assert (await w("memory_list", namespace=ns, valid_at=w.clock().isoformat()))["results"] == []
+    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=(later - US).isoformat()))["results"]} \
+        == {new}  # fmt: skip
     hist = await w("memory_history", id=new, namespace=ns)
-    assert [v["event"] for v in hist["versions"]] == ["memory_created", "memory_invalidated"]
-    assert (await w("memory_mark_outdated", id=new, namespace=ns, reason="again"))["changed"] is False
+    assert [v["event"] for v in hist["results"]] == ["memory_created", "memory_invalidated"]
+    assert (await w("memory_retire", id=new, mode="outdated", namespace=ns, reason="again"))["changed"] is False
 
     # a memory cannot end before it begins; an unknown memory is not found
     future = (await w("memory_add", namespace=ns, content="valid next year",
                       valid_from=(later + timedelta(days=365)).isoformat()))["id"]  # fmt: skip
-    assert (await w.fails("memory_invalidate", id=future, namespace=ns)).code == "INVALID_STATE"
-    assert (await w.fails("memory_invalidate", id=str(uuid.uuid4()), namespace=ns)).code == "MEMORY_NOT_FOUND"
+    assert (await w.fails("memory_retire", id=future, mode="invalidate", namespace=ns)).code == "INVALID_STATE"
+    assert (await w.fails("memory_retire", id=str(uuid.uuid4()), mode="invalidate", namespace=ns)).code == \
+        "MEMORY_NOT_FOUND"  # fmt: skip
 
 
 async def test_superseded_by_that_is_not_an_id_names_superseded_by(world: World) -> None:
     w, ns = world, fresh("invalid-id")
     mid = (await w("memory_add", namespace=ns, content="something"))["id"]
-    err = await w.fails("memory_invalidate", id=mid, namespace=ns, superseded_by="not-a-uuid")
+    err = await w.fails("memory_retire", id=mid, mode="invalidate", namespace=ns, superseded_by="not-a-uuid")
     assert (err.code, err.field) == ("INVALID_INPUT", "superseded_by"), err.error
 
 
@@ -624,20 +636,21 @@ async def test_history_lists_every_version_of_a_deleted_memory(world: World, scr
     writes = [s for s in sc.steps if s.name not in ("start", "bystander", "recreate")]
     h = await w("memory_history", id=sc.a, namespace=sc.ns)
     assert (h["id"], h["total"], h["has_more"]) == (sc.a, 8, False)
-    vs = h["versions"]
+    vs = h["results"]
     assert [v["version"] for v in vs] == list(range(1, 9))
     assert [v["event"] for v in vs] == EVENTS
     assert [v["changed"] for v in vs] == CHANGED
     assert [v["seq"] for v in vs] == [s.seq for s in writes]
-    assert [v["seq_to"] for v in vs] == [v["seq"] for v in vs[1:]] + [None]  # each interval ends where the next begins
+    # each interval ends where the next begins
+    assert [v.get("seq_to") for v in vs] == [v["seq"] for v in vs[1:]] + [None]
     assert [v["request_id"] for v in vs] == [f"{sc.ns}-{i}" for i in range(1, 9)]
     assert {v["agent_id"] for v in vs} == {AGENT}
     assert [v["deleted"] for v in vs] == [False] * 7 + [True]
     times = [ts(v["recorded_at"]) for v in vs]
     assert times == sorted(times)
-    assert all(v["memory"] is None for v in vs)
+    assert all(v.get("memory") is None for v in vs)
     # with content: each version's memory as it left it
-    full = (await w("memory_history", id=sc.a, namespace=sc.ns, include_content=True))["versions"]
+    full = (await w("memory_history", id=sc.a, namespace=sc.ns, include_content=True))["results"]
     by_step = {s.name: s for s in sc.steps}
     for v, s in zip(full[:7], writes[:7], strict=True):
         want = plain(s.get_a or {})
@@ -649,16 +662,16 @@ async def test_history_lists_every_version_of_a_deleted_memory(world: World, scr
 
     # paging: the first version on a page still says what it changed from the one before
     p = await w("memory_history", id=sc.a, namespace=sc.ns, limit=3, offset=2)
-    assert [v["version"] for v in p["versions"]] == [3, 4, 5] and p["has_more"] is True and p["total"] == 8
-    assert [v["changed"] for v in p["versions"]] == CHANGED[2:5]
+    assert [v["version"] for v in p["results"]] == [3, 4, 5] and p["has_more"] is True and p["total"] == 8
+    assert [v["changed"] for v in p["results"]] == CHANGED[2:5]
     p = await w("memory_history", id=sc.a, namespace=sc.ns, limit=5, offset=6)
-    assert [v["version"] for v in p["versions"]] == [7, 8] and p["has_more"] is False
-    assert [v["changed"] for v in p["versions"]] == CHANGED[6:]
+    assert [v["version"] for v in p["results"]] == [7, 8] and p["has_more"] is False
+    assert [v["changed"] for v in p["results"]] == CHANGED[6:]
     p = await w("memory_history", id=sc.a, namespace=sc.ns, limit=2, offset=8)
-    assert p["versions"] == [] and p["has_more"] is False
+    assert p["results"] == [] and p["has_more"] is False
     # the recreated memory at the same path has a history of its own
     hb = await w("memory_history", id=sc.b, namespace=sc.ns)
-    assert [(v["version"], v["event"], v["seq"], v["seq_to"]) for v in hb["versions"]] == \
+    assert [(v["version"], v["event"], v["seq"], v.get("seq_to")) for v in hb["results"]] == \
         [(1, "memory_created", by_step["recreate"].seq, None)]  # fmt: skip
     # unknown memory, other namespace
     assert (await w.fails("memory_history", id=str(uuid.uuid4()), namespace=sc.ns)).code == "MEMORY_NOT_FOUND"
@@ -669,7 +682,7 @@ async def test_diff_between_versions(world: World, script: Script) -> None:
     w, sc = world, script
     d = await w("memory_diff", id=sc.a, namespace=sc.ns, from_version=1)  # to: the latest (the state before deletion)
     assert (d["from_version"], d["to_version"]) == (1, 7)
-    changes = {c["field"]: (c["before"], c["after"]) for c in d["changes"]}
+    changes = {c["field"]: (c.get("before"), c.get("after")) for c in d["changes"]}
     assert changes == {
         "content": (C[1], C[4]), "path": (P1, P2), "tags": (["db"], ["db", "prod"]), "importance": (0.5, 0.9),
         "status": ("active", "deprecated"), "status_reason": (None, "migrating"), "locked": (False, True),
@@ -683,12 +696,12 @@ async def test_diff_between_versions(world: World, script: Script) -> None:
     assert [(c["field"], c["before"], c["after"]) for c in d["changes"]] == \
         [("content", C[2], C[3]), ("importance", 0.5, 0.9)]  # fmt: skip
     d = await w("memory_diff", id=sc.a, namespace=sc.ns, from_version=5, to_version=6)  # a lock: no content change
-    assert [c["field"] for c in d["changes"]] == ["locked", "lock_reason"] and d["content_diff"] is None
+    assert [c["field"] for c in d["changes"]] == ["locked", "lock_reason"] and d.get("content_diff") is None
     d = await w("memory_diff", id=sc.a, namespace=sc.ns, from_version=4, to_version=2)  # backwards works too
     assert [(c["field"], c["before"], c["after"]) for c in d["changes"]] == \
         [("content", C[4], C[2]), ("tags", ["db", "prod"], ["db"]), ("importance", 0.9, 0.5)]  # fmt: skip
     d = await w("memory_diff", id=sc.b, namespace=sc.ns, from_version=1)
-    assert (d["to_version"], d["changes"], d["content_diff"]) == (1, [], None)
+    assert (d["to_version"], d["changes"], d.get("content_diff")) == (1, [], None)
 
     for args, fld in (({"from_version": 99}, "from_version"), ({"from_version": 1, "to_version": 8}, "to_version"),
                       ({"from_version": 1, "to_version": 42}, "to_version"), ({"from_version": 0}, "from_version"),

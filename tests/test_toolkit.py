@@ -50,7 +50,8 @@ async def read_note(call: Call, id: str) -> Saved:
     return Saved(id=row.memory.id, namespace=row.memory.namespace)
 
 
-STYLE = ErrorStyle(codes={"MEMORY_NOT_FOUND": "NOT_THERE", "INVALID_INPUT": "BAD"}, with_field=False,
+STYLE = ErrorStyle(codes={"MEMORY_NOT_FOUND": "NOT_THERE", "INVALID_INPUT": "BAD", "INVALID_CONTEXT": "NO_CONTEXT"},
+                   with_field=False,
                    messages={"MEMORY_NOT_FOUND": lambda m, d: "no such note"})  # fmt: skip
 
 
@@ -91,8 +92,9 @@ async def test_context_policy_and_groups(stack: Stack, toy: None) -> None:
         listed = {t.name: t for t in (await c.list_tools()).tools}
         assert set(listed) == {"save_note"}  # group "extra" is not served
         assert "context" in listed["save_note"].input_schema["required"]
+        # required in the schema, refused by the gateway (so the refusal is audited), in the profile's format
         refused = await c.call_tool("save_note", {"text": "x"})
-        assert refused.is_error and json.loads(refused.content[0].text)["error"]["code"] == "BAD"
+        assert refused.is_error and json.loads(refused.content[0].text)["error"]["code"] == "NO_CONTEXT"
         ok = await c.call_tool("save_note", {"text": "x", "context": {"agent_id": "local-agent", "intent": "write"}})
         assert not ok.is_error
         wrong = await c.call_tool("save_note", {"text": "x", "context": {"agent_id": "someone-else"}})

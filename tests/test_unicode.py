@@ -39,15 +39,15 @@ async def test_stats_list_and_get_with_non_ascii_content_and_metadata(stack: Sta
     assert stats["storage_bytes"] == sum(len(t.encode()) for t in TEXTS) + meta
     assert stats["by_subject"] == {"jürgen": len(TEXTS)} and stats["by_category"] == {"Zürich ☕": len(TEXTS)}
     # archived, and as of a past moment: the same query path
-    await stack.call("memory_delete", id=ids[0])
+    await stack.call("memory_retire", id=ids[0], mode="archive")
     assert (await stack.call("memory_stats"))["total"] == len(TEXTS)
     assert (await stack.call("memory_stats", as_of=2))["total"] == 2
     listed = await stack.call("memory_list", tags=["Straße"], limit=50)
-    assert {m["content"] for m in listed["items"]} == set(TEXTS[1:])
-    got = await stack.call("memory_get", store="s", path="notes/n2")
+    assert {m["content"] for m in listed["results"]} == set(TEXTS[1:])
+    got = await stack.call("memory_get", id="s:notes/n2")
     assert got["content"] == TEXTS[2] and got["metadata"]["città"] == "Zürich"
-    recent = await stack.call("memory_recent", limit=10)
-    assert {e["content"] for e in recent["memories"]} >= set(TEXTS[1:])
+    recent = await stack.call("memory_list", limit=10)
+    assert {e["content"] for e in recent["results"]} >= set(TEXTS[1:])
 
 
 async def test_audit_export_with_non_ascii_principal_and_content(tmp_path: Path, nats_server: EmbeddedNats) -> None:

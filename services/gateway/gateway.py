@@ -97,10 +97,12 @@ class Gateway:
         return self.principal
 
     def authorize(
-        self, principal: Principal, tool: str, intent: Intent, context: RequestContext | None, namespace: str | None
+        self, principal: Principal, tool: str, intent: Intent, context: RequestContext | None, namespace: str | None,
+        context_required: bool = False,
     ) -> Call:
-        if context is None and self.require_context:
-            raise InvalidContext("this server requires a context object (agent_id, repository_id, intent, request_id)")
+        if context is None and (self.require_context or context_required):
+            raise InvalidContext("this tool requires a context object (agent_id, organization_id, repository_id, "
+                                 "intent, request_id)", "context")  # fmt: skip
         ctx = context or RequestContext()
         if ctx.agent_id is not None and ctx.agent_id != principal.agent_id:
             raise ScopeViolation(f"context.agent_id {ctx.agent_id!r} is not the authenticated agent", "context.agent_id")
@@ -141,13 +143,14 @@ class Gateway:
         body: Callable[[Call], Awaitable[T]],
         *,
         errors: ErrorStyle = NATIVE_ERRORS,
+        context_required: bool = False,
     ) -> T:
         """Authorize, run the body, record the read (or the refusal); domain errors become JSON tool errors."""
         principal = self.principal
         call: Call | None = None
         try:
             principal = self.principal_for(headers)
-            call = self.authorize(principal, tool, intent, context, namespace)
+            call = self.authorize(principal, tool, intent, context, namespace, context_required)
             result = await body(call)
             if intent == "read":
                 await self.access.record(ReadRecorded(

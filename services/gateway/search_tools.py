@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from mneme.domain import validation as v
+from mneme.errors import InvalidInput
 from schemas.queries import SearchMemories, SearchResult
 from services.gateway.gateway import Call
 from services.gateway.models import AsOfInfo, SearchResults
@@ -47,9 +48,10 @@ async def memory_search(
     include_rules: Annotated[bool, Field(description="Also your organization's verified rules.")] = True,
     valid_at: ValidAtArg = None,
     as_of: AsOfArg = None,
-    fusion: Annotated[Literal["calibrated", "zscore", "rrf"], Field(
-        description="hybrid only; zscore and rrf score relative to the candidates.")] = "calibrated",
-    semantic_weight: Annotated[Unit, Field(description="hybrid only: the semantic share of the score.")] = 0.3,
+    fusion: Annotated[Literal["calibrated", "zscore", "rrf"] | None, Field(
+        description="hybrid only: calibrated (default), or zscore / rrf, relative to the candidates.")] = None,
+    semantic_weight: Annotated[Unit | None, Field(description="hybrid only: the semantic share of the score "
+                                                 "(default 0.3).")] = None,  # fmt: skip
     detail: Detail = "brief",
 ) -> SearchResults:
     """Find what the memory knows about a question or topic: the most relevant memories first, each
@@ -59,7 +61,11 @@ async def memory_search(
     system = call.principal.system_namespace
     rules = (system,) if include_rules and system and system != call.namespace \
         and call.principal.can_read(system) else ()  # fmt: skip
-    extra = {"fusion": fusion, "semantic_weight": semantic_weight} if mode == "hybrid" else {}
+    for name, given in (("fusion", fusion), ("semantic_weight", semantic_weight)):
+        if given is not None and mode != "hybrid":
+            raise InvalidInput(name, f"only with mode 'hybrid' (this search is {mode})")
+    extra = {"fusion": fusion or "calibrated",
+             "semantic_weight": 0.3 if semantic_weight is None else semantic_weight}  # fmt: skip
     q = SearchMemories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), mode=mode,
                        rule_namespaces=rules, query=query, limit=limit, threshold=threshold, kind=kind,
                        category=category, subject=subject, tags=tuple(tags), importance_min=importance_min,

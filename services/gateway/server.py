@@ -132,7 +132,7 @@ def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: di
 def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> MnemeMCPServer:
     """The MCP server of one profile (see services/gateway/profiles): its tools, its error format."""
     from services.gateway.profiles import load
-    from services.gateway.toolkit import lean_schema, mcp_handler
+    from services.gateway.toolkit import lean_schema, mcp_handler, require_context
 
     p = load(profile)
     is_native = p.name == "native"
@@ -143,8 +143,10 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     for spec in p.served():
         mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
                      annotations=spec.hints)  # fmt: skip
+        tool = mcp._tool_manager.get_tool(spec.name)
+        if p.context == "required":
+            tool.parameters = require_context(tool.parameters, p.context_required)
         if p.drop_nulls:  # results never hold a null: the schemas need not say one may come
-            tool = mcp._tool_manager.get_tool(spec.name)
             tool.parameters = lean_schema(tool.parameters)
             tool.fn_metadata.output_schema = lean_schema(tool.fn_metadata.output_schema)
     return mcp

@@ -79,7 +79,10 @@ class Profile:
     scope: Scope | None = None  # default: the `namespace` argument, if the tool has one
     groups: tuple[str, ...] | None = None  # the groups served (None: all)
     drop_nulls: bool = False  # leave null fields out of results (native: absent means none)
-    context_model: type[BaseModel] = RequestContext  # the `context` object's schema (a contract may require fields)
+    context_model: type[BaseModel] = RequestContext  # the `context` object's schema
+    # fields of `context` its schema shows required (the contract's), while the call still reaches the tool: a
+    # context missing one is refused there, in the contract's format and recorded in the audit trail as refused
+    context_required: tuple[str, ...] = ()
 
     def with_options(self, *, context: ContextPolicy | None = None, groups: tuple[str, ...] | None = None) -> Profile:
         """This profile as an operator configured it: its context policy, the groups of tools it offers."""
@@ -114,6 +117,29 @@ def lean_schema(schema: Any) -> Any:
     return out
 
 
+def require_context(schema: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """The input schema of a profile whose `context` is required: `context` listed as required (after the
+    other required arguments), its schema the object itself rather than object-or-null, and `fields` of it
+    listed as required (wherever pydantic put the object)."""
+    props = schema.get("properties", {})
+    prop = props.get("context")
+    if prop is None:
+        return schema
+    options = prop.get("anyOf")
+    if options and {"type": "null"} in options:
+        rest = [o for o in options if o != {"type": "null"}]
+        prop = {**rest[0], **{k: v for k, v in prop.items() if k not in ("anyOf", "default")}}
+        props["context"] = prop
+    required = schema.setdefault("required", [])
+    if "context" not in required:
+        required.append("context")
+    if fields:
+        ref = prop.get("$ref")
+        target = schema["$defs"][ref.rsplit("/", 1)[-1]] if ref else prop
+        target["required"] = list(fields)
+    return schema
+
+
 def as_result(value: Any, drop_nulls: bool) -> Any:
     """A tool's answer as the client receives it: the structured content, and the same JSON, compact, as text."""
     if not isinstance(value, BaseModel) or isinstance(value, CallToolResult):  # a result the tool built itself
@@ -140,8 +166,10 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
     elif profile.context == "required":
         required = [p for p in own if p.default is inspect.Parameter.empty]
         rest = [p for p in own if p.default is not inspect.Parameter.empty]
-        own = [*required, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                            annotation=profile.context_model), *rest]  # fmt: skip
+        # required in the schema (build_server marks it so), optional to the argument model: a call without it
+        # reaches the gateway, which refuses it as INVALID_CONTEXT and records the refusal in the audit trail
+        own = [*required, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                            annotation=profile.context_model | None), *rest]  # fmt: skip
     scope = profile.scope or _default_scope
     takes_context = any(p.name == "context" for p in params)
 
@@ -159,7 +187,8 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
         async def body(call: Call) -> Any:
             return await spec.fn(call, **arguments)
 
-        got = await gw.run(ctx.headers, spec.name, spec.intent, context, namespace, body, errors=profile.errors)
+        got = await gw.run(ctx.headers, spec.name, spec.intent, context, namespace, body, errors=profile.errors,
+                           context_required=profile.context == "required")  # fmt: skip
         return as_result(got, profile.drop_nulls)
 
     handler.__name__ = spec.name

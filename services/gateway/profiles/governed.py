@@ -280,4 +280,5 @@ PROFILE = Profile(
     ),
     errors=ERRORS,
     context="required",
+    context_required=REQUIRED_CONTEXT,  # the schema says what the contract says; the check stays in `gateway`
 )
