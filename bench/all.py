@@ -65,7 +65,8 @@ def lower_is_better(key: str) -> bool:
     last = key.split(".")[-1].lower()
     if any(t in last for t in ("ratio", "vs_", "per_s", "recall", "mrr", "rate")):
         return False
-    return last.endswith(("_ms", "seconds", "bytes", "_s")) or "lag" in last or last in ("p50", "p95", "p99")
+    return (last.endswith(("_ms", "seconds", "_s")) or "bytes" in last or "lag" in last
+            or last in ("p50", "p95", "p99"))  # fmt: skip
 
 
 def worse(key: str, before: float, after: float, tolerance: float) -> bool:
