@@ -1,8 +1,15 @@
 """bench.all — every benchmark in one go, so that a change that touches the product reruns all of them.
 
-    python -m bench.all --quick                      # each bench with --quick, one after another
-    python -m bench.all --quick --save run.json      # keep the figures
-    python -m bench.all --quick --compare base.json  # and set them beside an earlier run's
+    python -m bench.all --quick                      # each bench with --quick; the table against bench/baseline.json
+    python -m bench.all --quick --accept             # and make this run the baseline (commit it with the change)
+    python -m bench.all --quick --save run.json      # keep every figure
+    python -m bench.all --quick --compare base.json  # and set every figure beside an earlier run's (--all: all of them)
+
+The headline table (HEADLINES below) gives each headline figure, its target, the baseline's figure (the last
+accepted run, committed in bench/baseline.json with its commit and machine, one per mode: quick and full),
+this run's, and the change; it flags every figure more than --tolerance (15%) worse than the baseline.
+Floors (raw NATS, the raw Edge search, the model) are printed beside them: a figure that moved with its
+floor moved with the machine.
 
 Each benchmark runs as its own process (`python -m bench.NAME [--quick]`), exactly as a person would run
 it; its last stdout line is its JSON object. Benchmarks report their own floors from the same run (raw
@@ -26,6 +33,89 @@ from typing import Any
 BENCHES = ("spine", "audit", "search", "replay", "locomo")
 # the figures the table shows unless --all: targets, ratios to the floor, quality, lag and rates
 _HEADLINE = ("targets.", "vs_", "ratio", "recall@", "mrr", "lag", "events_per_s", "bytes")
+
+
+# (label, bench, path in its JSON, target, lower is better); the floors carry no target
+HEADLINES: list[tuple[str, str, str, str, bool]] = [
+    ("(b) CommandService.create / awaited publish", "spine", "b_domain.no_path_vs_floor_awaited", ">= 0.50", False),
+    ("(b) at store+path / awaited publish", "spine", "b_domain.store_path_vs_floor_awaited", "", False),
+    ("(c) memory_add over stdio / no-op tool", "spine", "c_stdio.add_vs_noop", ">= 0.45", False),
+    ("(c) server CPU per memory_add, ms", "spine", "c_stdio.memory_add.cpu_ms_per_op.server", "", True),
+    ("(d) add -> get over stdio, p50 ms", "spine", "targets.d_stdio_p50.p50_ms", "< 5", True),
+    ("(d) add -> get in-process, p50 ms", "spine", "targets.d_inproc_p50.p50_ms", "< 5", True),
+    ("(e) memory_get over stdio at scale, p50 ms", "spine", "e_get_at_scale.stdio.get.p50_ms", "< 3.5", True),
+    ("serve cold start to first get, s", "spine", "e_get_at_scale.stdio.cold_start_to_first_get_s", "< 10", True),
+    ("native tools/list, bytes", "spine", "surface.tool_lists.native.bytes", "<= 40000", True),
+    ("10-result search over stdio, bytes", "spine", "surface.results.memory_search.bytes", "<= 3000", True),
+    ("auditor lag p99, own process, ms", "audit", "targets.auditor_lag_p99.p99_ms", "< 200", True),
+    ("auditor lag p99, in serve, ms", "audit", "targets.serve_trail_lag_p99.p99_ms", "< 200", True),
+    ("search p95 semantic, ms", "search", "targets.semantic_p95.p95_ms", "< 50", True),
+    ("search p95 keyword, ms", "search", "targets.keyword_p95.p95_ms", "< 50", True),
+    ("search p95 hybrid, ms", "search", "targets.hybrid_p95.p95_ms", "< 50", True),
+    ("embedding catch-up / raw model", "search", "targets.embedding_catchup_vs_raw.ratio", ">= 0.85", False),
+    ("replay full / floor", "replay", "replay_full.vs_floor", ">= 0.20", False),
+    ("replay DuckDB only / floor", "replay", "replay_duckdb_only.vs_floor", ">= 0.35", False),
+    ("replay vectors only / floor", "replay", "vectors_only.vs_floor", "", False),
+    ("as_of p95 get, ms", "replay", "targets.as_of_get_p95.p95_ms", "< 50", True),
+    ("as_of p95 hybrid, ms", "replay", "targets.as_of_hybrid_p95.p95_ms", "< 50", True),
+    ("LoCoMo hybrid recall@5", "locomo", "hybrid.recall@5", "", False),
+    ("LoCoMo hybrid MRR", "locomo", "hybrid.mrr", "", False),
+    ("floor: awaited NATS publish, /s", "spine", "a_floor.a_floor_awaited.rate_per_s", "", False),
+    ("floor: no-op MCP tool over stdio, /s", "spine", "c_stdio.noop.rate_per_s", "", False),
+    ("floor: raw Edge dense search, p50 ms", "search", "latency.raw_edge.dense.p50_ms", "", True),
+    ("floor: replay receive-and-decode, events/s", "replay", "floor.events_per_s", "", False),
+]
+BASELINE = Path(__file__).with_name("baseline.json")
+
+
+def dig(obj: Any, path: str) -> float | None:
+    for part in path.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return float(obj) if isinstance(obj, (int, float)) and not isinstance(obj, bool) else None
+
+
+def headline_figures(results: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for label, bench, path, _, _ in HEADLINES:
+        value = dig(results.get(bench, {}), path)
+        if value is not None:
+            out[label] = value
+    return out
+
+
+def headline_table(now: dict[str, float], base: dict[str, float], tolerance: float) -> tuple[str, list[str]]:
+    """The markdown table of the headline figures against the baseline's, and the labels flagged worse."""
+    rows = ["| figure | target | baseline | now | change |", "|---|---|---:|---:|---:|"]
+    flagged = []
+    for label, _, _, target, lower in HEADLINES:
+        if label not in now:
+            continue
+        value, then = now[label], base.get(label)
+        change, mark = "", ""
+        if then:
+            rel = (value - then) / abs(then)
+            change = f"{rel:+.0%}"
+            if not label.startswith("floor:") and ((rel > tolerance) if lower else (rel < -tolerance)):
+                mark = " **worse**"
+                flagged.append(label)
+        rows.append(f"| {label} | {target} | {_fmt(then)} | {_fmt(value)} | {change}{mark} |")
+    return "\n".join(rows), flagged
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return ""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def machine_of(results: dict[str, Any]) -> dict[str, Any]:
+    for figures in results.values():
+        if isinstance(figures, dict) and isinstance(figures.get("machine"), dict):
+            m = figures["machine"]
+            return {k: m.get(k) for k in ("nproc", "cpu_model", "ram_gb", "python", "date", "git_commit")}
+    return {}
 
 
 def headline(key: str) -> bool:
@@ -85,6 +175,8 @@ def main() -> None:
     ap.add_argument("--tolerance", type=float, default=0.15, help="relative change flagged as a regression")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per bench")
     ap.add_argument("--all", action="store_true", help="every numeric figure, not only the headline ones")
+    ap.add_argument("--baseline", type=Path, default=BASELINE, help="the accepted figures (default bench/baseline.json)")
+    ap.add_argument("--accept", action="store_true", help="write this run's headline figures as the baseline")
     args = ap.parse_args()
 
     results: dict[str, Any] = {}
@@ -97,9 +189,21 @@ def main() -> None:
     if args.save:
         args.save.write_text(json.dumps(results, indent=1, default=str))
 
+    mode = "quick" if args.quick else "full"
+    accepted = json.loads(args.baseline.read_text()) if args.baseline.exists() else {}
+    base_run = accepted.get(mode, {})
+    now = headline_figures(results)
+    table, flagged = headline_table(now, base_run.get("figures", {}), args.tolerance)
+    print(f"\n## Headline figures ({mode}) against {args.baseline.name}"
+          f" ({base_run.get('machine', {}).get('git_commit', 'none')}, {base_run.get('machine', {}).get('date', '')})")
+    print(table)
+    if args.accept:
+        accepted[mode] = {"machine": machine_of(results), "figures": now}
+        args.baseline.write_text(json.dumps(accepted, indent=1, sort_keys=True) + "\n")
+        print(f"accepted as the {mode} baseline: {args.baseline}")
+
     base: dict[str, Any] = json.loads(args.compare.read_text()) if args.compare else {}
-    flagged = []
-    for name, figures in results.items():
+    for name, figures in (results.items() if args.compare or args.all else ()):
         print(f"\n## bench.{name}")
         if "error" in figures:
             print(f"  FAILED: {figures['error']}")
@@ -110,8 +214,6 @@ def main() -> None:
                 continue
             if key in then:
                 mark = worse(key, then[key], value, args.tolerance)
-                if mark:
-                    flagged.append(f"{name}.{key}")
                 print(f"  {key:<60} {then[key]:>14.4g} -> {value:<14.4g}{'  <-- worse' if mark else ''}")
             elif not base:
                 print(f"  {key:<60} {value:>14.4g}")

@@ -1,0 +1,41 @@
+"""bench.all's regression guard: the headline table flags what got worse than the baseline, and only that."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import all as bench_all
+
+
+def run(c_ratio: float, d_ms: float, floor: float) -> dict:
+    return {
+        "spine": {"machine": {"git_commit": "abc", "date": "2026-11-26", "nproc": 2},
+                  "c_stdio": {"add_vs_noop": c_ratio, "noop": {"rate_per_s": floor}},
+                  "targets": {"d_stdio_p50": {"p50_ms": d_ms}}},
+        "locomo": {"hybrid": {"mrr": 0.5}},
+    }  # fmt: skip
+
+
+def test_flags_a_ratio_that_fell_and_a_latency_that_rose_beyond_tolerance() -> None:
+    base = bench_all.headline_figures(run(0.50, 10.0, 500))
+    table, flagged = bench_all.headline_table(bench_all.headline_figures(run(0.40, 12.0, 100)), base, 0.15)
+    assert flagged == ["(c) memory_add over stdio / no-op tool", "(d) add -> get over stdio, p50 ms"]
+    assert "| (c) memory_add over stdio / no-op tool | >= 0.45 | 0.5 | 0.4 | -20% **worse** |" in table
+    assert "floor: no-op MCP tool over stdio" in table  # a floor is shown, never flagged (it is the machine)
+
+
+def test_within_tolerance_or_better_is_not_flagged() -> None:
+    base = bench_all.headline_figures(run(0.50, 10.0, 500))
+    _, flagged = bench_all.headline_table(bench_all.headline_figures(run(0.45, 11.4, 500)), base, 0.15)
+    assert flagged == []
+    _, flagged = bench_all.headline_table(bench_all.headline_figures(run(0.90, 2.0, 500)), base, 0.15)
+    assert flagged == []
+
+
+def test_the_committed_baseline_names_its_commit_machine_and_every_headline_it_has() -> None:
+    accepted = json.loads(Path(bench_all.BASELINE).read_text())
+    quick = accepted["quick"]
+    assert quick["machine"]["git_commit"] and quick["machine"]["nproc"]
+    labels = {h[0] for h in bench_all.HEADLINES}
+    assert set(quick["figures"]) <= labels and len(quick["figures"]) >= 20
