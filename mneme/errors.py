@@ -117,6 +117,13 @@ class ProjectionLag(MnemeError):
     retryable = True
 
 
+class Indexing(MnemeError):
+    """Semantic and hybrid search wait for dense vectors still being embedded; keyword search does not."""
+
+    code = "INDEXING"
+    retryable = True
+
+
 class Unavailable(MnemeError):
     code = "UNAVAILABLE"
     retryable = True

@@ -144,8 +144,10 @@ def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False,
 
 
 def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False, base: Path | None = None,
-                 model: ModelHandle | None = None, cache: EmbeddingCache | None = None) -> VectorView | None:  # fmt: skip
-    """The vector projection: one shard (or collection) per embedding model, so a new model folds anew."""
+                 model: ModelHandle | None = None, cache: EmbeddingCache | None = None,
+                 background: bool = False) -> VectorView | None:  # fmt: skip
+    """The vector projection: one shard (or collection) per embedding model, so a new model folds anew.
+    `background`: a live projector's (dense vectors embedded by a filler thread; keyword search never waits)."""
     if ps.vectors == "off":
         return None
     base = base or projection_dir(core)
@@ -166,7 +168,7 @@ def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = Fal
             shutil.rmtree(path, ignore_errors=True)
             Path(f"{path}.checkpoint.json").unlink(missing_ok=True)
         index = EdgeIndex(path, model.dim)
-    return VectorView(index, model, cache)
+    return VectorView(index, model, cache, background=background)
 
 
 def opener(core: CoreSettings, ps: ProjectorSettings, current: VectorView | None
@@ -178,7 +180,7 @@ def opener(core: CoreSettings, ps: ProjectorSettings, current: VectorView | None
         gps = ps.model_copy(update={"embedding_model": model}) if model else ps
         view = open_view(core, gps, base=path)
         vectors = open_vectors(core, gps, base=path, model=current.model if current else None,
-                               cache=current.cache if current else None)  # fmt: skip
+                               cache=current.cache if current else None, background=True)  # fmt: skip
         return view, vectors
 
     return open_generation
@@ -211,7 +213,7 @@ async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, 
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
         view = open_view(core, ps)
-        vectors = open_vectors(core, ps)
+        vectors = open_vectors(core, ps, background=True)
         # the projector's followers also feed the audit trail: one delivery, one decode per message
         projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
                               also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),),
@@ -254,7 +256,7 @@ async def projector(
         log_nc = await connect(core.nats_url or "", "mneme-projector-log")
         stack.push_async_callback(close_nats, log_nc)
         view = open_view(core, ps, fresh=rebuild)
-        vectors = open_vectors(core, ps, fresh=rebuild)
+        vectors = open_vectors(core, ps, fresh=rebuild, background=True)
         proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
                          vectors=vectors, vector_batch_max=ps.vector_batch_max, control_id=control_id(core),
                          opener=opener(core, ps, vectors), snapshots=core.data_dir / "snapshots",

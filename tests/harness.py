@@ -133,11 +133,12 @@ def shared_model() -> ModelHandle:
     return _MODEL
 
 
-def open_vectors(data_dir: Path, model: ModelHandle | None = None) -> VectorView:
-    """Real Qdrant Edge under data_dir and the real model (or the handle given, e.g. one still loading)."""
+def open_vectors(data_dir: Path, model: ModelHandle | None = None, *, background: bool = True) -> VectorView:
+    """Real Qdrant Edge under data_dir and the real model (or the handle given, e.g. one still loading),
+    embedding in the background as a live projector does (background=False: as replay does)."""
     model = model or shared_model()
     return VectorView(EdgeIndex(data_dir / f"vectors-{model.name}", model.dim or 384), model,
-                      EmbeddingCache(data_dir / "embeddings.sqlite"))  # fmt: skip
+                      EmbeddingCache(data_dir / "embeddings.sqlite"), background=background)  # fmt: skip
 
 
 async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | None = None, *,

@@ -25,7 +25,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from mneme.errors import MnemeError, ProjectionLag
+from mneme.errors import Indexing, MnemeError, ProjectionLag
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
@@ -115,6 +115,7 @@ class Projector:
         self._decoders = {op: msgspec.msgpack.Decoder(t) for op, t in QUERY_TYPES.items()}
         self._swap_lock = asyncio.Lock()
         self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
+        self.start_target = 0  # the log head at start: semantic search answers INDEXING until dense reaches it
 
     def generation(self, view: MemoriesView, vectors: VectorView | None, *, also: tuple[Sink, ...] = (),
                    also_access: tuple[Sink, ...] = ()) -> Generation:  # fmt: skip
@@ -163,9 +164,13 @@ class Projector:
 
     async def start(self, *, serve_queries: bool = True) -> None:
         target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
+        self.start_target = target  # semantic search answers INDEXING until the dense vectors reach it
         await self.gen.start()
         if self.gen.vectors is not None:
-            self._spawn(self._fill_when_model_ready(self.gen.vectors))
+            if self.gen.vectors.background:
+                self.gen.vectors.start_filler()
+            else:
+                self._spawn(self._fill_when_model_ready(self.gen.vectors))
         if serve_queries:
             self._spawn(self._join_when_caught_up(target))
         if self.control_id and self.opener:
@@ -213,11 +218,14 @@ class Projector:
             new = self.generation(view, vectors)  # its own followers; the trail stays with the old ones
             await new.start()
             if vectors is not None:  # a new model (a replay --model) answers semantic search before it serves
+                vectors.start_filler()
                 await asyncio.to_thread(vectors.model.wait, 600)
                 await asyncio.to_thread(vectors.fill_pending)
             while True:
                 head = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
                 if await new.caught_up(head, 60) and head == (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq:
+                    while vectors is not None and vectors.dense_applied < vectors.committed:  # the filler's last
+                        await asyncio.sleep(0.01)
                     break
             self.gen = new  # one assignment: every query from here on reads the new generation
             log.info("projector swapped to %s at sequence %d", view.path, new.follower.applied)
@@ -329,6 +337,8 @@ class Projector:
                     f"the {which} has applied sequence {behind}, not yet {need}; retry shortly",
                     details={"applied_seq": behind, "min_seq": need},
                 )
+            if isinstance(query, SearchMemories) and query.mode != "keyword":
+                await self._dense_ready(gen, need)
             if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
                 async with gen.follower.paused():
                     result = await asyncio.to_thread(run_query, gen, query)
@@ -342,6 +352,31 @@ class Projector:
         except Exception as exc:  # noqa: BLE001 - a query must never take the projector down
             log.exception("query %s failed", op)
             return Reply(applied_seq=applied, error={"code": "INTERNAL", "message": type(exc).__name__})
+
+    async def _dense_ready(self, gen: Generation, need: int) -> None:
+        """A semantic or hybrid search runs once every point up to `need` has its dense vector. While the
+        projector is still embedding the log it found at start (a new replica, a rebuild) it answers INDEXING
+        at once, with progress, rather than hold the caller; after that it waits up to wait_timeout for the
+        writes it must see, then answers INDEXING."""
+        vectors = gen.vectors
+        if vectors is None or not vectors.background or not vectors.model.ready:
+            return  # without a model the search itself answers EMBEDDING_MODEL_LOADING
+        floor = self.start_target
+        if vectors.dense_applied < floor:
+            raise self._indexing(vectors, max(need, floor))
+        deadline = time.monotonic() + self.wait_timeout
+        while vectors.dense_applied < need:
+            if time.monotonic() >= deadline:
+                raise self._indexing(vectors, need)
+            await asyncio.sleep(0.005)
+
+    @staticmethod
+    def _indexing(vectors: VectorView, need: int) -> Indexing:
+        p = vectors.progress()
+        eta = f"about {p['eta_s']:.0f} s left" if p["eta_s"] is not None else "the model is loading"
+        return Indexing(f"the vector index is embedding memories ({p['done']:,} of {p['total']:,} done, "
+                        f"{p['pending']:,} waiting; {eta}); keyword search (mode 'keyword') answers now",
+                        details={**p, "min_seq": need})  # fmt: skip
 
     def run_query(self, query: Any) -> Any:
         return run_query(self.gen, query)

@@ -75,13 +75,14 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
                                     "created_at": datetime.now(timezone.utc).isoformat(), "model": None,
                                     "vector_seq": None, "vectors": None}  # fmt: skip
         if vectors is not None and isinstance(vectors.index, EdgeIndex):
-            vectors.save()  # flushes the shard and writes the position it covers
-            idx = vectors.index
-            idx.shard.flush()
-            copytree_sparse(idx.path, tmp / idx.path.name)
-            if idx.checkpoint_file.exists():
-                copy_sparse(idx.checkpoint_file, tmp / idx.checkpoint_file.name)
-            manifest.update(model=vectors.model.name, vector_seq=vectors.checkpoint, vectors=idx.path.name)
+            with vectors.lock:  # the embedding filler writes dense vectors outside the followers' pauses
+                vectors.save()  # flushes the shard and writes the position it covers
+                idx = vectors.index
+                idx.shard.flush()
+                copytree_sparse(idx.path, tmp / idx.path.name)
+                if idx.checkpoint_file.exists():
+                    copy_sparse(idx.checkpoint_file, tmp / idx.checkpoint_file.name)
+                manifest.update(model=vectors.model.name, vector_seq=vectors.checkpoint, vectors=idx.path.name)
         manifest["files"] = _files(tmp)
         files, size, disk = disk_usage(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))

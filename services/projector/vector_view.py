@@ -13,14 +13,20 @@ only closes. Every write is an idempotent upsert or payload set keyed by
 deterministic ids, so re-folding after a crash (from the saved position) has exactly
 the effect of folding once (invariant 5).
 
-Embedding happens at commit, in batches, through the cache. Until the model is
-loaded, points are written with their BM25 vector only (keyword search works), and
-the saved position stays behind them; `fill_pending` adds the dense vectors once the
-model is ready.
+Two ways to embed. Synchronous (replay, rebuild): at commit, in batches, through the cache; until the
+model is loaded, points are written with their BM25 vector only (keyword search works) and
+`fill_pending` adds the dense vectors once the model is ready. Background (`background=True`, a live
+projector): a commit never calls the model; every point is written at once with its BM25 vector (and its
+dense vector when the cache has it), so keyword search never waits for an embedding, and a filler thread
+embeds what is pending in micro-batches (whatever is waiting, up to EMBED_CHUNK texts per model call;
+onnxruntime and the tokenizer release the GIL) and adds the dense vectors. `dense_applied` is the sequence
+up to which every point has its dense vector: semantic and hybrid searches wait for it, keyword searches
+do not. Either way the saved position never passes a point still without its dense vector.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -135,24 +141,32 @@ class BM25:
 
 
 class VectorView:
-    def __init__(self, index: VectorIndex, model: ModelHandle, cache: EmbeddingCache, *, bm25: BM25 | None = None):
+    def __init__(self, index: VectorIndex, model: ModelHandle, cache: EmbeddingCache, *, bm25: BM25 | None = None,
+                 background: bool = False):  # fmt: skip
         self.index = index
         self.model = model
         self.cache = cache
         self.bm25 = bm25 or BM25()
+        self.background = background
         self.checkpoint = index.load_checkpoint()  # the saved position
         self.staged = self.checkpoint
         self.committed = self.checkpoint
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a snapshot holds it around save() and the copy
+        self._wake = threading.Condition(self._lock)  # the filler waits here for pending texts
         self._states: dict[str, MemoryState | None] = {}  # memories touched since the last commit
-        self._upserts: dict[str, tuple[VPoint, str]] = {}  # point id -> (point, text to embed)
+        self._upserts: dict[str, tuple[VPoint, str, int]] = {}  # point id -> (point, text to embed, its seq)
         self._closes: dict[str, int] = {}  # point id (committed earlier) -> seq_to
-        self._pending_dense: dict[str, str] = {}  # written without a dense vector (model loading)
+        # written without a dense vector, in sequence order (commits append in log order): point id -> (text, seq)
+        self._pending_dense: dict[str, tuple[str, int]] = {}
         self.embedded = 0  # texts run through the model (for benchmarks)
+        self.dense_total = 0  # texts that waited for a dense vector, and how many got one (progress)
+        self.dense_done = 0
+        self.dense_rate = 0.0  # texts/s of the filler's recent model calls (an estimate for ETAs)
         self._embedding = True  # False once stopping: commits write what the cache holds, the rest stays pending
         self.save_every = 2.0
         self._saved_at = 0.0
         self._closed = False
+        self._filler: threading.Thread | None = None
 
     # -- Sink
     def _missing(self, batch: list[Positioned]) -> set[str]:
@@ -194,7 +208,7 @@ class VectorView:
                     pid = point_id(new.id, new.version)
                     payload = payload_of(new, p.seq, p.recorded_at, event_name(env.event))
                     text = index_text(new)
-                    self._upserts[pid] = (VPoint(pid, payload, None, self.bm25.document(text)), text)
+                    self._upserts[pid] = (VPoint(pid, payload, None, self.bm25.document(text)), text, p.seq)
                 self._states[mid] = new
             self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
 
@@ -203,9 +217,9 @@ class VectorView:
             last = self.staged
             if last == self.committed and not self._upserts and not self._closes:
                 return self.checkpoint
-            points = [p for p, _ in self._upserts.values()]
-            texts = {pid: t for pid, (_, t) in self._upserts.items()}
-            vectors, missing = self._vectors(texts)
+            points = [p for p, _, _ in self._upserts.values()]
+            texts = {pid: t for pid, (_, t, _) in self._upserts.items()}
+            vectors, missing = self._vectors(texts, use_model=not self.background)
             for p in points:
                 if p.id in vectors:
                     p.dense = vectors[p.id]
@@ -215,16 +229,31 @@ class VectorView:
                 by_seq.setdefault(seq, []).append(pid)
             for seq, ids in by_seq.items():
                 self.index.set_payload(ids, {"seq_to": seq})
-            self._pending_dense.update(missing)
+            fresh = {pid: (t, self._upserts[pid][2]) for pid, t in missing.items() if pid not in self._pending_dense}
+            self._pending_dense.update(fresh)
+            self.dense_total += len(fresh)
             self._states.clear()
             self._upserts.clear()
             self._closes.clear()
             self.committed = last
-            # The saved position (it flushes the shard: ~100 us a point at 100,000) is written at most every
-            # `save_every` seconds; after a crash the points since are folded again, idempotently.
-            if not self._pending_dense and time.monotonic() - self._saved_at >= self.save_every:
-                self._save(last)
+            self._save_if_due()
+            if fresh and self.background:
+                self._wake.notify_all()
             return self.checkpoint
+
+    @property
+    def dense_applied(self) -> int:
+        """Every point folded up to this sequence has its dense vector (semantic search may run up to it)."""
+        first = next(iter(self._pending_dense.values()), None)
+        return self.committed if first is None else min(self.committed, first[1] - 1)
+
+    def _save_if_due(self, force: bool = False) -> None:
+        """The saved position (it flushes the shard: ~100 us a point at 100,000) is written at most every
+        `save_every` seconds, never past a point still without its dense vector; after a crash the points
+        since are folded again, idempotently."""
+        target = self.dense_applied
+        if target > self.checkpoint and (force or time.monotonic() - self._saved_at >= self.save_every):
+            self._save(target)
 
     def _save(self, seq: int) -> None:
         self.index.save_checkpoint(seq)
@@ -234,27 +263,101 @@ class VectorView:
     def save(self) -> int:
         """Save the position now (at stop, before a snapshot)."""
         with self._lock:
-            if not self._pending_dense and self.checkpoint < self.committed:
-                self._save(self.committed)
+            self._save_if_due(force=True)
             return self.checkpoint
 
     def fill_pending(self) -> int:
         """Once the model is ready: add the dense vectors written without one, then save the position."""
         with self._lock:
             if self._pending_dense:
-                vectors, missing = self._vectors(dict(self._pending_dense))
+                vectors, missing = self._vectors({pid: t for pid, (t, _) in self._pending_dense.items()})
                 self.index.set_dense(vectors)
-                self._pending_dense = missing
-            if not self._pending_dense and self.checkpoint < self.committed:
-                self._save(self.committed)
+                for pid in vectors:
+                    del self._pending_dense[pid]
+                self.dense_done += len(vectors)
+            self._save_if_due(force=True)
             return len(self._pending_dense)
+
+    # -- background embedding (a live projector)
+    def start_filler(self) -> None:
+        """Start the thread that embeds pending texts (background mode; idempotent)."""
+        if self.background and self._filler is None:
+            self._filler = threading.Thread(target=self._fill_loop, name="mneme-embedder", daemon=True)
+            self._filler.start()
+
+    def _fill_loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and not (self._pending_dense and self._embedding):
+                    self._wake.wait(0.5)
+                if self._closed:
+                    return
+                chunk = dict(itertools.islice(((pid, t) for pid, (t, _) in self._pending_dense.items()), EMBED_CHUNK))
+            try:
+                embedder = self.model.get()
+            except ModelLoading:
+                self.model.wait(1.0)
+                continue
+            except ModelUnavailable:
+                time.sleep(1.0)
+                continue
+            t0 = time.monotonic()
+            try:
+                vectors = self._embed(chunk, embedder)
+            except Exception:  # noqa: BLE001 - a failed model call is retried; the points stay pending meanwhile
+                log.exception("embedding %d pending texts failed; retrying", len(chunk))
+                time.sleep(1.0)
+                continue
+            took = max(time.monotonic() - t0, 1e-6)
+            with self._wake:
+                if self._closed:
+                    return
+                still = {pid: vec for pid, vec in vectors.items() if pid in self._pending_dense}
+                self.index.set_dense(still)
+                for pid in still:
+                    del self._pending_dense[pid]
+                self.dense_done += len(still)
+                rate = len(chunk) / took
+                self.dense_rate = rate if self.dense_rate == 0 else 0.7 * self.dense_rate + 0.3 * rate
+                self._save_if_due()
+                self._wake.notify_all()
+
+    def _embed(self, texts: dict[str, str], embedder: Any) -> dict[str, list[float]]:
+        """Dense vectors for {point id: text}, cache first (outside the view's lock: commits go on)."""
+        model_id = self.model.model_id
+        keys = {pid: text_key(t) for pid, t in texts.items()}
+        found = self.cache.get_many(model_id, list(set(keys.values())))
+        todo = {k: texts[pid] for pid, k in keys.items() if k not in found}
+        if todo:
+            order = list(todo)
+            fresh = dict(zip(order, embedder.embed([todo[k] for k in order]), strict=True))
+            self.embedded += len(order)
+            self.cache.put_many(model_id, fresh)
+            found.update(fresh)
+        return {pid: found[k].tolist() for pid, k in keys.items() if k in found}
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held, no commit or filler writes the index (a snapshot copies its files meanwhile)."""
+        return self._lock
+
+    def progress(self) -> dict[str, Any]:
+        """Where dense embedding stands: texts done of those that waited, pending, rate and ETA."""
+        pending = len(self._pending_dense)
+        eta = round(pending / self.dense_rate, 1) if self.dense_rate > 0 and pending else (0.0 if not pending else None)
+        return {"done": self.dense_done, "total": self.dense_total, "pending": pending,
+                "dense_applied_seq": self.dense_applied, "texts_per_s": round(self.dense_rate, 1), "eta_s": eta}
 
     def close(self) -> None:
         """Saves the position and closes the index; the cache may be shared with the next generation."""
         if not self._closed:
             self.save()
-            self._closed = True
-            self.index.close()
+            with self._wake:
+                self._closed = True
+                self._wake.notify_all()
+                self.index.close()
+            if self._filler is not None:
+                self._filler.join(timeout=5)
 
     def stop_embedding(self) -> None:
         """Shutting down: commits no longer wait for the model. Points without a vector stay pending, so the
@@ -265,15 +368,16 @@ class VectorView:
     def pending_dense(self) -> int:
         return len(self._pending_dense)
 
-    def _vectors(self, texts: dict[str, str]) -> tuple[dict[str, list[float]], dict[str, str]]:
-        """Dense vectors for {point id: text}: cache first, then the model. Returns (vectors, still missing)."""
+    def _vectors(self, texts: dict[str, str], use_model: bool = True) -> tuple[dict[str, list[float]], dict[str, str]]:
+        """Dense vectors for {point id: text}: cache first, then the model (unless `use_model` is False).
+        Returns (vectors, still missing)."""
         if not texts:
             return {}, {}
         model_id = self.model.model_id
         keys = {pid: text_key(t) for pid, t in texts.items()}
         found = self.cache.get_many(model_id, list(set(keys.values())))
         todo = {k: texts[pid] for pid, k in keys.items() if k not in found}
-        if todo:
+        if todo and use_model:
             try:
                 embedder = self.model.get()
             except (ModelLoading, ModelUnavailable):  # keyword search must go on without a model

@@ -1,0 +1,151 @@
+"""A live projector embeds in the background: keyword search never waits for an embedding, semantic search
+waits for the dense vectors it must see (or answers INDEXING with progress), and a cold start answers get
+and keyword search while the log it found is still being embedded. The real model, held behind a gate the
+test opens."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mneme.embedded_nats import EmbeddedNats
+from mneme.embedding import DEFAULT_MODEL, ModelHandle
+from tests.harness import Stack, ToolFailure, open_vectors, shared_model, start_stack
+
+pytestmark = pytest.mark.anyio
+
+
+class Gated:
+    """The real embedder; every call but the warm-up waits until the gate opens."""
+
+    def __init__(self) -> None:
+        model = shared_model()
+        assert model.wait(60), "the embedding model did not load"
+        self.real = model.get()
+        self.model_id, self.dim = self.real.model_id, self.real.dim
+        self.gate = threading.Event()
+        self.texts = 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if texts != ["warm up"]:
+            assert self.gate.wait(60), "the test never opened the gate"
+            self.texts += len(texts)
+        return self.real.embed(texts)
+
+
+def gated_model() -> tuple[ModelHandle, Gated]:
+    gated = Gated()
+    handle = ModelHandle(DEFAULT_MODEL, factory=lambda: gated).start()
+    assert handle.wait(60)
+    return handle, gated
+
+
+async def gated_stack(data_dir: Path, nats: EmbeddedNats) -> tuple[Stack, Gated]:
+    handle, gated = gated_model()
+    vectors = open_vectors(data_dir, handle)
+    assert vectors.background
+    stack = await start_stack(data_dir, nats, vectors=vectors)
+    stack.projector.wait_timeout = 0.5  # how long a semantic search waits for its dense vectors
+    return stack, gated
+
+
+async def failure(stack: Stack, tool: str, **args: Any) -> ToolFailure:
+    with pytest.raises(ToolFailure) as err:
+        await stack.call(tool, **args)
+    return err.value
+
+
+async def test_keyword_search_never_waits_for_an_embedding(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+    stack, gated = await gated_stack(tmp_path / "d", nats_server)
+    try:
+        facts = ["The backups go to the Frankfurt bucket", "Carol reviews every database migration",
+                 "Deployments freeze on Fridays"]  # fmt: skip
+        ids = [(await stack.call("memory_add", content=f))["id"] for f in facts]
+        # nothing is embedded yet, and keyword search finds the new memories at once
+        found = await stack.call("memory_search", mode="keyword", query="Frankfurt backups bucket")
+        assert [r["id"] for r in found["results"]][:1] == [ids[0]]
+        assert (await stack.call("memory_get", id=ids[1]))["content"] == facts[1]
+        # semantic search must see this gateway's writes: it waits, then says how far embedding is
+        for mode in ("semantic", "hybrid"):
+            err = await failure(stack, "memory_search", mode=mode, query="where are backups stored")
+            assert err.code == "INDEXING", err.error
+            assert err.error["details"]["pending"] == 3 and err.error["details"]["done"] == 0
+            assert "keyword" in err.error["message"]
+        vectors = stack.projector.vectors
+        assert vectors is not None and vectors.dense_applied < vectors.committed
+        gated.gate.set()
+        got = await stack.call("memory_search", mode="semantic", query="where are backups stored")
+        assert got["results"][0]["id"] == ids[0]
+        assert vectors.embedded == 3 and vectors.progress()["pending"] == 0  # (the query is embedded too)
+        assert vectors.dense_applied == vectors.committed
+    finally:
+        gated.gate.set()
+        await stack.close()
+
+
+async def test_a_cold_start_answers_get_and_keyword_while_semantic_says_indexing(
+    tmp_path: Path, nats_server: EmbeddedNats,
+) -> None:
+    first = await start_stack(tmp_path / "first", nats_server, vectors=True)
+    try:
+        ids = [(await first.call("memory_add", content=f"Fact {i}: the lighthouse keeper logs storm {i}"))["id"]
+               for i in range(40)]  # fmt: skip
+    finally:
+        await first.close()
+    # a new replica: no projections, the whole log to fold, a model that embeds only when the test says so
+    stack, gated = await gated_stack(tmp_path / "replica", nats_server)
+    try:
+        assert (await stack.call("memory_get", id=ids[7]))["content"].startswith("Fact 7:")
+        hits = await stack.call("memory_search", mode="keyword", query="lighthouse storm 12")
+        assert ids[12] in [r["id"] for r in hits["results"]]
+        t0 = asyncio.get_running_loop().time()
+        err = await failure(stack, "memory_search", mode="semantic", query="who keeps the lighthouse")
+        assert asyncio.get_running_loop().time() - t0 < 0.4  # at once: a cold start is not a wait
+        assert err.code == "INDEXING"
+        details = err.error["details"]
+        assert details["total"] == 40 and details["pending"] == 40 and details["done"] == 0
+        assert {"eta_s", "texts_per_s", "dense_applied_seq"} <= set(details)
+        gated.gate.set()
+        vectors = stack.projector.vectors
+        assert vectors is not None
+        for _ in range(200):
+            if vectors.dense_applied >= stack.projector.start_target:
+                break
+            await asyncio.sleep(0.05)
+        got = await stack.call("memory_search", mode="semantic", query="who keeps the lighthouse", limit=40)
+        assert len(got["results"]) >= 10
+        assert vectors.progress()["done"] == 40
+    finally:
+        gated.gate.set()
+        await stack.close()
+
+
+async def test_the_saved_position_never_passes_a_point_without_its_dense_vector(
+    tmp_path: Path, nats_server: EmbeddedNats,
+) -> None:
+    stack, gated = await gated_stack(tmp_path / "d", nats_server)
+    try:
+        for i in range(5):
+            await stack.call("memory_add", content=f"note {i} about the harbour")
+        vectors = stack.projector.vectors
+        assert vectors is not None
+        for _ in range(100):  # the vector follower commits (sparse only: the model is held)
+            if vectors.committed >= await stack.last_seq():
+                break
+            await asyncio.sleep(0.02)
+        first_pending = vectors.dense_applied + 1
+        assert vectors.save() < first_pending <= vectors.committed
+        gated.gate.set()
+        for _ in range(200):
+            if not vectors.progress()["pending"]:
+                break
+            await asyncio.sleep(0.02)
+        assert vectors.save() == vectors.committed
+    finally:
+        gated.gate.set()
+        await stack.close()
