@@ -45,6 +45,8 @@ HEADLINES: list[tuple[str, str, str, str, bool]] = [
     ("(d) add -> get in-process, p50 ms", "spine", "targets.d_inproc_p50.p50_ms", "< 5", True),
     ("(e) memory_get over stdio at scale, p50 ms", "spine", "e_get_at_scale.stdio.get.p50_ms", "< 3.5", True),
     ("serve cold start to first get, s", "spine", "e_get_at_scale.stdio.cold_start_to_first_get_s", "< 10", True),
+    ("serve cold start to semantic search, s", "spine", "e_get_at_scale.stdio.cold_start_to_semantic_search_s", "",
+     True),
     ("native tools/list, bytes", "spine", "surface.tool_lists.native.bytes", "<= 40000", True),
     ("10-result search over stdio, bytes", "spine", "surface.results.memory_search.bytes", "<= 3000", True),
     ("auditor lag p99, own process, ms", "audit", "targets.auditor_lag_p99.p99_ms", "< 200", True),

@@ -510,10 +510,10 @@ class TimedVectorView(VectorView):
             self.timers.add("view.commit", end - t, n)
             self.commits.append((t, end, n))
 
-    def _vectors(self, texts: dict[str, str]) -> tuple[dict[str, list[float]], dict[str, str]]:
+    def _vectors(self, texts: dict[str, str], use_model: bool = True) -> tuple[dict[str, list[float]], dict[str, str]]:
         t = time.perf_counter()
         try:
-            return super()._vectors(texts)
+            return super()._vectors(texts, use_model)
         finally:
             self.timers.add("view._vectors", time.perf_counter() - t, len(texts))
 
