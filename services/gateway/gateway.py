@@ -18,7 +18,9 @@ from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
 from mneme.principals import Directory, Principal
 from schemas.access import AccessDenied, ReadRecorded
-from schemas.queries import AsOf, AsOfResolved, GetMemory, MemoryRow, VersionInfo
+from mneme.domain.state import MemoryState
+from schemas.commands import DeleteMemory
+from schemas.queries import AsOf, AsOfResolved, ExpiredMemories, GetMemory, MemoryRow, VersionInfo
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, Written, utc_now
 from services.gateway.models import Memory
@@ -183,6 +185,32 @@ class Gateway:
                         min_seq=min_seq)  # fmt: skip
         self.noted(w.seq)
         return row, w
+
+    async def prune_expired(self, call: Call, store: str | None, request_id: str | None = None) -> list[MemoryState]:
+        """Permanently delete every expired memory of the call's namespace (or of one store), one event each.
+        Returns the memories pruned; one pruned by someone else meanwhile, or not this caller's to delete
+        (locked, protected), is skipped."""
+        rid = request_id or call.request_id
+        pruned: list[MemoryState] = []
+        seen: set[str] = set()
+        while True:
+            got = await self.queries.ask(ExpiredMemories(namespace=call.namespace, now=self.now(),
+                                                         min_seq=await self.min_seq(), store=store, limit=500))  # fmt: skip
+            batch = [r.memory for r in got.items if r.memory.id not in seen]
+            if not batch:
+                return pruned
+            for m in batch:
+                seen.add(m.id)
+                cmd = DeleteMemory(namespace=call.namespace, memory_id=m.id, permanent=True, reason="expired")
+                try:
+                    w = await self.commands.delete(cmd, actor=call.principal.actor, request_id=rid,
+                                                   min_seq=await self.min_seq())  # fmt: skip
+                except MnemeError as exc:
+                    if exc.code in ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED"):
+                        continue
+                    raise
+                self.noted(w.seq)
+                pruned.append(m)
 
     async def resolve(
         self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int,

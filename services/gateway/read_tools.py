@@ -8,7 +8,7 @@ Lists answer in brief (id, content, what marks each) unless `detail="full"`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -39,13 +39,13 @@ tools = Toolset(flow=True)
 
 
 def result(gw: Gateway, call: Call, s: MemoryState, now: datetime, detail: str, row: MemoryRow | None = None,
-           score: float | None = None) -> Result:  # fmt: skip
-    """One memory in a list of results: in brief, or with every field (detail="full")."""
+           score: float | None = None, **full_only: Any) -> Result:  # fmt: skip
+    """One memory in a list of results: in brief, or with every field and `full_only` (detail="full")."""
     if detail == "brief":
         return Result.brief(s, now, score)
     m = gw.shown(call, Memory.of(s, now, row))
     m.score = round(score, 4) if score is not None else None
-    return Result(**m.model_dump())
+    return Result(**m.model_dump(), **full_only)
 
 
 @tools.tool(intent="read", hints=READ)

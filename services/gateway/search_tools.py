@@ -73,11 +73,8 @@ async def memory_search(
                        as_of=await gw.as_of(as_of), valid_at=v.utc(valid_at, "valid_at"), **extra)  # fmt: skip
     got: SearchResult = await gw.queries.ask(q)
     now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
-    items = [result(gw, call, h.memory, now, detail, score=h.score) for h in got.hits]
-    if detail == "full":
-        for item, h in zip(items, got.hits, strict=True):
-            item.__pydantic_extra__.update(semantic_score=h.semantic, keyword_score=h.keyword, match=h.group,  # type: ignore[union-attr]
-                                           demoted=h.demoted)  # fmt: skip
+    items = [result(gw, call, h.memory, now, detail, score=h.score, semantic_score=h.semantic,
+                    keyword_score=h.keyword, match=h.group, demoted=h.demoted) for h in got.hits]  # fmt: skip
     call.read([i.id for i in items])
     full = detail == "full"
     return SearchResults(results=items, mode=got.mode if full else None, threshold=got.threshold if full else None,

@@ -79,7 +79,6 @@ class Profile:
     scope: Scope | None = None  # default: the `namespace` argument, if the tool has one
     groups: tuple[str, ...] | None = None  # the groups served (None: all)
     drop_nulls: bool = False  # leave null fields out of results (native: absent means none)
-    context_model: type[BaseModel] = RequestContext  # the `context` object's schema
     # fields of `context` its schema shows required (the contract's), while the call still reaches the tool: a
     # context missing one is refused there, in the contract's format and recorded in the audit trail as refused
     context_required: tuple[str, ...] = ()
@@ -169,15 +168,13 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
         # required in the schema (build_server marks it so), optional to the argument model: a call without it
         # reaches the gateway, which refuses it as INVALID_CONTEXT and records the refusal in the audit trail
         own = [*required, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                            annotation=profile.context_model | None), *rest]  # fmt: skip
+                                            annotation=RequestContext | None), *rest]  # fmt: skip
     scope = profile.scope or _default_scope
     takes_context = any(p.name == "context" for p in params)
 
     async def handler(ctx: Context, **arguments: Any) -> Any:
         context = arguments.pop("context", None) if not takes_context else arguments.get("context")
-        if isinstance(context, BaseModel) and not isinstance(context, RequestContext):
-            context = RequestContext.model_validate(context.model_dump())
-        elif isinstance(context, dict):
+        if isinstance(context, dict):
             context = RequestContext.model_validate(context)
         try:
             namespace = scope(gw, arguments)

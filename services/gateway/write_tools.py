@@ -15,7 +15,7 @@ from msgspec import UNSET
 from pydantic import Field
 
 from mneme.domain import validation as v
-from mneme.errors import InvalidInput, MemoryNotFound, MnemeError
+from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.commands import (
     CreateMemory,
     DeleteMemory,
@@ -25,7 +25,6 @@ from schemas.commands import (
     RestoreMemory,
     UpdateMemory,
 )  # fmt: skip
-from schemas.queries import ExpiredMemories
 from services.gateway.gateway import Call, split_ref
 from services.gateway.models import AddResult, PruneResult, Receipt
 from services.gateway.params import (
@@ -227,28 +226,5 @@ async def memory_prune_expired(
     request_id: RequestId = None,
 ) -> PruneResult:
     """Permanently delete every expired memory in the namespace (or one store)."""
-    gw = call.gw
-    rid = request_id or call.request_id
-    ids: list[str] = []
-    seen: set[str] = set()
-    while True:
-        got = await gw.queries.ask(ExpiredMemories(
-            namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
-            store=v.store(store) if store is not None else None, limit=500,
-        ))  # fmt: skip
-        batch = [r.memory.id for r in got.items if r.memory.id not in seen]
-        if not batch:
-            break
-        seen.update(batch)
-        for mid in batch:
-            cmd = DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=True, reason="expired")
-            try:
-                w = await gw.commands.delete(cmd, actor=call.principal.actor, request_id=rid,
-                                             min_seq=await gw.min_seq())  # fmt: skip
-            except MnemeError as exc:
-                if exc.code in ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED"):
-                    continue  # pruned by someone else meanwhile, or not this caller's to prune
-                raise
-            gw.noted(w.seq)
-            ids.append(mid)
-    return PruneResult(pruned=len(ids), ids=ids)
+    pruned = await call.gw.prune_expired(call, v.store(store) if store is not None else None, request_id)
+    return PruneResult(pruned=len(pruned), ids=[m.id for m in pruned])

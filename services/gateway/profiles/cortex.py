@@ -19,7 +19,7 @@ from mneme.domain import validation as v
 from mneme.domain.state import ARCHIVED
 from mneme.errors import InvalidInput, MemoryNotFound, MnemeError
 from schemas.commands import CreateMemory, DeleteMemory, MoveMemory, UpdateMemory
-from schemas.queries import ExpiredMemories, ListMemories, MemoryRow, ReindexCategories, StoreCategories
+from schemas.queries import ListMemories, MemoryRow, ReindexCategories, StoreCategories
 from services.gateway.gateway import Call, Gateway
 from services.gateway.params import CREATE, DESTRUCTIVE, READ, WRITE
 from services.gateway.profiles.cortex_models import (
@@ -225,27 +225,8 @@ async def list_memories(
 async def prune_memories(call: Call, store: StoreArg) -> PruneOutcome:
     """Delete every expired memory in the store. Returns how many and which (a count of zero when none)."""
     gw = _gw(call, store)
-    pruned: list[PrunedMemory] = []
-    seen: set[str] = set()
-    while True:
-        got = await gw.queries.ask(ExpiredMemories(namespace=call.namespace, now=gw.now(),
-                                                   min_seq=await gw.min_seq(), store=store, limit=500))  # fmt: skip
-        batch = [r.memory for r in got.items if r.memory.id not in seen]
-        if not batch:
-            break
-        for m in batch:
-            seen.add(m.id)
-            cmd = DeleteMemory(namespace=call.namespace, memory_id=m.id, permanent=True, reason="expired")
-            try:
-                w = await gw.commands.delete(cmd, actor=call.principal.actor, request_id=call.request_id,
-                                             min_seq=await gw.min_seq())  # fmt: skip
-            except MnemeError as exc:
-                if exc.code in ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED"):
-                    continue  # pruned by someone else meanwhile, or not this caller's to delete
-                raise
-            gw.noted(w.seq)
-            assert m.expires_at is not None
-            pruned.append(PrunedMemory(path=m.path or "", expires_at=m.expires_at))
+    pruned = [PrunedMemory(path=m.path or "", expires_at=m.expires_at)
+              for m in await gw.prune_expired(call, store) if m.expires_at is not None]  # fmt: skip
     pruned.sort(key=lambda p: p.path)
     return PruneOutcome(pruned_count=len(pruned), pruned=pruned)
 
