@@ -111,6 +111,9 @@ class LogFollower:
     async def _subscribe(self, start: int) -> None:
         cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
         self._last_seen = start - 1
+        # the tail check counts silence from here (from 0.0, the first wake-up, e.g. a reader's wait_for,
+        # took a subscription that had not delivered yet for a stalled one and subscribed again)
+        self._last_arrival = asyncio.get_running_loop().time()
         # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
         # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
         extra = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}

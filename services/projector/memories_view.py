@@ -5,13 +5,14 @@ the memories touched since the last commit, indexed by id and by path, so point
 reads (read-your-writes) never wait for DuckDB. `commit` writes the overlay, the
 versions and the checkpoint in ONE transaction (invariant 5): a crash anywhere
 leaves either the whole batch with its checkpoint, or neither, and the overlay is
-re-staged from the log. Rows are written in bulk through DuckDB's appender
-(row-by-row inserts cost ~1 ms each).
+re-staged from the log. Rows are written in bulk, as columns DuckDB scans in one
+statement (row-by-row inserts cost ~1 ms each; the appender ~15 us a row; columns
+~8 us). The states of recently committed memories stay in memory (bounded), so a
+batch of changes to them needs no read of its own.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections import OrderedDict
@@ -20,6 +21,7 @@ from typing import Any
 
 import duckdb
 import msgspec
+import numpy as np
 
 from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
@@ -104,6 +106,21 @@ CANONICAL_TABLES = {  # table -> (order, rows): what a rebuild from the event lo
 }
 
 _json = msgspec.json.Encoder(order="sorted")
+MEMORY_COLUMNS = [c.strip() for c in STATE_COLUMNS.split(",")]
+VERSION_COLUMN_LIST = [c.strip() for c in VERSION_COLUMNS.split(",")]
+
+
+def insert_rows(cur: duckdb.DuckDBPyConnection, table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """Insert rows as columns in one statement: DuckDB scans a registered dict of NumPy object arrays
+    (`np.fromiter` keeps a list-valued cell one cell)."""
+    n = len(rows)
+    cur.register(f"_{table}_batch", {c: np.fromiter(col, dtype=object, count=n)
+                                     for c, col in zip(columns, zip(*rows), strict=True)})  # fmt: skip
+    try:
+        cols = ", ".join(columns)
+        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _{table}_batch")
+    finally:
+        cur.unregister(f"_{table}_batch")
 
 
 def state_row(s: MemoryState) -> tuple[Any, ...]:
@@ -162,6 +179,9 @@ class MemoriesView:
         # recent version summaries per memory (a point read's history without another DuckDB statement)
         self._recent: OrderedDict[str, list[tuple[Any, ...]]] = OrderedDict()
         self.recent_max = 50_000
+        # committed states of recently changed memories (a batch that changes them again reads nothing)
+        self._known: OrderedDict[str, MemoryState] = OrderedDict()
+        self.known_max = 20_000
 
     def _migrate(self) -> None:
         """Drop tables written under another projection version; they refold from the log."""
@@ -237,10 +257,15 @@ class MemoriesView:
     def _load(self, ids: set[str]) -> dict[str, MemoryState]:
         if not ids:
             return {}
-        rows = self._write.execute(
-            f"SELECT {STATE_COLUMNS} FROM memories WHERE id IN (SELECT unnest(?))", [list(ids)]
-        ).fetchall()
-        return {r[0]: row_state(r) for r in rows}
+        known = self._known
+        out = {i: known[i] for i in ids if i in known}
+        rest = [i for i in ids if i not in out]
+        if rest:
+            rows = self._write.execute(
+                f"SELECT {STATE_COLUMNS} FROM memories WHERE id IN (SELECT unnest(?))", [rest]
+            ).fetchall()
+            out.update((r[0], row_state(r)) for r in rows)
+        return out
 
     def _to_load(self, batch: list[Positioned]) -> set[str]:
         # a create names a new id (appended with expected subject sequence 0): nothing to load
@@ -290,7 +315,10 @@ class MemoriesView:
                 if shown.store is not None:
                     key2 = (shown.namespace, shown.store)
                     st.store_seq[key2] = (st.store_seq.get(key2, (p.seq, p.seq))[0], p.seq)
-                    if new is not None and new.path:
+                    # a path's categories are recorded at the first sequence that put a memory there: only
+                    # a create or a move can (an unchanged path recorded them before)
+                    if new is not None and new.path and (prev is None or prev.path != new.path
+                                                          or prev.store != new.store):  # fmt: skip
                         for c in categories_of(new.path):
                             st.categories.setdefault((new.namespace, new.store, c), p.seq)  # type: ignore[arg-type]
             self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
@@ -308,15 +336,11 @@ class MemoriesView:
                 w.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [replace])
             live = [state_row(s) for s in st.states.values() if s is not None]
             if live:
-                ap = w.appender("memories")
-                ap.append_rows(live)
-                ap.flush()
+                insert_rows(w, "memories", MEMORY_COLUMNS, live)
             closed = dict(st.closed)
             if st.versions:
                 rows = [r[:-1] + (closed.pop((r[0], r[1]), None),) for r in st.versions]
-                ap = w.appender("memory_versions")
-                ap.append_rows(rows)
-                ap.flush()
+                insert_rows(w, "memory_versions", VERSION_COLUMN_LIST, rows)
             if closed:  # versions committed earlier that this batch replaced
                 ks4 = list(closed)
                 w.execute(
@@ -346,15 +370,26 @@ class MemoriesView:
         with self._lock:  # readers now find these rows in DuckDB
             self._st = _Staged()
             self.checkpoint = last
+        known = self._known
+        for mid, state in st.states.items():
+            if state is None:
+                known.pop(mid, None)
+            else:
+                known[mid] = state
+                known.move_to_end(mid)
+        while len(known) > self.known_max:
+            known.popitem(last=False)
         return last
 
     def canonical_digest(self) -> dict[str, str]:
-        """SHA-256 of each table's full contents in key order: equal digests, equal tables."""
+        """Per table, the SHA-256 of its rows' MD5s (each row as JSON, every column) in key order: equal digests,
+        equal tables. Computed inside DuckDB (0.6 s at 100,000 versions; hashing Python reprs took 2.8 s)."""
         out = {}
         cur = self.reader()
         for table, (key, rows) in CANONICAL_TABLES.items():
-            h = hashlib.sha256()
-            for row in cur.execute(f"SELECT * FROM {table} WHERE {rows} ORDER BY {key}").fetchall():
-                h.update(repr(row).encode())
-            out[table] = h.hexdigest()
+            order = ", ".join(f"t.{k.strip()}" for k in key.split(","))
+            out[table] = cur.execute(
+                f"SELECT sha256(coalesce(string_agg(md5(CAST(to_json(t) AS VARCHAR)), '' ORDER BY {order}), '')) "
+                f"FROM {table} t WHERE {rows}"
+            ).fetchone()[0]  # fmt: skip
         return out

@@ -29,15 +29,17 @@ from typing import Any, Literal, Protocol
 log = logging.getLogger("mneme.projector.vectors")
 DENSE, SPARSE = "dense", "bm25"
 # What a point holds (payload fields, how the BM25 text is tokenised). 2: BM25 over folded text (accents,
-# case, CJK bigrams, emoji; vector_view.fold).
-INDEX_VERSION = 2
+# case, CJK bigrams, emoji; vector_view.fold). 3: lean payloads (only the filtered fields and the state;
+# vector_view.payload_of) and payload indexes on the filtered fields only.
+INDEX_VERSION = 3
 OPEN = 2**53  # seq_to of a version nobody has replaced yet
 POINT_NS = uuid.UUID("6f1c9a52-2a3b-4e0c-9d57-0d7c1f4f0a11")
 META_ID = str(uuid.uuid5(POINT_NS, "mneme:meta"))
 
-KEYWORD_FIELDS = ("namespace", "mid", "kind", "category", "subject", "tags", "status", "verification", "store")
+# the payload fields searches filter on (services/projector/search.py where_of), each indexed
+KEYWORD_FIELDS = ("namespace", "kind", "category", "subject", "tags", "status", "verification")
 INT_FIELDS = ("seq_from", "seq_to")
-FLOAT_FIELDS = ("importance", "valid_from", "valid_until", "expires_at", "recorded_at")
+FLOAT_FIELDS = ("importance", "valid_from", "valid_until", "expires_at")
 
 
 def point_id(memory_id: str, version: int) -> str:

@@ -32,6 +32,7 @@ import re
 import threading
 import time
 import unicodedata
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -41,7 +42,6 @@ from mneme.domain.state import MemoryState, evolve
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable
 from mneme.follow import Positioned
-from schemas.events import event_name
 from services.projector.vector_index import OPEN, VectorIndex, VPoint, point_id
 
 log = logging.getLogger("mneme.projector.vectors")
@@ -69,15 +69,23 @@ def epoch(t: datetime | None, default: float) -> float:
     return t.timestamp() if t is not None else default
 
 
-def payload_of(s: MemoryState, seq: int, recorded_at: datetime, event_type: str) -> dict[str, Any]:
-    return {
-        "mid": s.id, "version": s.version, "namespace": s.namespace, "store": s.store, "path": s.path,
-        "kind": s.kind, "category": s.category, "subject": normalize_subject(s.subject), "tags": list(s.tags),
-        "status": s.status, "verification": s.verification, "locked": s.locked, "importance": s.importance,
-        "valid_from": epoch(s.valid_from, -FAR), "valid_until": epoch(s.valid_until, FAR),
-        "expires_at": epoch(s.expires_at, FAR), "recorded_at": recorded_at.timestamp(),
-        "seq_from": seq, "seq_to": OPEN, "event": event_type, "state": _state_enc.encode(s).decode(),
+def payload_of(s: MemoryState, seq: int) -> dict[str, Any]:
+    """What a point carries: the fields searches filter on, its record interval, and the whole state (a hit
+    needs no second lookup). Lean: converting a payload into Qdrant costs ~2.5 us a key, so fields no filter
+    uses (id, version, store, path, lock, event) live only in `state`, and a field left empty (no category,
+    subject or tags) is left out: an `eq` filter on a missing key matches nothing, as on an empty one."""
+    p = {
+        "namespace": s.namespace, "kind": s.kind, "status": s.status, "verification": s.verification,
+        "importance": s.importance, "valid_from": epoch(s.valid_from, -FAR), "valid_until": epoch(s.valid_until, FAR),
+        "expires_at": epoch(s.expires_at, FAR), "seq_from": seq, "seq_to": OPEN, "state": _state_enc.encode(s).decode(),
     }  # fmt: skip
+    if s.category is not None:
+        p["category"] = s.category
+    if s.subject:
+        p["subject"] = normalize_subject(s.subject)
+    if s.tags:
+        p["tags"] = list(s.tags)
+    return p
 
 
 def state_of(payload: dict[str, Any]) -> MemoryState:
@@ -154,6 +162,9 @@ class VectorView:
         self._lock = threading.RLock()  # reentrant: a snapshot holds it around save() and the copy
         self._wake = threading.Condition(self._lock)  # the filler waits here for pending texts
         self._states: dict[str, MemoryState | None] = {}  # memories touched since the last commit
+        # the latest committed states of recently changed memories (a batch that changes them again reads no point)
+        self._known: OrderedDict[str, MemoryState] = OrderedDict()
+        self.known_max = 20_000
         self._upserts: dict[str, tuple[VPoint, str, int]] = {}  # point id -> (point, text to embed, its seq)
         self._closes: dict[str, int] = {}  # point id (committed earlier) -> seq_to
         # written without a dense vector, in sequence order (commits append in log order): point id -> (text, seq)
@@ -171,7 +182,7 @@ class VectorView:
     # -- Sink
     def _missing(self, batch: list[Positioned]) -> set[str]:
         return {p.envelope.aggregate_id for p in batch
-                if p.seq > self.staged and p.envelope.event.version > 1} - self._states.keys()  # fmt: skip
+                if p.seq > self.staged and p.envelope.event.version > 1} - self._states.keys() - self._known.keys()  # fmt: skip
 
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
         return bool(self._missing(batch))
@@ -191,10 +202,11 @@ class VectorView:
                 for mid, pid in ids.items():
                     if pid in got:
                         loaded[mid] = state_of(got[pid].payload)
+            known = self._known
             for p in batch:
                 env = p.envelope
                 mid = env.aggregate_id
-                prev = self._states[mid] if mid in self._states else loaded.get(mid)
+                prev = self._states[mid] if mid in self._states else known.get(mid) or loaded.get(mid)
                 new = evolve(prev, env, p.seq)
                 if prev is None and new is None:
                     continue
@@ -206,7 +218,7 @@ class VectorView:
                         self._closes[old] = p.seq
                 if new is not None:
                     pid = point_id(new.id, new.version)
-                    payload = payload_of(new, p.seq, p.recorded_at, event_name(env.event))
+                    payload = payload_of(new, p.seq)
                     text = index_text(new)
                     self._upserts[pid] = (VPoint(pid, payload, None, self.bm25.document(text)), text, p.seq)
                 self._states[mid] = new
@@ -232,6 +244,15 @@ class VectorView:
             fresh = {pid: (t, self._upserts[pid][2]) for pid, t in missing.items() if pid not in self._pending_dense}
             self._pending_dense.update(fresh)
             self.dense_total += len(fresh)
+            known = self._known
+            for mid, state in self._states.items():
+                if state is None:
+                    known.pop(mid, None)
+                else:
+                    known[mid] = state
+                    known.move_to_end(mid)
+            while len(known) > self.known_max:
+                known.popitem(last=False)
             self._states.clear()
             self._upserts.clear()
             self._closes.clear()
