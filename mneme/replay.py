@@ -37,7 +37,6 @@ from mneme.preflight import Refused, check_model, require_log
 from mneme.runtime import (
     control_id,
     nats_connection,
-    open_vectors,
     open_view,
     projection_dir,
     projections_root,
@@ -46,6 +45,7 @@ from mneme.runtime import (
 from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from services.projector.memories_view import PROJECTION_VERSION
+from mneme.vector_build import VectorBuild
 from services.projector.service import Projector, catch_up
 from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
 
@@ -183,42 +183,54 @@ async def build(core: CoreSettings, gps: ProjectorSettings, nc: Any, out: Path, 
     out.mkdir(parents=True, exist_ok=True)
     meta.write_text(json.dumps({**settings, "started": datetime.now(timezone.utc).isoformat()}))
     view = open_view(core, gps, base=out)
-    vectors = None
+    # the vectors fold in a process of their own, beside the rows (both cores; mneme/vector_build.py)
+    child = VectorBuild(core, gps, out, target, nats_url=url_of(nc)) if gps.vectors != "off" else None
     try:
-        vectors = open_vectors(core, gps, base=out)
-        proj = Projector(nc, view, batch_max=gps.batch_max, vectors=vectors, vector_batch_max=gps.vector_batch_max,
-                         stop_at=target, access=not frozen)  # fmt: skip
+        if child is not None:
+            await child.start()
+        proj = Projector(nc, view, batch_max=gps.batch_max, stop_at=target, access=not frozen)
         start_seq = view.checkpoint
         t0 = time.monotonic()
+
+        def both(done: int, tgt: int, secs: float) -> None:
+            if progress:
+                progress(min(done, child.applied) if child is not None else done, tgt, secs)
+
         await proj.start(serve_queries=False)
         try:
-            await catch_up(proj, progress=progress, target=target)
-            if vectors is not None:
-                if not await asyncio.to_thread(vectors.model.wait, 600):
-                    vectors.model.get()  # raises why the model did not load
-                await asyncio.to_thread(vectors.fill_pending)
-                assert proj.vector_follower is not None
-                await proj.vector_follower.wait_for(target, 600)
+            await catch_up(proj, progress=both, target=target)
             if not frozen:  # access statistics up to the head of the access stream, too
                 acc_head = (await nc.jetstream().stream_info(S.ACCESS_STREAM)).state.last_seq
                 await proj.access_follower.wait_for(acc_head, 600)
         finally:
-            seconds = time.monotonic() - t0
             await proj.stop()
-        report = verify_generation(view, vectors, target)
+        facts = None
+        if child is not None:
+            pending = asyncio.ensure_future(child.result())
+            while not pending.done():
+                await asyncio.wait({pending}, timeout=0.5)
+                both(view.checkpoint, target, time.monotonic() - t0)
+            facts = pending.result()
+        seconds = time.monotonic() - t0
+        report = verify_generation(view, facts, target)
         digest = view.canonical_digest()
         view.con.execute("CHECKPOINT")
-        embedded = vectors.embedded if vectors is not None else 0
+        embedded = facts["embedded"] if facts is not None else 0
     finally:
         view.close()
-        if vectors is not None:
-            vectors.close()
+        if child is not None:
+            await child.kill()
     return {
         "target_seq": target, "resumed_from": start_seq, "snapshot_seq": snapshot,
         "events": target - start_seq, "seconds": round(seconds, 3),
         "events_per_s": round((target - start_seq) / seconds, 1) if seconds else None,
         "embedded": embedded, "model": settings["model"], "verify": report, "digest": digest,
     }  # fmt: skip
+
+
+def url_of(nc: Any) -> str:
+    """The URL a connection reached (the embedded server's, when it started one)."""
+    return str(nc.connected_url.geturl())
 
 
 class ReplayFailed(Exception):

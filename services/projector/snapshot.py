@@ -134,8 +134,18 @@ def restore_snapshot(snap: Path, manifest: dict[str, Any], target: Path, db_name
             copy_sparse(ck, target / ck.name)
 
 
-def verify_generation(view: MemoriesView, vectors: VectorView | None, target: int) -> dict[str, Any]:
-    """The checks a rebuilt generation passes before it may serve."""
+def vector_facts(vectors: VectorView) -> dict[str, Any]:
+    """What verify_generation checks of a vector index: its points, current points, position, pending."""
+    return {
+        "points": vectors.index.count(Where(must=(Cond("seq_from", "range", gte=1),))),
+        "live_points": vectors.index.count(Where(must=(Cond("seq_to", "range", gte=OPEN),))),
+        "vector_checkpoint": vectors.checkpoint, "pending_dense": vectors.pending_dense,
+    }  # fmt: skip
+
+
+def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] | None, target: int) -> dict[str, Any]:
+    """The checks a rebuilt generation passes before it may serve. `vectors`: the index, or its
+    `vector_facts` (a replay builds it in another process)."""
     cur = view.reader()
     problems = []
     if view.checkpoint != target:
@@ -154,11 +164,11 @@ def verify_generation(view: MemoriesView, vectors: VectorView | None, target: in
         problems.append(f"{stale} memories differ from their latest version")
     out: dict[str, Any] = {"memories": memories, "versions": versions}
     if vectors is not None:
-        live_points = vectors.index.count(Where(must=(Cond("seq_to", "range", gte=OPEN),)))
-        all_points = vectors.index.count(Where(must=(Cond("seq_from", "range", gte=1),)))
-        out.update(points=all_points, live_points=live_points, vector_checkpoint=vectors.checkpoint)
-        if vectors.checkpoint != target or vectors.pending_dense:
-            problems.append(f"vectors cover sequence {vectors.checkpoint} ({vectors.pending_dense} without a vector)")
+        facts = vectors if isinstance(vectors, dict) else vector_facts(vectors)
+        live_points, all_points, checkpoint = facts["live_points"], facts["points"], facts["vector_checkpoint"]
+        out.update(points=all_points, live_points=live_points, vector_checkpoint=checkpoint)
+        if checkpoint != target or facts["pending_dense"]:
+            problems.append(f"vectors cover sequence {checkpoint} ({facts['pending_dense']} without a vector)")
         if live_points != memories:
             problems.append(f"{memories} memories but {live_points} current points")
         nondeleted = cur.execute("SELECT count(*) FROM memory_versions WHERE NOT deleted").fetchone()[0]
