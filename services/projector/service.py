@@ -116,6 +116,8 @@ class Projector:
         self._swap_lock = asyncio.Lock()
         self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
         self.start_target = 0  # the log head at start: semantic search answers INDEXING until dense reaches it
+        self._vector_start: asyncio.Task[None] | None = None
+        self._vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
 
     def generation(self, view: MemoriesView, vectors: VectorView | None, *, also: tuple[Sink, ...] = (),
                    also_access: tuple[Sink, ...] = ()) -> Generation:  # fmt: skip
@@ -165,7 +167,14 @@ class Projector:
     async def start(self, *, serve_queries: bool = True) -> None:
         target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
         self.start_target = target  # semantic search answers INDEXING until the dense vectors reach it
-        await self.gen.start()
+        gen = self.gen
+        for f in gen.followers:
+            if f is not gen.vector_follower:
+                await f.start()
+        if gen.vector_follower is not None:
+            # rows first: both folds share one GIL, so a new replica answers get, list and stats sooner when the
+            # vector fold starts once the rows have caught up with the log it found (searches say INDEXING meanwhile)
+            self._vector_start = asyncio.create_task(self._start_vectors(gen, target))
         if self.gen.vectors is not None:
             if self.gen.vectors.background:
                 self.gen.vectors.start_filler()
@@ -181,12 +190,19 @@ class Projector:
         if self.snapshots and self.snapshot_every:
             self._spawn(self._snapshot_periodically())
 
+    async def _start_vectors(self, gen: Generation, target: int) -> None:
+        while not await gen.follower.wait_for(target, 3600):
+            pass
+        assert gen.vector_follower is not None
+        self._vector_clock = (time.monotonic(), gen.vector_follower.committed)
+        await gen.vector_follower.start()
+
     async def _fill_when_model_ready(self, vectors: VectorView) -> None:
         if await asyncio.to_thread(vectors.model.wait, None):
             await asyncio.to_thread(vectors.fill_pending)
 
     async def _join_when_caught_up(self, target: int) -> None:
-        while not await self.gen.caught_up(target):
+        while not await self.gen.follower.wait_for(target, 3600):  # the rows: searches wait for the vectors
             pass
         for op in QUERY_TYPES:
             self._subs.append(await self.nc.subscribe(S.query_subject(op), queue=S.PROJECTOR_QUEUE, cb=self._on_query))
@@ -194,6 +210,10 @@ class Projector:
         log.info("projector serving queries at sequence %d", self.applied)
 
     async def stop(self) -> None:
+        if self._vector_start is not None and not self._vector_start.done():
+            self._vector_start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._vector_start
         for sub in self._subs:
             try:
                 await sub.unsubscribe()
@@ -328,6 +348,7 @@ class Projector:
                 if gen.vector_follower is None:
                     raise MnemeError("this projector keeps no vector index", details={"op": op})
                 waits = [gen.vector_follower] + ([gen.follower] if as_of is not None else [])  # rows resolve as_of
+                await self._vectors_folded(gen)
             lagging = [f for f in waits if not await f.wait_for(need, self.wait_timeout, committed=committed)]
             applied = gen.follower.applied
             if lagging:
@@ -369,6 +390,33 @@ class Projector:
             if time.monotonic() >= deadline:
                 raise self._indexing(vectors, need)
             await asyncio.sleep(0.005)
+
+    async def _vectors_folded(self, gen: Generation) -> None:
+        """Searches need the vector index to have folded the log found at start (a new replica, a rebuild: the
+        rows serve first). A search waits for that when it would take less than wait_timeout at the rate seen
+        so far, else answers INDEXING at once, with progress."""
+        vf = gen.vector_follower
+        floor = self.start_target
+        if vf is None or vf.committed >= floor:
+            return
+        rate, eta = self._fold_rate(vf.committed, floor)
+        if (eta is None or eta < self.wait_timeout) and await vf.wait_for(floor, self.wait_timeout):
+            return
+        rate, eta = self._fold_rate(vf.committed, floor)
+        left = f"about {eta:.0f} s left" if eta is not None else "starting"
+        raise Indexing(f"the search index is folding the log ({vf.committed:,} of {floor:,} events; {left}); "
+                       "memory_get and memory_list answer now", details={
+                           "stage": "folding", "done": vf.committed, "total": floor, "pending": floor - vf.committed,
+                           "events_per_s": round(rate, 1), "eta_s": eta})  # fmt: skip
+
+    def _fold_rate(self, done: int, total: int) -> tuple[float, float | None]:
+        """Events/s the vector fold has made since it started, and the seconds it needs for the rest."""
+        if self._vector_clock is None:
+            return 0.0, None
+        t0, c0 = self._vector_clock
+        elapsed = time.monotonic() - t0
+        rate = (done - c0) / elapsed if elapsed > 0.5 and done > c0 else 0.0
+        return rate, (round((total - done) / rate, 1) if rate > 0 else None)
 
     @staticmethod
     def _indexing(vectors: VectorView, need: int) -> Indexing:
