@@ -59,7 +59,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -262,7 +262,7 @@ _audit_result = msgspec.msgpack.Decoder(AuditResult)
 async def audit_ask(nc: NATS, *, timeout: float = 30.0, **filters: Any) -> tuple[int, int]:
     """One audit query over all namespaces: (the auditor's committed event checkpoint, matching records).
     The auditor commits what it has staged before it answers (and waits for `min_seq`, up to 10 s)."""
-    q = AuditQuery(namespace=NS, now=datetime.now(timezone.utc), namespaces=("*",), limit=1, **filters)
+    q = AuditQuery(namespace=NS, now=datetime.now(UTC), namespaces=("*",), limit=1, **filters)
     msg = await nc.request(S.query_subject(AuditQuery.OPERATION), query_encoder.encode(q), timeout=timeout)
     reply = _reply.decode(msg.data)
     if reply.error is not None:
@@ -283,7 +283,7 @@ async def wait_auditor_ready(nc: NATS, proc: subprocess.Popen[bytes], log_path: 
         try:
             await audit_ask(nc, timeout=15)
             return sent, cpu
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.NoRespondersError, nats.errors.TimeoutError):
             pass
         if time.perf_counter() > deadline:
             raise RuntimeError(f"`mneme auditor` did not answer within {timeout} s: {tail(log_path)}")
@@ -520,11 +520,11 @@ async def wait_projector_ready(nc: NATS, proc: subprocess.Popen[bytes], log_path
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"`mneme projector` exited with {proc.returncode}: {tail(log_path)}")
-        q = PathOwner(namespace=NS, now=datetime.now(timezone.utc), store="s0", path="probe")
+        q = PathOwner(namespace=NS, now=datetime.now(UTC), store="s0", path="probe")
         try:
             await nc.request(S.query_subject(PathOwner.OPERATION), query_encoder.encode(q), timeout=5)
             return
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.NoRespondersError, nats.errors.TimeoutError):
             pass
         if time.perf_counter() > deadline:
             raise RuntimeError(f"`mneme projector` did not answer within {timeout} s: {tail(log_path)}")
@@ -714,7 +714,7 @@ async def until_total(nc: NATS, access: int, timeout: float = 30) -> None:
 async def load_backlog(js: Any, cfg: Config) -> tuple[int, int, float]:
     t = time.perf_counter()
     last_evt = await publish(js, history(cfg.backlog_events, namespaces=4, seed=11))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     pending = []
     last_acc = 0
     for i in range(cfg.backlog_access):
@@ -861,7 +861,7 @@ async def phase_catchup(cfg: Config, root: Path) -> dict[str, Any]:
             "floor": {"records_per_s": rnd(median(f_rates), 1), "per_round": [rnd(x, 1) for x in f_rates],
                       "seconds": [rnd(x, 3) for x in floor_s]},
             "inproc_auditor": {"records_per_s": rnd(median(i_rates), 1), "per_round": [rnd(x, 1) for x in i_rates],
-                               "vs_floor": rnd(median([a / b for a, b in zip(i_rates, f_rates)]), 3),
+                               "vs_floor": rnd(median([a / b for a, b in zip(i_rates, f_rates, strict=False)]), 3),
                                "cpu_ms_per_record": rnd(median([x["cpu_s"] for x in inproc]) * 1000 / total, 4),
                                "seconds": rnd(median([x["seconds"] for x in inproc]), 3),
                                "stage_us_per_record": rnd(median([x["stage_s"] for x in inproc]) * 1e6 / total, 2),
@@ -869,7 +869,7 @@ async def phase_catchup(cfg: Config, root: Path) -> dict[str, Any]:
                                "commits": int(median([x["commits"] for x in inproc])),
                                "verify": [x["verify"] for x in inproc]},
             "mneme_auditor": {"records_per_s": rnd(median(s_rates), 1), "per_round": [rnd(x, 1) for x in s_rates],
-                              "vs_floor": rnd(median([a / b for a, b in zip(s_rates, f_rates)]), 3),
+                              "vs_floor": rnd(median([a / b for a, b in zip(s_rates, f_rates, strict=False)]), 3),
                               "seconds": rnd(median([x["seconds"] for x in sub]), 3),
                               "from_spawn_s": rnd(median([x["from_spawn_s"] for x in sub]), 3),
                               "startup_s": rnd(median([x["startup_s"] for x in sub]), 3),

@@ -181,7 +181,7 @@ def machine_info() -> dict[str, Any]:
         "ram_gb": ram_gb,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "loadavg_at_start": load,
         "git_commit": commit,
         "versions": versions,

@@ -28,7 +28,7 @@ import json
 import re
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ def session_date(text: str) -> datetime | None:
     if not m:
         return None
     try:
-        return datetime.strptime(f"{m.group(1)} {m.group(2)} {m.group(3)}", "%d %B %Y").replace(tzinfo=timezone.utc)
+        return datetime.strptime(f"{m.group(1)} {m.group(2)} {m.group(3)}", "%d %B %Y").replace(tzinfo=UTC)
     except ValueError:
         return None
 
@@ -104,7 +104,7 @@ def turns_and_questions(data: list[dict[str, Any]], limit: int | None) -> tuple[
 
 def envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
     out = []
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     for i, (ns, dia, content, when, speaker) in enumerate(turns):
         mid = f"{i:08x}-0000-4000-a000-{i:012x}"
         ev = MemoryCreated(memory_id=mid, version=1, store=None, path=None, content=content, kind="turn",
@@ -154,7 +154,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await proj.serving.wait()
         log(f"ingested and embedded in {ingest_s:.1f} s")
         qc = QueryClient(nc, timeout=30)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         results: dict[str, Any] = {}
         timings: dict[str, float] = {}
         defaults: dict[str, Any] = {}

@@ -41,7 +41,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,7 @@ class PreEncoded:
 
 def pre_encode(texts: list[str], prefix: str, *, store: str | None = None) -> list[PreEncoded]:
     """memory_created envelopes exactly as the gateway would write them, encoded ahead of timing."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     out = []
     for i, text in enumerate(texts):
         request_id = f"{prefix}-{i}"
@@ -264,7 +264,7 @@ class Series:
 
 def paired_ratio(num: Series, den: Series) -> float | None:
     """Median over rounds of num/den in the same round: robust to drift in a noisy machine."""
-    rs = [a / b for a, b in zip(num.rates, den.rates) if b]
+    rs = [a / b for a, b in zip(num.rates, den.rates, strict=False) if b]
     return median(rs) if rs else None
 
 
@@ -329,10 +329,9 @@ async def domain_adds(commands: CommandService, texts: list[str], *, store: str 
 
 @asynccontextmanager
 async def mcp_session(params: StdioServerParameters, errlog: Any) -> AsyncIterator[ClientSession]:
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
+    async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
 
 
 def serve_params(data_dir: Path) -> StdioServerParameters:
@@ -489,7 +488,7 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
                                       request_id=new_id(), min_seq=last)  # fmt: skip
             t1 = time.perf_counter()
             assert w.memory is not None
-            got = await queries.ask(GetMemory(namespace=NS, now=datetime.now(timezone.utc), min_seq=w.seq,
+            got = await queries.ask(GetMemory(namespace=NS, now=datetime.now(UTC), min_seq=w.seq,
                                               memory_id=w.memory.id))  # fmt: skip
             t2 = time.perf_counter()
             last = max(last, w.seq)
@@ -563,12 +562,12 @@ async def phase_scale_inproc(cfg: Config, root: Path, corpus: Corpus) -> dict[st
             await msg.respond(msg.data)
 
         sub = await nc.subscribe("bench.echo", cb=echo)
-        payload = query_encoder.encode(GetMemory(namespace=NS, now=datetime.now(timezone.utc), memory_id=new_id()))
+        payload = query_encoder.encode(GetMemory(namespace=NS, now=datetime.now(UTC), memory_id=new_id()))
         ids = [m.memory_id for m in load_msgs]
         rng = random.Random(7)
         for mid in rng.sample(ids, min(cfg.warmup, len(ids))):
             await nc.request("bench.echo", payload, timeout=5)
-            await queries.ask(GetMemory(namespace=NS, now=datetime.now(timezone.utc), memory_id=mid))
+            await queries.ask(GetMemory(namespace=NS, now=datetime.now(UTC), memory_id=mid))
         echo_s, e = Series("floor_request_reply"), Series("e_get_inproc")
         per_round_echo = max(1, cfg.echo_n // cfg.rounds)
         per_round_get = max(1, cfg.get_inproc_n // cfg.rounds)
@@ -588,7 +587,7 @@ async def phase_scale_inproc(cfg: Config, root: Path, corpus: Corpus) -> dict[st
             t0 = time.perf_counter()
             for mid in picks:
                 t = time.perf_counter()
-                got = await queries.ask(GetMemory(namespace=NS, now=datetime.now(timezone.utc), memory_id=mid))
+                got = await queries.ask(GetMemory(namespace=NS, now=datetime.now(UTC), memory_id=mid))
                 lat.append(time.perf_counter() - t)
                 if got.item is None or got.item.memory.id != mid:
                     e.failures += 1
@@ -671,7 +670,7 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
         out["pids_found"] = {name: sorted(m.pids) for name, m in meters.items()}
 
         log("warming up (stdio)")
-        for name, session, tool, _ in servers:
+        for _name, session, tool, _ in servers:
             await mcp_block(session, tool, [call_args(tool, t) for t in corpus.texts(cfg.warmup)])
         w = structured(await mneme.call_tool("memory_add", call_args("memory_add", corpus.text(0))))
         for _ in range(cfg.warmup // 2):

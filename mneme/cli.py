@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except KeyboardInterrupt:
         code = 130
-    except Exception as exc:  # noqa: BLE001 - one line for the operator; the traceback for whoever debugs
+    except Exception as exc:  # one line for the operator; the traceback for whoever debugs
         logging.getLogger("mneme").debug("%s failed", args.command, exc_info=True)
         text = " ".join(str(exc).split())
         sys.stderr.write(f"mneme: {args.command} failed: {type(exc).__name__}: {text} "

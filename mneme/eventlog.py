@@ -9,7 +9,6 @@ duplicate window, so a retry whose first attempt landed comes back as a conflict
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
 
@@ -81,8 +80,7 @@ class EventLog:
                 m = _LAST_SEQ.search(exc.description or "")
                 raise WrongLastSequence(int(m.group(1)) if m else 0) from None
             raise Unavailable(f"the event log refused the write: {exc.description}") from None
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
-                nats.errors.OutboundBufferLimitError, asyncio.TimeoutError) as exc:  # fmt: skip
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError) as exc:  # fmt: skip
             raise Unavailable(
                 f"the event log (NATS JetStream) did not confirm the write ({type(exc).__name__}); it may or "
                 "may not have been applied: retry with the same request_id (details.request_id) to apply it once"
@@ -97,7 +95,7 @@ class EventLog:
                 msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq + 1, subject=subject_filter, next=True, direct=True)
             except NotFoundError:
                 return
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 raise Unavailable("the event log (NATS JetStream) did not answer") from None
             yield msg
             seq = msg.seq
@@ -115,13 +113,13 @@ class EventLog:
             msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq, direct=True)
         except NotFoundError:
             return None
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
             raise Unavailable("the event log (NATS JetStream) did not answer") from None
         return (msg.headers or {}).get(name)
 
     async def last_seq(self) -> int:
         try:
             info = await self.js.stream_info(S.EVENTS_STREAM)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
             raise Unavailable("the event log (NATS JetStream) did not answer") from None
         return info.state.last_seq

@@ -22,8 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mneme.preflight import urls
 from mneme.principals import Directory
 from mneme.settings import GatewaySettings
-from services.gateway.gateway import Gateway
 from services.gateway import profiles
+from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
 
 GRACE = 10.0  # seconds a graceful HTTP stop may take before it is cancelled

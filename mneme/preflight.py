@@ -14,7 +14,7 @@ import errno
 import ipaddress
 import re
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mneme.embedded_nats import running_url
@@ -74,7 +74,7 @@ def parse_time(value: str | None, flag: str) -> datetime | None:
     except ValueError:
         raise Refused(f"{flag}: {value!r} is not an ISO 8601 time (e.g. 2026-11-26T14:02:00Z or 2026-11-26)") \
             from None  # fmt: skip
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def check_model(name: str, flag: str, *, installed: bool = True) -> None:

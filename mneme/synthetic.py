@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from nats.js import JetStreamContext
 
@@ -47,7 +47,7 @@ def history(
     """(subject, envelope) pairs: about `n_memories` creates, the rest changes to live memories."""
     rng = random.Random(seed)
     n_memories = n_memories or max(1, n_events // 5)
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     live: dict[str, tuple[str, int, str | None, str]] = {}  # id -> (namespace, version, path, status)
     ids: list[str] = []
     created = 0

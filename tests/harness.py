@@ -20,7 +20,9 @@ from typing import Any
 from mcp import Client, StdioServerParameters
 from nats.aio.client import Client as NATS
 
+from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, is_alive
+from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
 from mneme.runtime import close_nats, connect, control_id, make_gateway, opener
 from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
@@ -32,8 +34,6 @@ from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector, close_generation
 from services.projector.vector_index import EdgeIndex
 from services.projector.vector_view import VectorView
-from mneme.embed_cache import EmbeddingCache
-from mneme.embedding import DEFAULT_MODEL, ModelHandle
 
 MNEME = str(Path(sys.executable).parent / "mneme")
 
@@ -195,6 +195,6 @@ def wait_listening(proc: Any, port: int, timeout: float = 30.0, errlog: Path | N
         except OSError:
             if proc.poll() is not None:
                 text = errlog.read_text() if errlog else (proc.stderr.read() if proc.stderr else "")
-                raise AssertionError(f"the server exited ({proc.returncode}) before listening: {text!r}")
+                raise AssertionError(f"the server exited ({proc.returncode}) before listening: {text!r}") from None
             assert time.monotonic() < deadline, f"the server did not listen on port {port} within {timeout} s"
             time.sleep(0.05)

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -35,7 +35,7 @@ def start_auditor(url: str, data: Path) -> subprocess.Popen[bytes]:
 
 async def caught_up(nc, n: int, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
     """Ask the auditor an audit query that waits until sequence n is committed to the trail."""
-    q = encoder.encode(AuditQuery(namespace="ns0", now=datetime.now(timezone.utc), min_seq=n, limit=1))
+    q = encoder.encode(AuditQuery(namespace="ns0", now=datetime.now(UTC), min_seq=n, limit=1))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -3,7 +3,7 @@ No clock, no I/O: every test runs in milliseconds."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
@@ -28,7 +28,7 @@ from schemas.events import (
     MemoryUpdated,
 )
 
-UTC = timezone.utc
+UTC = UTC
 NS = "acme/research"
 MID = "3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b"
 OTHER = "7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6"

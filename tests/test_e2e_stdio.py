@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert listed["memory_retire"].annotations.destructive_hint is True
         assert all(t.output_schema for t in listed.values())
 
-        future = (datetime.now(timezone.utc) + timedelta(days=30)).isoformat()
+        future = (datetime.now(UTC) + timedelta(days=30)).isoformat()
         a = (await call("memory_add", content="Alice is vegetarian", store="fam", path="diet/alice", kind="fact",
                         category="diet", subject="  Alice ", tags=["Food", "family", "food"], importance=0.9,
                         citations=["chat:2026-11-01"], metadata={"src": "chat"}, expires_at=future))  # fmt: skip
@@ -108,7 +108,7 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert rec["results"][0]["id"] == a["id"] and rec["results"][0]["content"] == "Alice is vegan"
 
         # expiry: hidden unless asked; prune counts
-        past = (datetime.now(timezone.utc) - timedelta(minutes=1)).isoformat()
+        past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
         e = (await call("memory_add", content="old promo code", store="fam", path="tmp/promo", expires_at=past))
         assert (await call.fails("memory_get", id=e["id"])).code == "MEMORY_NOT_FOUND"
         assert (await call("memory_get", id=e["id"], include_expired=True))["expired"] is True

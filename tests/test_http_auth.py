@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -89,7 +88,7 @@ async def test_bearer_tokens_map_to_principals_over_http(tmp_path: Path) -> None
     argv = [MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--transport", "http", "--host", "127.0.0.1",
             "--port", str(port), "--context", "optional"]  # fmt: skip
     # a long-running server child, stopped at the end
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: ASYNC220
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         wait_listening(proc, port)

@@ -143,7 +143,7 @@ def test_no_output_field_is_required_and_nullable() -> None:
             args = typing.get_args(f.annotation)
             if f.is_required() and (type(None) in args or f.annotation is Any):
                 bad.append(f"{model.__name__}.{name}")
-            for a in (f.annotation, *args, *(x for a in args for x in typing.get_args(a))):
+            for a in (f.annotation, *args, *(x for b in args for x in typing.get_args(b))):
                 if isinstance(a, type) and issubclass(a, BaseModel):
                     walk(a)
 

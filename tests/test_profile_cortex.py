@@ -16,7 +16,7 @@ import json
 import math
 import os
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ if os.environ.get("CORTEX_TEST_FAIL_REINDEX"):
 
 
 def days(n: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(days=n)).isoformat()
+    return (datetime.now(UTC) + timedelta(days=n)).isoformat()
 
 
 def when(value: str) -> datetime:
@@ -210,7 +210,7 @@ async def test_scenario_expired_memory_handling(cx: Cortex) -> None:
     assert await cx.error("get_memory", store="notes", path="get/expired", include_expired=False) == \
         (INVALID_PARAMS, "Memory expired: get/expired")  # fmt: skip
     got = await cx.data("get_memory", store="notes", path="get/expired", include_expired=True)
-    assert got["content"] == "stale promo" and when(got["metadata"]["expires_at"]) < datetime.now(timezone.utc)
+    assert got["content"] == "stale promo" and when(got["metadata"]["expires_at"]) < datetime.now(UTC)
 
 
 async def test_scenario_response_includes_citations(cx: Cortex) -> None:
@@ -371,7 +371,7 @@ async def test_scenario_pruning_expired_memories(cx: Cortex) -> None:
     await cx.text("add_memory", store="prune", path="p/deep/old2", content="goes too", expires_at=days(-3))
     got = await cx.data("prune_memories", store="prune")
     assert got["pruned_count"] == 2 and [p["path"] for p in got["pruned"]] == ["p/deep/old2", "p/old1"]
-    assert all(when(p["expires_at"]) < datetime.now(timezone.utc) for p in got["pruned"])
+    assert all(when(p["expires_at"]) < datetime.now(UTC) for p in got["pruned"])
     listed = await cx.data("list_memories", store="prune", category="p", include_expired=True)
     assert [m["path"] for m in listed["memories"]] == ["p/live"]
     assert (await cx.error("get_memory", store="prune", path="p/old1", include_expired=True))[1] == \

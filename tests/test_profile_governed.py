@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -439,7 +439,7 @@ async def test_scenario_memory_read_returns_the_full_memory_with_its_latest_vers
 async def test_scenario_memory_lock_by_a_human_admin_confirms_status_locked_and_timestamp(world: World) -> None:
     r = repo()
     mid = (await world.agent.write(r, "The public API is versioned in the URL"))["memory_id"]
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     got = await world.admin("memory.lock", memory_id=mid, context=ctx(r, "admin", ADMIN))
     assert set(got) == {"memory_id", "status", "locked_at", "version"}
     assert (got["memory_id"], got["status"], got["version"]) == (mid, "locked", 2)
@@ -645,7 +645,7 @@ async def test_scenario_no_inference_content_is_stored_exactly_as_written(world:
     assert (await world.agent.read(r, mid))["content"] == content
     assert (await world.native("memory_get", id=mid, namespace=f"{ORG}/{r}"))["content"] == content
     found = await world.agent.search(r, "Mixed CASE")
-    assert [(m["memory_id"], m["content"], m["type"]) for m in found["memories"]][0] == (mid, content, "decision")
+    assert next((m["memory_id"], m["content"], m["type"]) for m in found["memories"]) == (mid, content, "decision")
 
 
 async def test_scenario_transparency_every_action_leaves_an_audit_trail_linking_agent_id_and_memory_id(

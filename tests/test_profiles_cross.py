@@ -36,7 +36,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -48,8 +47,16 @@ from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.server import build_server
-from tests.harness import (MNEME, ToolFailure, free_port, nats_pid, result_of, start_stack, wait_dead,  # fmt: skip
-                           wait_listening)
+from tests.harness import (  # fmt: skip
+    MNEME,
+    ToolFailure,
+    free_port,
+    nats_pid,
+    result_of,
+    start_stack,
+    wait_dead,
+    wait_listening,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -290,7 +297,7 @@ async def test_http_serves_two_profiles_at_once_over_one_memory(tmp_path: Path) 
     argv = [MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--transport", "http", "--host", "127.0.0.1",
             "--port", str(port)]  # fmt: skip
     # a long-running server child, stopped at the end
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: ASYNC220
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_listening(proc, port)

@@ -42,9 +42,9 @@ def start_projector(url: str, data: Path, *extra: str, batch: int = 5000) -> sub
 
 async def wait_serving(nc, target: int, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
     """A projector joins the query group only once caught up; then its applied_seq is checked."""
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    q = encoder.encode(MemoryStats(namespace="ns0", now=datetime.now(timezone.utc), min_seq=target))
+    q = encoder.encode(MemoryStats(namespace="ns0", now=datetime.now(UTC), min_seq=target))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

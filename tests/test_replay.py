@@ -236,7 +236,7 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
         head = await stack.last_seq()
         with pytest.raises(Refused, match=rf"--upto: sequence {10**9} is beyond the head of the log \({head}\)"):
             await replay(core, NO_VECTORS, upto=str(10**9), output=tmp_path / "past")
-        with pytest.raises(Refused, match="--upto: .* is in the future"):
+        with pytest.raises(Refused, match=r"--upto: .* is in the future"):
             await replay(core, NO_VECTORS, upto=(datetime.now(UTC) + timedelta(hours=1)).isoformat(),
                          output=tmp_path / "future")  # fmt: skip
         with pytest.raises(Refused, match="--upto"):
@@ -404,7 +404,7 @@ async def test_sigkill_during_replay_then_run_again_resumes_and_equals_a_clean_r
     building = data / "projections" / "building"
 
     killed_at = 0
-    for attempt in range(6):
+    for attempt in range(6):  # noqa: B007 - counted after the loop
         proc = start_replay(url, data, env)
         progress = Progress(proc)
         deadline = time.monotonic() + 60

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -35,7 +35,7 @@ EVENT_CLASSES = typing.get_args(AnyEvent)
 COMMAND_CLASSES = typing.get_args(AnyCommand)
 MEM_FULL = "3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b"
 MEM_MIN = "7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6"
-UTC = timezone.utc
+UTC = UTC
 
 
 def _lines(path: Path = CORPUS) -> list[bytes]:

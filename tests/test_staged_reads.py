@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -24,8 +24,8 @@ from schemas.queries import GetMemory, PathOwner
 from services.projector import memories_queries as Q
 from services.projector.memories_view import MemoriesView
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def check(

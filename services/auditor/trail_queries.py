@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[st
     `filters`: agent_id, memory_id, action (prefix), since, until (datetimes): the audit query's filters.
     The file appears whole or not at all (written beside it, then renamed).
     """
-    q = AuditQuery(namespace="*", now=datetime.now(timezone.utc), namespaces=("*",),
+    q = AuditQuery(namespace="*", now=datetime.now(UTC), namespaces=("*",),
                    agent_id=filters.get("agent_id"), memory_id=filters.get("memory_id"), action=filters.get("action"),
                    since=filters.get("since"), until=filters.get("until"))  # fmt: skip
     where, args = _where(q)

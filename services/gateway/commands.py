@@ -12,7 +12,7 @@ import hashlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -39,7 +39,7 @@ from schemas.queries import GetMemory, PathOwner
 from services.gateway.queries import QueryClient
 
 Clock = Callable[[], datetime]
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Command = (CreateMemory | UpdateMemory | MoveMemory | DeleteMemory | RestoreMemory | VerifyMemory | LockMemory
            | UnlockMemory | DeprecateMemory | InvalidateMemory)  # fmt: skip
 # the operation a request id is scoped to (with the principal): one agent's "r-1" for an add and for an update
@@ -68,7 +68,7 @@ class Request:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)

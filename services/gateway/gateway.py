@@ -13,20 +13,20 @@ import msgspec
 from mcp.server.mcpserver.exceptions import ToolError
 
 from mneme.domain import validation as v
+from mneme.domain.state import MemoryState
 from mneme.errors import InvalidContext, InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
 from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
 from mneme.principals import Directory, Principal
 from schemas.access import AccessDenied, ReadRecorded
-from mneme.domain.state import MemoryState
 from schemas.commands import DeleteMemory
 from schemas.queries import AsOf, AsOfResolved, ExpiredMemories, GetMemory, MemoryRow, VersionInfo
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, Written, utc_now
+from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 from services.gateway.models import Memory
 from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
-from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 
 Consistency = Literal["gateway", "linearizable"]
 T = TypeVar("T")

@@ -47,7 +47,7 @@ class QueryClient:
                 no_projector = True
                 if left <= delay:
                     raise Unavailable("no projector is serving queries yet; retry shortly") from None
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 if no_projector:
                     raise Unavailable("no projector is serving queries yet; retry shortly") from None
                 raise ProjectionLag(f"no projector answered {op} within {self.timeout:.0f} s") from None

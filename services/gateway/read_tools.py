@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from mneme.domain import validation as v
-from mneme.errors import InvalidInput, MemoryNotFound
 from mneme.domain.state import MemoryState
+from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.queries import ListMemories, MemoryRow, MemoryStats
 from services.gateway.gateway import Call, Gateway, split_ref
 from services.gateway.models import AsOfInfo, Memory, Page, Result, Stats

@@ -249,7 +249,7 @@ def next_item(stdin: BinaryIO) -> SessionMessage | JSONRPCError | _EndOfInput | 
             return _error(scan_id(line.head.decode("utf-8", "replace")), INVALID_REQUEST,
                           f"Invalid Request: the message is {line.size} bytes; the limit is {MAX_MESSAGE_BYTES}")  # fmt: skip
         return decode(line)
-    except Exception:  # noqa: BLE001 - a line must never end the server
+    except Exception:  # a line must never end the server
         log.exception("could not decode a line")
         return _error(None, INTERNAL_ERROR, "Internal error: the message could not be decoded")
 

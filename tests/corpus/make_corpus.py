@@ -12,7 +12,7 @@ before the change is released); a breaking change gets a new tag, never an edite
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from schemas.events import (
     Actor,
@@ -30,7 +30,7 @@ from schemas.events import (
 NS = "acme/research"
 MEM_FULL = "3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b"
 MEM_MIN = "7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6"
-UTC = timezone.utc
+UTC = UTC
 
 
 def _at(minute: int) -> datetime:

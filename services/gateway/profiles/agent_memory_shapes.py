@@ -35,7 +35,7 @@ def level_range(level: Level) -> tuple[float | None, float | None]:
 # An argument the contract makes optional without a default is declared `Annotated[T, Field(...,
 # json_schema_extra=NO_DEFAULT)] = None`: its schema is the contract's (no null, no default), an omitted
 # argument reaches the tool as None, and an explicit null is refused like any value of the wrong type.
-def NO_DEFAULT(schema: dict[str, Any]) -> None:  # noqa: N802 - used like a constant
+def NO_DEFAULT(schema: dict[str, Any]) -> None:  # upper case: used like a constant
     schema.pop("default", None)
 
 
