@@ -171,8 +171,16 @@ def machine_info() -> dict[str, Any]:
             versions[pkg] = None
     commit = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                                cwd=Path(__file__).resolve().parent.parent).stdout.strip() or None  # fmt: skip
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                cwd=Path(__file__).resolve().parent.parent,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         pass
     return {
@@ -262,14 +270,22 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def spawn(args: Sequence[str], *, log_path: Path, cwd: Path | None = None,
-          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+def spawn(
+    args: Sequence[str], *, log_path: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start a child (stdin closed, stdout and stderr appended to `log_path`) that is sent SIGTERM if
     this process dies, even by SIGKILL (Linux). Call it from the main thread: the signal follows the
     thread that forked."""
     with open(log_path, "ab") as out:
-        return subprocess.Popen(list(args), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=env, preexec_fn=_die_with_parent)  # fmt: skip
+        return subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            preexec_fn=_die_with_parent,
+        )
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int | None:

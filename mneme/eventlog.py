@@ -62,9 +62,15 @@ class EventLog:
         self.connected = connected or (lambda: True)
 
     async def append(
-        self, subject: str, data: bytes, *, msg_id: str, expected_seq: int, expected_subject: str | None = None,
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected_seq: int,
+        expected_subject: str | None = None,
         digest: str | None = None,
-    ) -> tuple[int, bool]:  # fmt: skip
+    ) -> tuple[int, bool]:
         """Publish one event. Returns (stream sequence, duplicate). `digest` names the request's arguments."""
         if not self.connected():  # fail fast instead of queueing a write behind a reconnect
             raise Unavailable("NATS is unreachable: the write was not sent; retry with the same request_id")
@@ -80,7 +86,13 @@ class EventLog:
                 m = _LAST_SEQ.search(exc.description or "")
                 raise WrongLastSequence(int(m.group(1)) if m else 0) from None
             raise Unavailable(f"the event log refused the write: {exc.description}") from None
-        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError) as exc:  # fmt: skip
+        except (
+            TimeoutError,
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.OutboundBufferLimitError,
+        ) as exc:
             raise Unavailable(
                 f"the event log (NATS JetStream) did not confirm the write ({type(exc).__name__}); it may or "
                 "may not have been applied: retry with the same request_id (details.request_id) to apply it once"
@@ -92,7 +104,9 @@ class EventLog:
         seq = after_seq
         for _ in range(limit):
             try:
-                msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq + 1, subject=subject_filter, next=True, direct=True)
+                msg = await self.js.get_msg(
+                    S.EVENTS_STREAM, seq=seq + 1, subject=subject_filter, next=True, direct=True
+                )
             except NotFoundError:
                 return
             except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):

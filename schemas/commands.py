@@ -88,6 +88,14 @@ class InvalidateMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 AnyCommand = (
-    CreateMemory | UpdateMemory | MoveMemory | DeleteMemory | RestoreMemory | VerifyMemory | LockMemory | UnlockMemory
-    | DeprecateMemory | InvalidateMemory
+    CreateMemory
+    | UpdateMemory
+    | MoveMemory
+    | DeleteMemory
+    | RestoreMemory
+    | VerifyMemory
+    | LockMemory
+    | UnlockMemory
+    | DeprecateMemory
+    | InvalidateMemory
 )

@@ -124,8 +124,17 @@ class MemoryInvalidated(Event, frozen=True, kw_only=True, tag="memory_invalidate
 
 
 AnyEvent = (
-    MemoryCreated | MemoryUpdated | MemoryMoved | MemoryArchived | MemoryRestored | MemoryDeleted
-    | MemoryVerified | MemoryLocked | MemoryUnlocked | MemoryDeprecated | MemoryInvalidated
+    MemoryCreated
+    | MemoryUpdated
+    | MemoryMoved
+    | MemoryArchived
+    | MemoryRestored
+    | MemoryDeleted
+    | MemoryVerified
+    | MemoryLocked
+    | MemoryUnlocked
+    | MemoryDeprecated
+    | MemoryInvalidated
 )
 
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)

@@ -309,8 +309,18 @@ RESULT_TYPES: dict[str, type] = {
     ReindexCategories.OPERATION: ReindexResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
-    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories, SearchMemories,
-                             MemoryHistory, StoreCategories, ReindexCategories)
+    q.OPERATION: q
+    for q in (
+        GetMemory,
+        ListMemories,
+        MemoryStats,
+        PathOwner,
+        ExpiredMemories,
+        SearchMemories,
+        MemoryHistory,
+        StoreCategories,
+        ReindexCategories,
+    )
 }
 
 encoder = msgspec.msgpack.Encoder()

@@ -137,12 +137,22 @@ def open_vectors(data_dir: Path, model: ModelHandle | None = None, *, background
     """Real Qdrant Edge under data_dir and the real model (or the handle given, e.g. one still loading),
     embedding in the background as a live projector does (background=False: as replay does)."""
     model = model or shared_model()
-    return VectorView(EdgeIndex(data_dir / f"vectors-{model.name}", model.dim or 384), model,
-                      EmbeddingCache(data_dir / "embeddings.sqlite"), background=background)  # fmt: skip
+    return VectorView(
+        EdgeIndex(data_dir / f"vectors-{model.name}", model.dim or 384),
+        model,
+        EmbeddingCache(data_dir / "embeddings.sqlite"),
+        background=background,
+    )
 
 
-async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | None = None, *,
-                      vectors: VectorView | bool | None = None, replayable: bool = False) -> Stack:  # fmt: skip
+async def start_stack(
+    data_dir: Path,
+    nats: EmbeddedNats,
+    gs: GatewaySettings | None = None,
+    *,
+    vectors: VectorView | bool | None = None,
+    replayable: bool = False,
+) -> Stack:
     """`replayable`: the projector listens for `mneme replay`'s swap and snapshot requests, as `mneme serve`
     does (its data directory is `data_dir`, the embedded server is `nats`)."""
     s = AsyncExitStack()
@@ -157,8 +167,11 @@ async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | 
     control: dict[str, Any] = {}
     if replayable:
         core, ps = CoreSettings(data_dir=data_dir, nats_url=nats.url), ProjectorSettings()
-        control = {"control_id": control_id(core), "opener": opener(core, ps, vectors or None),
-                   "snapshots": data_dir / "snapshots"}  # fmt: skip
+        control = {
+            "control_id": control_id(core),
+            "opener": opener(core, ps, vectors or None),
+            "snapshots": data_dir / "snapshots",
+        }
     projector = Projector(nc, view, vectors=vectors or None, **control)
     s.callback(lambda: close_generation(projector.gen))  # the serving generation (a replay may swap it)
     await projector.start()

@@ -40,8 +40,12 @@ async def test_export_and_query_by_agent_and_time(tmp_path: Path, nats_server: E
 
     data = tmp_path / "d"
     out = tmp_path / "trail.jsonl"
-    res = subprocess.run([MNEME, "audit", "export", "--data-dir", str(data), "--out", str(out)],
-                         capture_output=True, timeout=60, check=True)  # fmt: skip
+    res = subprocess.run(
+        [MNEME, "audit", "export", "--data-dir", str(data), "--out", str(out)],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
     # 3 creates, 1 get, and the 3 audit queries and the stats call above: reads are recorded too
     assert json.loads(res.stdout.splitlines()[-1])["records"] == 8
     rows = [json.loads(line) for line in out.read_text().splitlines()]

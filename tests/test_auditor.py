@@ -39,7 +39,8 @@ async def test_every_event_is_recorded_once_across_a_restart(stack: Stack, tmp_p
     try:
         assert await auditor.follower.wait_for(head, 10)
         rows = trail.con.execute(
-            "SELECT source_seq, agent_id, request_id, action FROM audit_trail WHERE source = 'events' ORDER BY trail_seq"
+            "SELECT source_seq, agent_id, request_id, action FROM audit_trail "
+            "WHERE source = 'events' ORDER BY trail_seq"
         ).fetchall()
         assert [r[0] for r in rows] == list(range(1, head + 1)), "gap or duplicate in the trail"
         assert all(r[1] == "local-agent" and r[2] for r in rows)

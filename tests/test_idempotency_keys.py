@@ -82,10 +82,13 @@ async def test_annotations_hold_for_the_defaults(stack: Stack) -> None:
     assert (await stack.call("memory_list"))["total"] == 2
     # the idempotent writes really are: a second identical call changes nothing
     m = await stack.call("memory_add", content="x", store="s", path="a/b")
-    for tool, args in [("memory_update", {"content": "y"}), ("memory_move", {"to_path": "a/c"}),
-                       ("memory_retire", {"mode": "deprecate", "reason": "old"}),
-                       ("memory_retire", {"mode": "invalidate", "reason": "gone"}),
-                       ("memory_retire", {"mode": "archive"})]:  # fmt: skip
+    for tool, args in [
+        ("memory_update", {"content": "y"}),
+        ("memory_move", {"to_path": "a/c"}),
+        ("memory_retire", {"mode": "deprecate", "reason": "old"}),
+        ("memory_retire", {"mode": "invalidate", "reason": "gone"}),
+        ("memory_retire", {"mode": "archive"}),
+    ]:
         assert tools[tool].annotations.idempotent_hint is True, tool
         await stack.call(tool, id=m["id"], **args)
         before = await stack.last_seq()

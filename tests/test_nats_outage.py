@@ -124,8 +124,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         # read-your-writes after recovery: a new write is visible to the very next read. The read
         # may wait for the projector (PROJECTION_LAG is a clear, retryable answer), but it must
         # never claim the memory we were just told was written does not exist.
-        added = (await _until_ok(stack, deadline, "memory_add", content="written after", store="s",
-                                 path="post/one"))  # fmt: skip
+        added = await _until_ok(stack, deadline, "memory_add", content="written after", store="s", path="post/one")
         assert added["seq"] > pre["seq"]
         assert added["seq"] <= await stack.last_seq()
         read_deadline = time.monotonic() + RECOVER_WITHIN
@@ -152,8 +151,9 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
 
         # the write that failed during the outage is retried with the same request id: it takes
         # effect exactly once, whether or not the first attempt reached the log
-        await _until_ok(stack, read_deadline, "memory_add", content="written during the outage",
-                        request_id="outage-write-1")  # fmt: skip
+        await _until_ok(
+            stack, read_deadline, "memory_add", content="written during the outage", request_id="outage-write-1"
+        )
         page = await _until_ok(stack, read_deadline, "memory_list", limit=500)
         during = [m for m in page["results"] if m["content"] == "written during the outage"]
         assert len(during) == 1, f"the retried write exists {len(during)} times"

@@ -56,8 +56,9 @@ async def test_stop_does_not_wait_for_a_backlogs_embeddings(tmp_path: Path, nats
         while again.projector.gen.vectors.pending_dense and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert again.projector.gen.vectors.pending_dense == 0
-        found = await again.call("memory_search", query=f"backlog memory number {n - 1} about zebra", limit=5,
-                                 threshold=0)  # fmt: skip
+        found = await again.call(
+            "memory_search", query=f"backlog memory number {n - 1} about zebra", limit=5, threshold=0
+        )
         assert any(r["content"].startswith(f"backlog memory number {n - 1} ") for r in found["results"]), found
     finally:
         await again.close()

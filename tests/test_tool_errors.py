@@ -52,7 +52,9 @@ async def test_an_unknown_tool_is_a_structured_error_naming_the_known_ones() -> 
 
 
 @pytest.mark.parametrize("tool", ["crash", "recurse"])
-async def test_an_unexpected_exception_is_internal_without_its_text(tool: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_unexpected_exception_is_internal_without_its_text(
+    tool: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async with Client(toy()) as client:
         err = error(await client.call_tool(tool, {}))
         assert (await client.call_tool("fine", {})).content[0].text == "ok"  # and the server carries on

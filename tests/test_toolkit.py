@@ -30,12 +30,16 @@ class Saved(BaseModel):
 
 
 @tools.tool(intent="write", hints=CREATE)
-async def save_note(call: Call, text: Annotated[str, Field(min_length=1, max_length=50)], tag: str | None = None
-                    ) -> Saved:  # fmt: skip
+async def save_note(
+    call: Call, text: Annotated[str, Field(min_length=1, max_length=50)], tag: str | None = None
+) -> Saved:
     """Save a note."""
     assert call.gw is not None
-    w = await call.gw.commands.create(CreateMemory(namespace=call.namespace, content=text, tags=(tag,) if tag else ()),
-                                      actor=call.principal.actor, request_id=call.request_id)  # fmt: skip
+    w = await call.gw.commands.create(
+        CreateMemory(namespace=call.namespace, content=text, tags=(tag,) if tag else ()),
+        actor=call.principal.actor,
+        request_id=call.request_id,
+    )
     call.gw.noted(w.seq)
     assert w.memory is not None
     return Saved(id=w.memory.id, namespace=w.memory.namespace)
@@ -50,9 +54,11 @@ async def read_note(call: Call, id: str) -> Saved:
     return Saved(id=row.memory.id, namespace=row.memory.namespace)
 
 
-STYLE = ErrorStyle(codes={"MEMORY_NOT_FOUND": "NOT_THERE", "INVALID_INPUT": "BAD", "INVALID_CONTEXT": "NO_CONTEXT"},
-                   with_field=False,
-                   messages={"MEMORY_NOT_FOUND": lambda m, d: "no such note"})  # fmt: skip
+STYLE = ErrorStyle(
+    codes={"MEMORY_NOT_FOUND": "NOT_THERE", "INVALID_INPUT": "BAD", "INVALID_CONTEXT": "NO_CONTEXT"},
+    with_field=False,
+    messages={"MEMORY_NOT_FOUND": lambda m, d: "no such note"},
+)
 
 
 @pytest.fixture
@@ -77,8 +83,9 @@ async def test_a_profile_tool_has_its_own_schema_hints_and_errors(stack: Stack, 
         assert back.structured_content["id"] == got.structured_content["id"]
         # the profile's error format, for domain errors and for argument errors alike
         missing = await c.call_tool("read_note", {"id": "7d1f0c8e-8d1c-4c1e-9a2b-3c4d5e6f7a8b"})
-        assert missing.is_error and json.loads(missing.content[0].text) == {"error": {
-            "code": "NOT_THERE", "message": "no such note"}}
+        assert missing.is_error and json.loads(missing.content[0].text) == {
+            "error": {"code": "NOT_THERE", "message": "no such note"}
+        }
         bad = await c.call_tool("save_note", {"text": ""})
         err = json.loads(bad.content[0].text)["error"]
         assert err["code"] == "BAD" and "field" not in err

@@ -249,9 +249,7 @@ def test_metadata_must_be_json(bad: dict) -> None:
     _fails("metadata", v.metadata, bad)
 
 
-@pytest.mark.parametrize(
-    "value", [{"x": math.nan}, {1: "a"}, {"s": {1, 2}}], ids=["nan", "int-key", "set"]
-)
+@pytest.mark.parametrize("value", [{"x": math.nan}, {1: "a"}, {"s": {1, 2}}], ids=["nan", "int-key", "set"])
 def test_metadata_is_either_rejected_or_survives_the_log_round_trip(value: dict) -> None:
     try:
         out = v.metadata(value)

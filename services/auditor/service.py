@@ -57,8 +57,9 @@ class Auditor:
         if self.own:
             for f in self.followers:
                 await f.start()
-        self._sub = await self.nc.subscribe(S.query_subject(AuditQuery.OPERATION), queue=S.AUDITOR_QUEUE,
-                                            cb=self._on_query)  # fmt: skip
+        self._sub = await self.nc.subscribe(
+            S.query_subject(AuditQuery.OPERATION), queue=S.AUDITOR_QUEUE, cb=self._on_query
+        )
 
     async def stop(self) -> None:
         if self._sub is not None:

@@ -58,9 +58,24 @@ def query(trail: Trail, q: AuditQuery) -> AuditResult:
         f"SELECT {', '.join(COLUMNS)} FROM audit_trail WHERE {where} ORDER BY trail_seq LIMIT ? OFFSET ?",
         [*args, q.limit, q.offset],
     ).fetchall()
-    records = [AuditRow(trail_seq=r[0], source=r[1], source_seq=r[2], recorded_at=r[3], action=r[5], outcome=r[6],
-                        namespace=r[7], agent_id=r[8], role=r[9], request_id=r[10], memory_ids=list(r[11]),
-                        code=r[12], occurred_at=r[13]) for r in rows]  # fmt: skip
+    records = [
+        AuditRow(
+            trail_seq=r[0],
+            source=r[1],
+            source_seq=r[2],
+            recorded_at=r[3],
+            action=r[5],
+            outcome=r[6],
+            namespace=r[7],
+            agent_id=r[8],
+            role=r[9],
+            request_id=r[10],
+            memory_ids=list(r[11]),
+            code=r[12],
+            occurred_at=r[13],
+        )
+        for r in rows
+    ]
     return AuditResult(records=records, total=total)
 
 
@@ -70,9 +85,16 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[st
     `filters`: agent_id, memory_id, action (prefix), since, until (datetimes): the audit query's filters.
     The file appears whole or not at all (written beside it, then renamed).
     """
-    q = AuditQuery(namespace="*", now=datetime.now(UTC), namespaces=("*",),
-                   agent_id=filters.get("agent_id"), memory_id=filters.get("memory_id"), action=filters.get("action"),
-                   since=filters.get("since"), until=filters.get("until"))  # fmt: skip
+    q = AuditQuery(
+        namespace="*",
+        now=datetime.now(UTC),
+        namespaces=("*",),
+        agent_id=filters.get("agent_id"),
+        memory_id=filters.get("memory_id"),
+        action=filters.get("action"),
+        since=filters.get("since"),
+        until=filters.get("until"),
+    )
     where, args = _where(q)
     cur = con.cursor()
     n = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]

@@ -51,8 +51,12 @@ class QueryClient:
                 if no_projector:
                     raise Unavailable("no projector is serving queries yet; retry shortly") from None
                 raise ProjectionLag(f"no projector answered {op} within {self.timeout:.0f} s") from None
-            except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError,
-                    nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError):  # fmt: skip
+            except (
+                nats.errors.ConnectionClosedError,
+                nats.errors.OutboundBufferLimitError,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.StaleConnectionError,
+            ):
                 if left <= delay:
                     raise Unavailable("NATS is unreachable; queries cannot reach a projector") from None
             await asyncio.sleep(delay)

@@ -64,8 +64,10 @@ class AgentMemory(BaseModel):
     """One memory as this contract shows it."""
 
     id: str = Field(description="UUID of the memory.")
-    type: str = Field(description="core, learning or task (a memory written through another profile shows its "
-                      "own kind, e.g. note or fact).")  # fmt: skip
+    type: str = Field(
+        description="core, learning or task (a memory written through another profile shows its "
+        "own kind, e.g. note or fact)."
+    )
     content: str
     category: str | None = None
     tags: list[str] = Field(description="Stored in lower case.")
@@ -73,16 +75,26 @@ class AgentMemory(BaseModel):
     archived: bool
     created_at: datetime
     updated_at: datetime
-    accessed_at: datetime = Field(description="Last returned by query_memories (or any read); the creation time "
-                                  "until it is first read.")  # fmt: skip
+    accessed_at: datetime = Field(
+        description="Last returned by query_memories (or any read); the creation time until it is first read."
+    )
     access_count: int = Field(description="How many reads have returned it so far.")
 
     @classmethod
     def of(cls, s: MemoryState, accessed_at: datetime | None = None, access_count: int | None = 0) -> AgentMemory:
-        return cls(id=s.id, type=s.kind, content=s.content, category=s.category, tags=list(s.tags),
-                   importance=level_of(s.importance), archived=s.status == ARCHIVED, created_at=s.created_at,
-                   updated_at=s.updated_at, accessed_at=accessed_at or s.created_at,
-                   access_count=access_count or 0)  # fmt: skip
+        return cls(
+            id=s.id,
+            type=s.kind,
+            content=s.content,
+            category=s.category,
+            tags=list(s.tags),
+            importance=level_of(s.importance),
+            archived=s.status == ARCHIVED,
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+            accessed_at=accessed_at or s.created_at,
+            access_count=access_count or 0,
+        )
 
 
 class Stored(BaseModel):
@@ -137,8 +149,9 @@ class MemoryStatsOut(BaseModel):
     total_storage_kb: float = Field(description="Total storage used in kilobytes")
     oldest_memory: datetime | None = Field(description="Timestamp of oldest memory")
     newest_memory: datetime | None = Field(description="Timestamp of newest memory")
-    most_accessed: AgentMemory | None = Field(description="The memory with highest access count (null until a "
-                                              "memory has been read)")  # fmt: skip
+    most_accessed: AgentMemory | None = Field(
+        description="The memory with highest access count (null until a memory has been read)"
+    )
     top_tags: list[TagCount] = Field(description="Top 10 most used tags")
 
 
@@ -151,17 +164,28 @@ class _Codes(dict[str, str]):
 
 
 ERRORS = ErrorStyle(
-    codes=_Codes({
-        "INVALID_INPUT": "INVALID_INPUT", "UNKNOWN_TOOL": "INVALID_INPUT", "ALREADY_EXISTS": "INVALID_INPUT",
-        "INVALID_STATE": "INVALID_INPUT", "IDEMPOTENCY_KEY_REUSED": "INVALID_INPUT",
-        "MEMORY_NOT_FOUND": "NOT_FOUND",
-        "PERMISSION_ERROR": "PERMISSION_ERROR", "MEMORY_LOCKED": "PERMISSION_ERROR",
-        "WRITE_NOT_ALLOWED": "PERMISSION_ERROR", "SCOPE_VIOLATION": "PERMISSION_ERROR",
-        "INVALID_CONTEXT": "PERMISSION_ERROR", "UNAUTHORIZED": "PERMISSION_ERROR",
-        "CONFLICT": "STORAGE_ERROR", "PROJECTION_LAG": "STORAGE_ERROR", "UNAVAILABLE": "STORAGE_ERROR",
-        "EMBEDDING_MODEL_LOADING": "STORAGE_ERROR", "EMBEDDING_MODEL_UNAVAILABLE": "STORAGE_ERROR",
-        "INTERNAL": "INTERNAL_ERROR",
-    }),  # fmt: skip
+    codes=_Codes(
+        {
+            "INVALID_INPUT": "INVALID_INPUT",
+            "UNKNOWN_TOOL": "INVALID_INPUT",
+            "ALREADY_EXISTS": "INVALID_INPUT",
+            "INVALID_STATE": "INVALID_INPUT",
+            "IDEMPOTENCY_KEY_REUSED": "INVALID_INPUT",
+            "MEMORY_NOT_FOUND": "NOT_FOUND",
+            "PERMISSION_ERROR": "PERMISSION_ERROR",
+            "MEMORY_LOCKED": "PERMISSION_ERROR",
+            "WRITE_NOT_ALLOWED": "PERMISSION_ERROR",
+            "SCOPE_VIOLATION": "PERMISSION_ERROR",
+            "INVALID_CONTEXT": "PERMISSION_ERROR",
+            "UNAUTHORIZED": "PERMISSION_ERROR",
+            "CONFLICT": "STORAGE_ERROR",
+            "PROJECTION_LAG": "STORAGE_ERROR",
+            "UNAVAILABLE": "STORAGE_ERROR",
+            "EMBEDDING_MODEL_LOADING": "STORAGE_ERROR",
+            "EMBEDDING_MODEL_UNAVAILABLE": "STORAGE_ERROR",
+            "INTERNAL": "INTERNAL_ERROR",
+        }
+    ),
     with_field=False,  # the contract's error object is {code, message}: the message names the field
     with_details=False,
 )
