@@ -11,16 +11,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import RawStreamMsg, StorageType, StreamConfig
+from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
 from mneme.errors import ConcurrencyConflict, Unavailable
 from schemas import subjects as S
 
 _LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A message read back from the log: its stream sequence (always set, unlike nats-py's optional one)."""
+
+    seq: int
+    headers: dict[str, str] | None
+    data: bytes | None
 
 
 class WrongLastSequence(ConcurrencyConflict):
@@ -99,7 +109,7 @@ class EventLog:
             ) from None
         return ack.seq, bool(ack.duplicate)
 
-    async def after(self, subject_filter: str, after_seq: int, limit: int = 64) -> AsyncIterator[RawStreamMsg]:
+    async def after(self, subject_filter: str, after_seq: int, limit: int = 64) -> AsyncIterator[Stored]:
         """The messages on `subject_filter` after `after_seq`, oldest first, at most `limit` (direct gets)."""
         seq = after_seq
         for _ in range(limit):
@@ -111,10 +121,11 @@ class EventLog:
                 return
             except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 raise Unavailable("the event log (NATS JetStream) did not answer") from None
-            yield msg
+            assert msg.seq is not None  # a message read from a stream has its sequence
+            yield Stored(msg.seq, msg.headers, msg.data)
             seq = msg.seq
 
-    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> RawStreamMsg | None:
+    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> Stored | None:
         """Our own message on `subject_filter` after `after_seq`, if it is there (its sequence and headers)."""
         async for msg in self.after(subject_filter, after_seq):  # bounded: conflicts are a handful of messages
             if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:

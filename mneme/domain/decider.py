@@ -7,6 +7,8 @@ lock or unlock (PERMISSION_ERROR). Admins can do all of it. A missing actor is a
 
 from __future__ import annotations
 
+from typing import Any
+
 from msgspec import UNSET
 
 from mneme.domain import validation as v
@@ -141,7 +143,7 @@ def decide_update(
     given = {f: getattr(cmd, f) for f in UPDATABLE_FIELDS if getattr(cmd, f) is not UNSET}
     if not given:
         raise InvalidInput("fields", "give at least one field to change")
-    changed = {}
+    changed: dict[str, Any] = {}
     for field, value in given.items():
         value = _NORMALIZE[field](value, max_content)
         if value != getattr(st, field):
