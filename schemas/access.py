@@ -35,7 +35,7 @@ class AccessDenied(AccessRecord, frozen=True, kw_only=True, tag="denied"):
 AnyAccess = ReadRecorded | AccessDenied
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(AnyAccess)
+_decoder: msgspec.json.Decoder[AnyAccess] = msgspec.json.Decoder(AnyAccess)
 
 
 def encode_access(record: AccessRecord) -> bytes:

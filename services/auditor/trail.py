@@ -133,8 +133,10 @@ class Trail:
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()
         cps = dict(self.con.execute("SELECT name, seq FROM checkpoints").fetchall())
-        self.checkpoints = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
+        self.checkpoints: dict[str, int] = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
         last = self.con.execute("SELECT trail_seq, hash FROM audit_trail ORDER BY trail_seq DESC LIMIT 1").fetchone()
+        self.last_seq: int
+        self.last_hash: str
         self.last_seq, self.last_hash = (last[0], last[1]) if last else (0, GENESIS)
         self.staged = dict(self.checkpoints)
         self._staged_seq, self._staged_hash = self.last_seq, self.last_hash

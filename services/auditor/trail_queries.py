@@ -50,10 +50,17 @@ def _where(q: AuditQuery) -> tuple[str, list[Any]]:
     return " AND ".join(where), args
 
 
+def _count(cur: duckdb.DuckDBPyConnection, where: str, args: list[Any]) -> int:
+    row = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()
+    assert row is not None  # count(*) answers one row
+    n: int = row[0]
+    return n
+
+
 def query(trail: Trail, q: AuditQuery) -> AuditResult:
     where, args = _where(q)
     cur = trail.con.cursor()
-    total = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
+    total = _count(cur, where, args)
     rows = cur.execute(
         f"SELECT {', '.join(COLUMNS)} FROM audit_trail WHERE {where} ORDER BY trail_seq LIMIT ? OFFSET ?",
         [*args, q.limit, q.offset],
@@ -97,7 +104,7 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[st
     )
     where, args = _where(q)
     cur = con.cursor()
-    n = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
+    n = _count(cur, where, args)
     option = "(FORMAT PARQUET)" if fmt == "parquet" else "(FORMAT JSON)"
     tmp = out.with_name(f".{out.name}.partial")
     target = str(tmp).replace("'", "''")

@@ -40,9 +40,9 @@ from services.gateway.queries import QueryClient
 
 Clock = Callable[[], datetime]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-Command = (
-    CreateMemory
-    | UpdateMemory
+# the commands that act on an existing memory: every one but a create
+Change = (
+    UpdateMemory
     | MoveMemory
     | DeleteMemory
     | RestoreMemory
@@ -52,6 +52,7 @@ Command = (
     | DeprecateMemory
     | InvalidateMemory
 )
+Command = CreateMemory | Change
 # the operation a request id is scoped to (with the principal): one agent's "r-1" for an add and for an update
 # are two requests
 OPERATION = {
@@ -290,7 +291,7 @@ class CommandService:
 
     async def _change(
         self,
-        cmd: Command,
+        cmd: Change,
         decide: Callable[[MemoryState | None, str | None], AnyEvent | None],
         *,
         actor: Actor,

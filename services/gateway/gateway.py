@@ -344,11 +344,11 @@ class Gateway:
             raise InvalidInput(
                 "as_of", f"{value!r} is neither an ISO 8601 time (2026-11-26T14:02:00Z) nor a log sequence number"
             ) from None
-        t = v.utc(t, "as_of")
-        assert t is not None
-        if t > self.now():
-            raise InvalidInput("as_of", f"{t.isoformat()} is in the future")
-        return AsOf(time=t)
+        at = v.utc(t, "as_of")
+        assert at is not None
+        if at > self.now():
+            raise InvalidInput("as_of", f"{at.isoformat()} is in the future")
+        return AsOf(time=at)
 
 
 def split_ref(ref: str) -> tuple[str | None, str | None, str | None]:

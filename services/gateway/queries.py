@@ -17,7 +17,7 @@ from schemas.queries import RESULT_TYPES, Query, Reply, encoder
 T = TypeVar("T")
 
 _reply = msgspec.msgpack.Decoder(Reply)
-_results = {op: msgspec.msgpack.Decoder(t) for op, t in RESULT_TYPES.items()}
+_results: dict[str, msgspec.msgpack.Decoder[Any]] = {op: msgspec.msgpack.Decoder(t) for op, t in RESULT_TYPES.items()}
 
 
 class QueryClient:

@@ -9,7 +9,7 @@ audited and counted like a read.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -80,7 +80,10 @@ async def memory_search(
     for name, given in (("fusion", fusion), ("semantic_weight", semantic_weight)):
         if given is not None and mode != "hybrid":
             raise InvalidInput(name, f"only with mode 'hybrid' (this search is {mode})")
-    extra = {"fusion": fusion or "calibrated", "semantic_weight": 0.3 if semantic_weight is None else semantic_weight}
+    extra: dict[str, Any] = {
+        "fusion": fusion or "calibrated",
+        "semantic_weight": 0.3 if semantic_weight is None else semantic_weight,
+    }
     q = SearchMemories(
         namespace=call.namespace,
         now=gw.now(),

@@ -39,8 +39,8 @@ def package_version() -> str:
 class MnemeMCPServer(MCPServer):
     """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
 
-    def __init__(self, *args: Any, version: str | None = None, errors: ErrorStyle = NATIVE_ERRORS, **kwargs: Any):
-        super().__init__(*args, version=version or package_version(), **kwargs)
+    def __init__(self, *, version: str | None = None, errors: ErrorStyle = NATIVE_ERRORS, **kwargs: Any):
+        super().__init__(version=version or package_version(), **kwargs)
         self.errors = errors  # the profile's error format, for the errors raised here as well
 
     async def run_stdio_async(self) -> None:
@@ -153,6 +153,7 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     for spec in p.served():
         mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description, annotations=spec.hints)
         tool = mcp._tool_manager.get_tool(spec.name)
+        assert tool is not None  # added just above
         if p.context == "required":
             tool.parameters = require_context(tool.parameters, p.context_required)
         if p.drop_nulls:  # results never hold a null: the schemas need not say one may come

@@ -206,7 +206,8 @@ def decode(line: bytes) -> SessionMessage | JSONRPCError | None:
 def encode(message: Any) -> bytes | None:
     """One line of JSON; a reply that cannot be encoded becomes an error for its id (never a dead writer)."""
     try:
-        return message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+        text: str = message.model_dump_json(by_alias=True, exclude_unset=True)
+        return text.encode("utf-8") + b"\n"
     except Exception as exc:  # noqa: BLE001 - whatever it is, the wire must stay up
         log.error("could not encode a %s as JSON: %s", type(message).__name__, exc)
         if isinstance(message, JSONRPCResponse | JSONRPCError):

@@ -137,7 +137,7 @@ async def memory_update(
         "valid_from": valid_from,
         "valid_until": valid_until,
     }
-    fields = {k: (UNSET if val is None else val) for k, val in given.items()}
+    fields: dict[str, Any] = {k: (UNSET if val is None else val) for k, val in given.items()}
     if clear_expiry:
         fields["expires_at"] = None
     _, w = await gw.change(
@@ -228,6 +228,7 @@ async def memory_retire(
             path=row.memory.path,
         )
     if mode == "deprecate":
+        assert reason is not None  # checked above: deprecating needs a reason
         row, w = await gw.change(
             call,
             *ref,

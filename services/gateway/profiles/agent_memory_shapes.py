@@ -27,7 +27,10 @@ def level_of(importance: float) -> Level:
 
 def level_range(level: Level) -> tuple[float | None, float | None]:
     """(importance_min, importance_max), both inclusive, of the memories that read back as `level`."""
-    below = lambda x: math.nextafter(x, 0.0)  # noqa: E731 - the largest double under x: the bounds stay exclusive
+
+    def below(x: float) -> float:  # the largest double under x: the bounds stay exclusive
+        return math.nextafter(x, 0.0)
+
     return {"high": (HIGH, None), "medium": (MEDIUM, below(HIGH)), "low": (None, below(MEDIUM))}[level]
 
 
@@ -159,7 +162,7 @@ class MemoryStatsOut(BaseModel):
 class _Codes(dict[str, str]):
     """Domain code -> contract code; a code the contract has no word for is an INTERNAL_ERROR."""
 
-    def get(self, key: str, default: Any = None) -> str:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> str:
         return super().get(key, "INTERNAL_ERROR")
 
 

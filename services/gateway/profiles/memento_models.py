@@ -7,7 +7,7 @@ explicit null is read as the argument being absent, as agents often send it.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
@@ -115,7 +115,7 @@ class MemoryOut(BaseModel):
     created_at: datetime
 
     @classmethod
-    def of(cls, m: MemoryState, **extra: Any) -> Any:
+    def of(cls, m: MemoryState, **extra: Any) -> Self:
         return cls(
             id=m.id,
             content=m.content,
