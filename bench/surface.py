@@ -107,7 +107,7 @@ async def result_sizes(root: Path) -> dict[str, Any]:
             for i, fact in enumerate(FACTS):
                 await s.call_tool("memory_add", {"content": fact, "tags": ["bench", f"t{i % 3}"], "subject": "team"})
             q = "what do people drink in the morning"
-            calls = {  # label -> (tool, arguments); threshold 0 so that every search returns 10 results
+            calls: dict[str, tuple[str, dict[str, Any]]] = {  # label -> (tool, arguments); threshold 0: 10 results each
                 "memory_search": ("memory_search", {"query": q, "limit": 10, "threshold": 0}),
                 "memory_search_full": ("memory_search", {"query": q, "limit": 10, "threshold": 0, "detail": "full"}),
                 "memory_list": ("memory_list", {"limit": 10}),
