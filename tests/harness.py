@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from nats.aio.client import Client as NATS
 
 from mneme.embed_cache import EmbeddingCache
@@ -70,6 +71,19 @@ class ToolFailure(Exception):
     @property
     def field(self) -> str | None:
         return self.error.get("field")
+
+
+def text_of(res: CallToolResult) -> str:
+    """The text of a tool result's first content block (every tool here answers with one text block)."""
+    block = res.content[0]
+    assert isinstance(block, TextContent), block
+    return block.text
+
+
+def hints_of(tool: Tool) -> ToolAnnotations:
+    """A listed tool's annotations (every mneme tool has them)."""
+    assert tool.annotations is not None, tool.name
+    return tool.annotations
 
 
 def result_of(res: Any) -> dict[str, Any]:

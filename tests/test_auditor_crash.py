@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from nats.aio.client import Client as NATS
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
@@ -38,7 +39,7 @@ def start_auditor(url: str, data: Path) -> subprocess.Popen[bytes]:
     )
 
 
-async def caught_up(nc, n: int, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+async def caught_up(nc: NATS, n: int, timeout: float = 60) -> None:
     """Ask the auditor an audit query that waits until sequence n is committed to the trail."""
     q = encoder.encode(AuditQuery(namespace="ns0", now=datetime.now(UTC), min_seq=n, limit=1))
     deadline = time.monotonic() + timeout

@@ -422,7 +422,7 @@ def _stdio_error(res: Any) -> dict[str, Any]:
 async def test_bad_calls_over_stdio_do_not_kill_mneme_serve(tmp_path: Path) -> None:
     data = tmp_path / "data"
     errlog = (tmp_path / "serve.stderr").open("w")
-    bad = [
+    bad: list[tuple[str, dict[str, Any], str | None]] = [
         ("memory_add", {"content": 123}, "content"),
         ("memory_add", {}, "content"),
         ("memory_add", {"content": "x" * (LIMIT + 1)}, "content"),

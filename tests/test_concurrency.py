@@ -111,7 +111,7 @@ async def test_racing_for_one_store_path_exactly_one_wins(stack: Stack) -> None:
         .fetchall()
     )
     assert dupes == []
-    assert stack.view.reader().execute("SELECT count(*) FROM memories WHERE store = 'race'").fetchone()[0] == 27
+    assert stack.view.reader().execute("SELECT count(*) FROM memories WHERE store = 'race'").fetchone() == (27,)
 
 
 async def test_same_request_id_creates_one_memory(stack: Stack) -> None:

@@ -178,6 +178,7 @@ def test_create_compares_validity_after_normalizing_to_utc() -> None:
         memory_id=MID,
         path_owner=None,
     )
+    assert ev.valid_until is not None and ev.valid_from is not None
     assert ev.valid_until - ev.valid_from == timedelta(hours=1)
 
 
@@ -513,8 +514,9 @@ def test_folding_updates_gives_the_last_value_given_per_field(updates: list[dict
             continue
         assert _set_fields(ev) == would_change  # only what changed travels in the event
         assert ev.version == before.version + 1
-        state = evolve(state, envelope(ev), seq)
-        assert state is not None
+        after = evolve(state, envelope(ev), seq)
+        assert after is not None
+        state = after
         assert state.version == before.version + 1 and state.last_seq == seq
         emitted += 1
         expected.update(fields)
@@ -541,7 +543,8 @@ def test_an_agent_changing_a_verified_memory_makes_it_unverified_an_admin_does_n
         request_id="r",
         event=ev,
     )
-    assert fold(verified, env, 99).verification == "unverified"
+    folded = fold(verified, env, 99)
+    assert folded is not None and folded.verification == "unverified"
     tags_only = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, tags=("new",)), actor=agent)
     assert tags_only is not None and tags_only.verification is UNSET
     by_admin = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, content="edited"), actor=admin)

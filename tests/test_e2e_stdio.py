@@ -17,7 +17,7 @@ from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
 from mneme.embedded_nats import is_alive
-from tests.harness import MNEME, ToolFailure, nats_pid, result_of, serve_params, wait_dead
+from tests.harness import MNEME, ToolFailure, hints_of, nats_pid, result_of, serve_params, wait_dead
 
 pytestmark = pytest.mark.anyio
 
@@ -49,8 +49,8 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         call = Session(cs)
         listed = {t.name: t for t in (await cs.list_tools()).tools}
         assert set(listed) == TOOLS
-        assert listed["memory_get"].annotations.read_only_hint is True
-        assert listed["memory_retire"].annotations.destructive_hint is True
+        assert hints_of(listed["memory_get"]).read_only_hint is True
+        assert hints_of(listed["memory_retire"]).destructive_hint is True
         assert all(t.output_schema for t in listed.values())
 
         future = (datetime.now(UTC) + timedelta(days=30)).isoformat()

@@ -39,8 +39,8 @@ async def test_tools_over_streamable_http_and_clean_stop(tmp_path: Path) -> None
         proc.terminate()
         assert proc.wait(20) == 0
         assert wait_dead(child), "nats-server outlived mneme serve --transport http"
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        assert "Traceback" not in err and "CancelledError" not in err, err  # SIGTERM stops it quietly
+        stderr = proc.stderr.read().decode() if proc.stderr else ""
+        assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr  # SIGTERM stops it quietly
     finally:
         if proc.poll() is None:
             proc.kill()

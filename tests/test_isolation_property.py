@@ -205,6 +205,7 @@ async def outcome(caller: Caller, tool: str, **args: Any) -> tuple[str, dict[str
 async def check_namespace_reads(spec: Spec, w: World, who: Caller, ns: str | None, ctx: dict[str, str] | None) -> None:
     """list (all, and the newest first) and stats of one namespace (given directly, or named by a context
     object)."""
+    where: dict[str, Any]
     if ctx is None:
         assert ns is not None
         target, where = ns, {"namespace": ns}

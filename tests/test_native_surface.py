@@ -23,6 +23,7 @@ import pytest
 from mcp import Client
 
 from services.gateway.server import build_server
+from services.gateway.toolkit import ContextPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -195,7 +196,7 @@ async def test_operators_choose_the_groups_served(groups: tuple[str, ...], expec
 
 
 @pytest.mark.parametrize("policy", ["optional", "required"])
-async def test_the_context_argument_when_an_operator_asks_for_it(policy: str) -> None:
+async def test_the_context_argument_when_an_operator_asks_for_it(policy: ContextPolicy) -> None:
     from services.gateway.gateway import Gateway
 
     gw = Gateway.__new__(Gateway)

@@ -7,6 +7,7 @@ projector's log consumer must come back after the restart.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         ]
         async with anyio.create_task_group() as tg:
             for tool, args in outage_calls:
-                tg.start_soon(lambda t=tool, a=args: _fails_fast(stack, t, **a))
+                tg.start_soon(functools.partial(_fails_fast, stack, tool, **args))
 
         # -- NATS comes back on the same port with the same store ----------------------------------
         revived = EmbeddedNats(nats_server.store_dir, port=port)

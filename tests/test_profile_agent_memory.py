@@ -277,7 +277,7 @@ async def clients(
     gw = make_gateway(
         stack.nc,
         GatewaySettings(agent_id=f"{role}-{namespace}", role=role, namespace=namespace, consistency=consistency),
-    )  # type: ignore[arg-type]
+    )
     async with Client(build_server(gw, profile=PROFILE)) as am, Client(build_server(gw)) as native:
         yield Calls(am), Calls(native)
     await gw.access.flush()
@@ -543,7 +543,7 @@ async def test_scenario_get_memory_stats(tmp_path: Path) -> None:
 
 async def test_scenario_error_responses(served: tuple[Calls, str]) -> None:
     call, locked = served
-    for tool, args in [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("store_memory", {"type": "episodic", "content": "x"}),
         ("store_memory", {"type": "core", "content": ""}),
         ("store_memory", {"type": "core", "content": "x" * 5001}),
@@ -552,7 +552,8 @@ async def test_scenario_error_responses(served: tuple[Calls, str]) -> None:
         ("delete_memory", {"id": UNKNOWN_ID.upper()}),
         ("query_memories", {"colour": "red"}),
         ("forget_everything", {}),
-    ]:
+    ]
+    for tool, args in cases:
         err = await call.fails(tool, **args)
         assert err["code"] == "INVALID_INPUT", (tool, args, err)
     assert await call.fails("update_memory", id=UNKNOWN_ID, content="x") == {

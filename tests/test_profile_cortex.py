@@ -30,7 +30,7 @@ from mneme.errors import InvalidInput
 from mneme.principals import Principal
 from services.gateway.profiles.cortex_support import StoreNotRegistered, parse_store_option, scope, store_namespace
 from services.gateway.server import build_server
-from tests.harness import Stack, serve_params, start_stack
+from tests.harness import Stack, hints_of, serve_params, start_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -510,7 +510,7 @@ async def test_scenario_get_memory_tool_delegates_to_getmemory(cx: Cortex) -> No
 
 async def test_scenario_domain_error_mapped_to_mcp_error(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="impl/mapped", content="x")
-    cases = [
+    cases: list[tuple[tuple[str, dict[str, Any]], str]] = [
         (("get_memory", {"store": "notes", "path": "impl/missing"}), "Memory not found: impl/missing"),
         (("add_memory", {"store": "notes", "path": "impl/bad*char", "content": "x"}), "path: "),
         (("add_memory", {"store": "notes", "path": "impl/t", "content": "x", "tags": ["x" * 65]}), "tags: "),
@@ -703,11 +703,11 @@ async def test_the_listed_surface_is_the_contract(shared: tuple[Stack, Cortex]) 
     assert (recent["limit"]["default"], recent["limit"]["minimum"], recent["limit"]["maximum"]) == (5, 1, 100)
     assert recent["include_expired"]["default"] is False
     assert tools["update_memory"].input_schema["properties"]["clear_expiry"]["default"] is False
-    assert tools["get_memory"].annotations.read_only_hint and tools["remove_memory"].annotations.destructive_hint
-    assert tools["prune_memories"].annotations.destructive_hint and not tools["add_memory"].annotations.idempotent_hint
+    assert hints_of(tools["get_memory"]).read_only_hint and hints_of(tools["remove_memory"]).destructive_hint
+    assert hints_of(tools["prune_memories"]).destructive_hint and not hints_of(tools["add_memory"]).idempotent_hint
 
 
-EXAMPLES = [  # the contract's own examples (its scenarios), as arguments
+EXAMPLES: list[tuple[str, dict[str, Any]]] = [  # the contract's own examples (its scenarios), as arguments
     ("add_memory", {"store": "notes", "path": "ex/a", "content": "x"}),
     (
         "add_memory",
@@ -743,7 +743,8 @@ EXAMPLES = [  # the contract's own examples (its scenarios), as arguments
     ("cortex_get_recent_memories", {"store": "notes"}),
     ("cortex_get_recent_memories", {"store": "notes", "limit": 10, "category": "ex", "include_expired": True}),
 ]
-INVALID = [  # what the contract rules out: a missing store, empty strings, the limit's bounds, wrong types
+INVALID: list[tuple[str, dict[str, Any], str]] = [  # what the contract rules out: a missing store, empty
+    # strings, the limit's bounds, wrong types
     ("add_memory", {"path": "ex/x", "content": "x"}, "store"),
     ("add_memory", {"store": "notes", "path": "ex/x", "content": ""}, "content"),
     ("add_memory", {"store": "notes", "path": "", "content": "x"}, "path"),

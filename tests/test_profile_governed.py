@@ -247,7 +247,7 @@ async def test_the_contracts_examples_fit_its_schemas_and_its_invalid_inputs_are
     }
     for name, args in examples.items():
         jsonschema.validate(args, schema[name])
-    invalid = [  # the limits and enums the contract states, the fields it requires
+    invalid: list[tuple[str, dict[str, Any], str, str]] = [  # the contract's limits and enums, its required fields
         ("memory-search", {"query": "x", "limit": 11, "context": ctx(repository)}, "INVALID_INPUT", "limit"),
         ("memory-search", {"query": "x", "limit": 0, "context": ctx(repository)}, "INVALID_INPUT", "limit"),
         ("memory-search", {"context": ctx(repository)}, "INVALID_INPUT", "query"),

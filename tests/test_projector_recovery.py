@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from nats.aio.client import Client as NATS
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
@@ -45,7 +46,7 @@ def start_projector(url: str, data: Path, *extra: str, batch: int = 5000) -> sub
     )
 
 
-async def wait_serving(nc, target: int, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+async def wait_serving(nc: NATS, target: int, timeout: float = 60) -> None:
     """A projector joins the query group only once caught up; then its applied_seq is checked."""
     from datetime import UTC, datetime
 

@@ -36,7 +36,7 @@ from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from schemas.commands import CreateMemory
 from schemas.events import Actor
-from schemas.queries import SearchMemories
+from schemas.queries import SearchMemories, SearchMode
 from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
@@ -48,7 +48,11 @@ from tests.harness import Stack, ToolFailure, open_vectors, result_of, shared_mo
 
 pytestmark = pytest.mark.anyio
 
-MODES = ("semantic", "keyword", "hybrid")  # memory_search's modes (the old memory_search, _keyword and recall)
+MODES: tuple[SearchMode, ...] = (
+    "semantic",
+    "keyword",
+    "hybrid",
+)  # memory_search's modes (the old memory_search, _keyword and recall)
 
 
 # -- callers and the shared stack ------------------------------------------------------------------
@@ -335,7 +339,7 @@ async def filter_corpus(world: World) -> FilterCorpus:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: FilterCorpus, mode: str) -> None:
+async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: FilterCorpus, mode: SearchMode) -> None:
     fc = filter_corpus
     for f in FILTER_CASES:
         # threshold 0 (every candidate passes) and a generous limit: the result is exactly the filter's set
@@ -358,7 +362,7 @@ async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: F
         scores = [r["score"] for r in got["results"]]
         assert scores == sorted(scores, reverse=True), (mode, f)
         # the same filter with the tier order (an option of the projector's query): the demoted last
-        args = {k: tuple(x) if k == "tags" else x for k, x in f.items()}
+        args: dict[str, Any] = {k: tuple(x) if k == "tags" else x for k, x in f.items()}
         q = SearchMemories(
             namespace=fc.ns,
             now=datetime.now(UTC),
@@ -368,7 +372,7 @@ async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: F
             limit=100,
             order="tiers",
             **args,
-        )  # type: ignore[arg-type]
+        )
         tiered = world.stack.projector.searcher.search(q).hits  # type: ignore[union-attr]
         assert {h.memory.id for h in tiered} == {r["id"] for r in got["results"]}, (mode, f)
         flags = [(h.group, h.demoted) for h in tiered]
@@ -726,7 +730,7 @@ async def test_verified_organization_rules_rank_by_relevance_and_the_tier_order_
             threshold=0.0,
             rule_namespaces=("acme/_system",),
             order="tiers",
-        )  # type: ignore[arg-type]
+        )
         tiered = world.stack.projector.searcher.search(q).hits  # type: ignore[union-attr]
         assert {h.memory.id for h in tiered} == set(ids), mode
         groups = [h.group for h in tiered]
@@ -815,11 +819,16 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
         )
         compared = 0
         for query in queries:
-            for mode in ("semantic", "keyword", "hybrid"):
-                for extra in ({}, {"status": "any"}, {"fusion": "zscore", "semantic_weight": 0.3}):
+            for mode in MODES:
+                extras: tuple[dict[str, Any], ...] = (
+                    {},
+                    {"status": "any"},
+                    {"fusion": "zscore", "semantic_weight": 0.3},
+                )
+                for extra in extras:
                     if "fusion" in extra and mode != "hybrid":
                         continue
-                    q = SearchMemories(namespace=ns, now=now, mode=mode, query=query, limit=50, threshold=0.0, **extra)  # type: ignore[arg-type]
+                    q = SearchMemories(namespace=ns, now=now, mode=mode, query=query, limit=50, threshold=0.0, **extra)
                     a = [(h.memory.id, h.memory.version, round(h.score, 5)) for h in live_searcher.search(q).hits]
                     b = [(h.memory.id, h.memory.version, round(h.score, 5)) for h in replay.searcher.search(q).hits]
                     assert a == b, (query, mode, extra)
@@ -829,7 +838,7 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
         # 4 places)
         for mode in MODES:
             got = await world.alice.search(mode, query="dietary restrictions", namespace=ns, threshold=0.0)
-            q = SearchMemories(namespace=ns, now=now, mode=mode, query="dietary restrictions", threshold=0.0)  # type: ignore[arg-type]
+            q = SearchMemories(namespace=ns, now=now, mode=mode, query="dietary restrictions", threshold=0.0)
             assert [(r["id"], round(r["score"], 4)) for r in got["results"]] == [
                 (h.memory.id, round(h.score, 4)) for h in replay.searcher.search(q).hits
             ]

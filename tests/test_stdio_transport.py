@@ -161,7 +161,7 @@ async def test_what_only_pythons_json_reads_reaches_the_tool_and_is_invalid_inpu
 
 
 async def test_a_burst_of_mixed_malformed_lines_then_a_valid_request() -> None:
-    lines = (
+    lines: list[Any] = (
         [p.values[0] for p in MALFORMED]
         + [
             call_line(60, '{"text":"\\ud800"}'),

@@ -120,7 +120,8 @@ async def test_identifiers_refuse_control_and_format_characters(stack: Stack, ba
     head = await stack.last_seq()
     with pytest.raises(ToolFailure) as err:
         await stack.call("memory_add", **args)
-    assert err.value.code == "INVALID_INPUT" and err.value.field.startswith(field), err.value.error
+    assert err.value.code == "INVALID_INPUT", err.value.error
+    assert err.value.field is not None and err.value.field.startswith(field), err.value.error
     assert "U+" in err.value.error["message"]
     assert await stack.last_seq() == head  # nothing written
     # an update is held to the same rule

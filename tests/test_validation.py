@@ -307,6 +307,7 @@ def test_utc_takes_naive_as_utc_and_converts_offsets() -> None:
     naive = v.utc(datetime(2025, 1, 1, 12, 0), "expires_at")
     assert naive == datetime(2025, 1, 1, 12, 0, tzinfo=UTC) and naive.tzinfo is UTC
     plus2 = v.utc(datetime(2025, 1, 1, 12, 0, tzinfo=timezone(timedelta(hours=2))), "expires_at")
+    assert plus2 is not None
     assert (plus2.hour, plus2.tzinfo) == (10, UTC)
 
 
