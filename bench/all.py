@@ -66,7 +66,7 @@ HEADLINES: list[tuple[str, str, str, str, bool]] = [
     ("floor: no-op MCP tool over stdio, /s", "spine", "c_stdio.noop.rate_per_s", "", False),
     ("floor: raw Edge dense search, p50 ms", "search", "latency.raw_edge.dense.p50_ms", "", True),
     ("floor: replay receive-and-decode, events/s", "replay", "floor.events_per_s", "", False),
-]
+]  # fmt: skip
 BASELINE = Path(__file__).with_name("baseline.json")
 
 
@@ -157,8 +157,7 @@ def lower_is_better(key: str) -> bool:
     last = key.split(".")[-1].lower()
     if any(t in last for t in ("ratio", "vs_", "per_s", "recall", "mrr", "rate")):
         return False
-    return (last.endswith(("_ms", "seconds", "_s")) or "bytes" in last or "lag" in last
-            or last in ("p50", "p95", "p99"))  # fmt: skip
+    return last.endswith(("_ms", "seconds", "_s")) or "bytes" in last or "lag" in last or last in ("p50", "p95", "p99")
 
 
 def worse(key: str, before: float, after: float, tolerance: float) -> bool:
@@ -177,7 +176,9 @@ def main() -> None:
     ap.add_argument("--tolerance", type=float, default=0.15, help="relative change flagged as a regression")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per bench")
     ap.add_argument("--all", action="store_true", help="every numeric figure, not only the headline ones")
-    ap.add_argument("--baseline", type=Path, default=BASELINE, help="the accepted figures (default bench/baseline.json)")
+    ap.add_argument(
+        "--baseline", type=Path, default=BASELINE, help="the accepted figures (default bench/baseline.json)"
+    )
     ap.add_argument("--accept", action="store_true", help="write this run's headline figures as the baseline")
     args = ap.parse_args()
 
@@ -186,8 +187,11 @@ def main() -> None:
         print(f"bench.all: bench.{name}{' --quick' if args.quick else ''} ...", file=sys.stderr, flush=True)
         got, took, problem = run_one(name, args.quick, args.timeout)
         results[name] = got if got is not None else {"error": problem}
-        print(f"bench.all: bench.{name} {'ok' if got is not None else 'FAILED: ' + problem} in {took:.0f} s",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"bench.all: bench.{name} {'ok' if got is not None else 'FAILED: ' + problem} in {took:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.save:
         args.save.write_text(json.dumps(results, indent=1, default=str))
 
@@ -196,8 +200,10 @@ def main() -> None:
     base_run = accepted.get(mode, {})
     now = headline_figures(results)
     table, flagged = headline_table(now, base_run.get("figures", {}), args.tolerance)
-    print(f"\n## Headline figures ({mode}) against {args.baseline.name}"
-          f" ({base_run.get('machine', {}).get('git_commit', 'none')}, {base_run.get('machine', {}).get('date', '')})")
+    print(
+        f"\n## Headline figures ({mode}) against {args.baseline.name}"
+        f" ({base_run.get('machine', {}).get('git_commit', 'none')}, {base_run.get('machine', {}).get('date', '')})"
+    )
     print(table)
     if args.accept:
         accepted[mode] = {"machine": machine_of(results), "figures": now}
@@ -205,7 +211,7 @@ def main() -> None:
         print(f"accepted as the {mode} baseline: {args.baseline}")
 
     base: dict[str, Any] = json.loads(args.compare.read_text()) if args.compare else {}
-    for name, figures in (results.items() if args.compare or args.all else ()):
+    for name, figures in results.items() if args.compare or args.all else ():
         print(f"\n## bench.{name}")
         if "error" in figures:
             print(f"  FAILED: {figures['error']}")

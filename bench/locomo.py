@@ -28,7 +28,7 @@ import json
 import re
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from mneme.runtime import close_nats, connect
 from mneme.synthetic import publish
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
-from schemas.queries import SearchMemories
+from schemas.queries import SearchMemories, SearchMode
 from services.gateway.queries import QueryClient
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector, catch_up
@@ -51,7 +51,7 @@ from services.projector.vector_view import VectorView
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo-dev.json"
 KS = (1, 5, 10)
 DEPTH = 50
-RUNS: tuple[tuple[str, str, dict[str, Any]], ...] = (  # mode, label, query fields beyond the defaults
+RUNS: tuple[tuple[SearchMode, str, dict[str, Any]], ...] = (  # mode, label, query fields beyond the defaults
     ("keyword", "keyword", {}),
     ("semantic", "semantic", {}),
     ("hybrid", "hybrid", {}),
@@ -65,7 +65,7 @@ def session_date(text: str) -> datetime | None:
     if not m:
         return None
     try:
-        return datetime.strptime(f"{m.group(1)} {m.group(2)} {m.group(3)}", "%d %B %Y").replace(tzinfo=timezone.utc)
+        return datetime.strptime(f"{m.group(1)} {m.group(2)} {m.group(3)}", "%d %B %Y").replace(tzinfo=UTC)
     except ValueError:
         return None
 
@@ -104,22 +104,40 @@ def turns_and_questions(data: list[dict[str, Any]], limit: int | None) -> tuple[
 
 def envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
     out = []
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     for i, (ns, dia, content, when, speaker) in enumerate(turns):
         mid = f"{i:08x}-0000-4000-a000-{i:012x}"
-        ev = MemoryCreated(memory_id=mid, version=1, store=None, path=None, content=content, kind="turn",
-                           subject=speaker, metadata={"dia_id": dia}, valid_from=when)  # fmt: skip
-        env = Envelope(event_id=f"evt-locomo-{i}", schema_version=1, namespace=ns, aggregate_id=mid, occurred_at=t0,
-                       actor=Actor(agent_id="locomo"), request_id=f"req-locomo-{i}", event=ev)  # fmt: skip
+        ev = MemoryCreated(
+            memory_id=mid,
+            version=1,
+            store=None,
+            path=None,
+            content=content,
+            kind="turn",
+            subject=speaker,
+            metadata={"dia_id": dia},
+            valid_from=when,
+        )
+        env = Envelope(
+            event_id=f"evt-locomo-{i}",
+            schema_version=1,
+            namespace=ns,
+            aggregate_id=mid,
+            occurred_at=t0,
+            actor=Actor(agent_id="locomo"),
+            request_id=f"req-locomo-{i}",
+            event=ev,
+        )
         out.append((S.memory_subject(ns, None, mid), env))
     return out
 
 
-def score(ranked: list[list[str]], evidence: list[set[str]]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def score(ranked: list[list[str]], evidence: list[set[str]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
     for k in KS:
-        out[f"recall@{k}"] = rnd(sum(bool(set(r[:k]) & e) for r, e in zip(ranked, evidence, strict=True))
-                                 / len(ranked), 4)  # fmt: skip
+        out[f"recall@{k}"] = rnd(
+            sum(bool(set(r[:k]) & e) for r, e in zip(ranked, evidence, strict=True)) / len(ranked), 4
+        )
     rr = []
     for r, e in zip(ranked, evidence, strict=True):
         first = next((i for i, d in enumerate(r[:DEPTH]) if d in e), None)
@@ -154,16 +172,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await proj.serving.wait()
         log(f"ingested and embedded in {ingest_s:.1f} s")
         qc = QueryClient(nc, timeout=30)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         results: dict[str, Any] = {}
-        timings: dict[str, float] = {}
+        timings: dict[str, float | None] = {}
         defaults: dict[str, Any] = {}
         for mode, label, extra in RUNS:
             ranked = []
             t1 = time.perf_counter()
             for ns, q, _, _ in questions:
-                got = await qc.ask(SearchMemories(namespace=ns, now=now, mode=mode, query=q, limit=DEPTH,
-                                                  threshold=0.0, **extra))  # fmt: skip
+                got = await qc.ask(
+                    SearchMemories(namespace=ns, now=now, mode=mode, query=q, limit=DEPTH, threshold=0.0, **extra)
+                )
                 ranked.append([h.memory.metadata.get("dia_id") for h in got.hits])
             timings[label] = rnd((time.perf_counter() - t1) / len(questions) * 1000, 2)
             results[label] = score(ranked, [e for _, _, e, _ in questions])
@@ -171,14 +190,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for ns, q, _, _ in questions:
                 got = await qc.ask(SearchMemories(namespace=ns, now=now, mode=mode, query=q, limit=10, **extra))
                 cut.append([h.memory.metadata.get("dia_id") for h in got.hits])
-            defaults[label] = {"threshold": got.threshold, **score(cut, [e for _, _, e, _ in questions]),
-                               "mean_results": rnd(sum(map(len, cut)) / len(cut), 2)}  # fmt: skip
+            defaults[label] = {
+                "threshold": got.threshold,
+                **score(cut, [e for _, _, e, _ in questions]),
+                "mean_results": rnd(sum(map(len, cut)) / len(cut), 2),
+            }
             if args.per_category:
                 results[label]["by_category"] = {
-                    str(c): score([r for r, qq in zip(ranked, questions, strict=True) if qq[3] == c],
-                                  [qq[2] for qq in questions if qq[3] == c])
+                    str(c): score(
+                        [r for r, qq in zip(ranked, questions, strict=True) if qq[3] == c],
+                        [qq[2] for qq in questions if qq[3] == c],
+                    )
                     for c in (1, 2, 3, 4)
-                }  # fmt: skip
+                }
         await proj.stop()
         vectors.close()
         view.close()
@@ -192,15 +216,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     print_table(
         "LoCoMo retrieval (recall of evidence turns, MRR over the top 50)",
         ["mode", "R@1", "R@5", "R@10", "MRR", "ms/query"],
-        [[m, results[m]["recall@1"], results[m]["recall@5"], results[m]["recall@10"], results[m]["mrr"], timings[m]]
-         for m in modes],
-    )  # fmt: skip
+        [
+            [m, results[m]["recall@1"], results[m]["recall@5"], results[m]["recall@10"], results[m]["mrr"], timings[m]]
+            for m in modes
+        ],
+    )
     print_table(
         "Default thresholds, limit 10 (what a caller gets; MRR within the 10)",
         ["mode", "threshold", "R@1", "R@5", "R@10", "MRR", "results per query"],
-        [[m, d["threshold"], d["recall@1"], d["recall@5"], d["recall@10"], d["mrr"], d["mean_results"]]
-         for m, d in defaults.items()],
-    )  # fmt: skip
+        [
+            [m, d["threshold"], d["recall@1"], d["recall@5"], d["recall@10"], d["mrr"], d["mean_results"]]
+            for m, d in defaults.items()
+        ],
+    )
     return {
         **{m: results[m] for m in modes},
         "default_threshold_limit_10": defaults,

@@ -29,10 +29,10 @@ _js = None
 _n = 0
 
 
-async def _publish(text: str) -> None:
+async def _publish(url: str, text: str) -> None:
     global _js, _n
     if _js is None:
-        nc = await nats.connect(NATS_URL)
+        nc = await nats.connect(url)
         _js = nc.jetstream()
         await _js.add_stream(StreamConfig(name="NOOP_BENCH", subjects=["noopbench.>"], storage=StorageType.FILE))
     _n += 1
@@ -43,7 +43,7 @@ async def _publish(text: str) -> None:
 async def noop(text: str) -> Ack:
     """Do nothing (or, with --nats-url, one JetStream publish); say how long the text was."""
     if NATS_URL:
-        await _publish(text)
+        await _publish(NATS_URL, text)
     return Ack(ok=True, length=len(text))
 
 

@@ -85,7 +85,7 @@ from mneme.runtime import close_nats, connect
 from mneme.settings import ProjectorSettings
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated, encode_envelope
-from schemas.queries import SearchMemories, SearchResult
+from schemas.queries import SearchMemories, SearchMode, SearchResult
 from services.gateway.queries import QueryClient
 from services.projector.memories_view import MemoriesView
 from services.projector.search import FETCH_MIN, where_of
@@ -93,7 +93,7 @@ from services.projector.service import Projector
 from services.projector.vector_index import EdgeIndex, Hit, Search, VPoint, Where
 from services.projector.vector_view import BM25, VectorView
 
-MODES = ("semantic", "keyword", "hybrid")
+MODES: tuple[SearchMode, ...] = ("semantic", "keyword", "hybrid")
 P95_TARGET_MS = 50.0
 P95_SEED_MS = 200.0
 RATIO_TARGET = 0.80
@@ -131,7 +131,8 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
           "November", "December")  # fmt: skip
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 HOBBIES = ("bouldering", "sailing", "chess", "pottery", "trail running", "jazz piano", "birdwatching",
-           "woodworking", "salsa dancing", "photography", "cycling", "baking sourdough", "gardening", "surfing")  # fmt: skip
+           "woodworking", "salsa dancing", "photography", "cycling", "baking sourdough", "gardening",
+           "surfing")  # fmt: skip
 ARTIFACTS = ("design doc", "migration plan", "incident report", "budget", "roadmap", "API spec", "load test",
              "security review", "release notes", "onboarding guide", "runbook", "dashboard")  # fmt: skip
 MEETINGS = ("standup", "retro", "planning session", "architecture review", "all-hands", "one-on-one",
@@ -149,25 +150,25 @@ TOPICS = ("latency", "cost", "vendor lock-in", "on-call load", "test coverage", 
 # fmt: off
 TEMPLATES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("preference", "diet", ("food",), "{person} prefers {food} over {food2} and usually orders it with {drink}."),
-    ("preference", "diet", ("food", "morning"), "{person} likes to start the day with {drink} before {time}, never {drink2}."),
+    ("preference", "diet", ("food", "morning"), "{person} likes to start the day with {drink} before {time}, never {drink2}."),  # noqa: E501
     ("preference", "work", ("tools",), "{person} prefers {tool} to {tool2} when working on the {project} codebase."),
-    ("preference", "travel", ("travel",), "When travelling to {city}, {person} prefers a window seat and a hotel near {place}."),
+    ("preference", "travel", ("travel",), "When travelling to {city}, {person} prefers a window seat and a hotel near {place}."),  # noqa: E501
     ("preference", "work", ("meetings",), "{person} wants code reviews in the morning and no meetings on {weekday}."),
-    ("fact", "health", ("health", "food"), "{person} is allergic to {allergen} and carries medication when eating out."),
+    ("fact", "health", ("health", "food"), "{person} is allergic to {allergen} and carries medication when eating out."),  # noqa: E501
     ("fact", "personal", ("personal",), "{person} lives in {city}, works on the {team} team and has {pet}."),
-    ("fact", "personal", ("personal", "dates"), "{person}'s birthday is on {month} {day}; they enjoy {hobby} on weekends."),
-    ("fact", "work", ("tools", "architecture"), "The {project} service keeps its data in {tool} and publishes events through {tool2}."),
+    ("fact", "personal", ("personal", "dates"), "{person}'s birthday is on {month} {day}; they enjoy {hobby} on weekends."),  # noqa: E501
+    ("fact", "work", ("tools", "architecture"), "The {project} service keeps its data in {tool} and publishes events through {tool2}."),  # noqa: E501
     ("fact", "work", ("people",), "{person} leads the {team} team and reports to {person2} since {month}."),
-    ("decision", "work", ("architecture",), "We decided to migrate {project} from {tool} to {tool2} before the end of {month} because of {topic}."),
-    ("decision", "work", ("release",), "The {team} team agreed to deploy {project} only on {weekday}s, after the {meeting}."),
+    ("decision", "work", ("architecture",), "We decided to migrate {project} from {tool} to {tool2} before the end of {month} because of {topic}."),  # noqa: E501
+    ("decision", "work", ("release",), "The {team} team agreed to deploy {project} only on {weekday}s, after the {meeting}."),  # noqa: E501
     ("decision", "work", ("budget",), "{person} approved the {artifact} for {project}; the main concern was {topic}."),
     ("task", "work", ("todo",), "Follow up with {person} about the {project} {artifact} by {weekday}."),
     ("task", "travel", ("todo", "travel"), "Remind {person} to book flights to {city} before {month} {day}."),
-    ("task", "work", ("todo", "meetings"), "Prepare the {artifact} for the {meeting} with {person} and {person2} on {weekday} at {time}."),
+    ("task", "work", ("todo", "meetings"), "Prepare the {artifact} for the {meeting} with {person} and {person2} on {weekday} at {time}."),  # noqa: E501
     ("note", "travel", ("travel", "food"), "{person} recommended a small place near {place} in {city} for its {food}."),
-    ("note", "work", ("meetings",), "Met {person} in {city} to discuss the {project} roadmap; they raised concerns about {topic}."),
+    ("note", "work", ("meetings",), "Met {person} in {city} to discuss the {project} roadmap; they raised concerns about {topic}."),  # noqa: E501
     ("note", "personal", ("personal",), "{person} has been learning {hobby} and talked about it at the {meeting}."),
-    ("note", "work", ("incident",), "During the {weekday} incident on {project}, {person} traced the {topic} problem to {tool}."),
+    ("note", "work", ("incident",), "During the {weekday} incident on {project}, {person} traced the {topic} problem to {tool}."),  # noqa: E501
 )
 # fmt: on
 DETAILS = (
@@ -179,11 +180,31 @@ DETAILS = (
     "Source: {channel}, {month} {day}.",
     "Last checked on {weekday}, {month} {day}.",
 )
-VOCAB = {"person": PEOPLE, "person2": PEOPLE, "city": CITIES, "food": FOODS, "food2": FOODS, "drink": DRINKS,
-         "drink2": DRINKS, "allergen": ALLERGENS, "tool": TOOLS, "tool2": TOOLS, "project": PROJECTS, "team": TEAMS,
-         "month": MONTHS, "weekday": WEEKDAYS, "hobby": HOBBIES, "artifact": ARTIFACTS, "meeting": MEETINGS,
-         "place": PLACES, "time": TIMES, "pet": PETS, "channel": CHANNELS, "topic": TOPICS,
-         "day": tuple(str(d) for d in range(1, 29))}  # fmt: skip
+VOCAB = {
+    "person": PEOPLE,
+    "person2": PEOPLE,
+    "city": CITIES,
+    "food": FOODS,
+    "food2": FOODS,
+    "drink": DRINKS,
+    "drink2": DRINKS,
+    "allergen": ALLERGENS,
+    "tool": TOOLS,
+    "tool2": TOOLS,
+    "project": PROJECTS,
+    "team": TEAMS,
+    "month": MONTHS,
+    "weekday": WEEKDAYS,
+    "hobby": HOBBIES,
+    "artifact": ARTIFACTS,
+    "meeting": MEETINGS,
+    "place": PLACES,
+    "time": TIMES,
+    "pet": PETS,
+    "channel": CHANNELS,
+    "topic": TOPICS,
+    "day": tuple(str(d) for d in range(1, 29)),
+}
 KIND_WEIGHTS = {"preference": 0.2, "fact": 0.25, "decision": 0.15, "task": 0.15, "note": 0.25}
 
 
@@ -237,8 +258,16 @@ def corpus(n: int, seed: int, taken: set[str] | None = None) -> list[Memory]:
         taken.add(text)
         if rng.random() < 0.3:
             tagset.add(rng.choice(("important", "follow-up", "personal", "q3", "customer")))
-        out.append(Memory(text=text, kind=kind, category=category, tags=tuple(sorted(tagset)),
-                          subject=picks.get("person", "team"), importance=round(rng.random(), 2)))  # fmt: skip
+        out.append(
+            Memory(
+                text=text,
+                kind=kind,
+                category=category,
+                tags=tuple(sorted(tagset)),
+                subject=picks.get("person", "team"),
+                importance=round(rng.random(), 2),
+            )
+        )
     return out
 
 
@@ -271,9 +300,15 @@ class QuerySpec:
     filters: dict[str, Any]
     entities: tuple[str, ...]  # the vocabulary words it names (sanity: does the top hit mention one?)
 
-    def query(self, mode: str, now: datetime) -> SearchMemories:
-        return SearchMemories(namespace=TARGET_NS, now=now, mode=mode, query=self.text, limit=10,  # type: ignore[arg-type]
-                              **self.filters)  # fmt: skip
+    def query(self, mode: SearchMode, now: datetime) -> SearchMemories:
+        return SearchMemories(
+            namespace=TARGET_NS,
+            now=now,
+            mode=mode,
+            query=self.text,
+            limit=10,
+            **self.filters,
+        )
 
 
 def queries(n: int, seed: int, taken: set[str]) -> list[QuerySpec]:
@@ -345,11 +380,27 @@ def build_log(cfg: Config) -> tuple[list[Encoded], list[Memory], dict[str, int]]
         request_id = f"bench-search-{ns}-{i}"
         mid = memory_id_for(ns, request_id)
         msg_id = f"{request_id}:{mid}"
-        ev = MemoryCreated(memory_id=mid, version=1, content=m.text, kind=m.kind, category=m.category,
-                           subject=m.subject, tags=m.tags, importance=m.importance)  # fmt: skip
+        ev = MemoryCreated(
+            memory_id=mid,
+            version=1,
+            content=m.text,
+            kind=m.kind,
+            category=m.category,
+            subject=m.subject,
+            tags=m.tags,
+            importance=m.importance,
+        )
         at = t0 + timedelta(seconds=j * 60)
-        env = Envelope(event_id=event_id_for(msg_id), schema_version=1, namespace=ns, aggregate_id=mid, occurred_at=at,
-                       actor=actor, request_id=request_id, event=ev)  # fmt: skip
+        env = Envelope(
+            event_id=event_id_for(msg_id),
+            schema_version=1,
+            namespace=ns,
+            aggregate_id=mid,
+            occurred_at=at,
+            actor=actor,
+            request_id=request_id,
+            event=ev,
+        )
         out.append(Encoded(S.memory_subject(ns, None, mid), encode_envelope(env), msg_id))
     return out, per_ns[TARGET_NS], {ns: len(v) for ns, v in per_ns.items()}
 
@@ -484,7 +535,7 @@ class TimedIndex:
         self._timed("edge.flush+checkpoint", self.inner.save_checkpoint, 1, seq)
 
     def search(self, searches: list[Search]) -> list[list[Hit]]:
-        return self._timed("edge.search", self.inner.search, len(searches), searches)  # type: ignore[no-any-return]
+        return self._timed("edge.search", self.inner.search, len(searches), searches)
 
 
 class TimedVectorView(VectorView):
@@ -528,15 +579,21 @@ def raw_rate(embedder: OnnxEmbedder, texts: list[str]) -> dict[str, Any]:
     secs = time.perf_counter() - t
     ours = time.process_time() - cpu0
     others = max(0.0, system_cpu_seconds() - sys0 - ours)
-    return {"texts": len(texts), "seconds": rnd(secs, 3), "per_s": rnd(len(texts) / secs, 1),
-            "cpu_cores_used": rnd(ours / secs, 2), "others_cores": rnd(others / secs, 2)}  # fmt: skip
+    return {
+        "texts": len(texts),
+        "seconds": rnd(secs, 3),
+        "per_s": rnd(len(texts) / secs, 1),
+        "cpu_cores_used": rnd(ours / secs, 2),
+        "others_cores": rnd(others / secs, 2),
+    }
 
 
 # -- (2) the catch-up -------------------------------------------------------------------------------------
 
 
-async def catch_up(projector: Projector, vectors: TimedVectorView, head: int, meter: CpuMeter,
-                   timers: Timers) -> dict[str, Any]:  # fmt: skip
+async def catch_up(
+    projector: Projector, vectors: TimedVectorView, head: int, meter: CpuMeter, timers: Timers
+) -> dict[str, Any]:
     rows_done: float | None = None
     assert projector.vector_follower is not None
     timers.reset()
@@ -554,8 +611,10 @@ async def catch_up(projector: Projector, vectors: TimedVectorView, head: int, me
             rows_done = now - t0
         if now - last_log >= 15:
             last_log = now
-            log(f"  catch-up: {vectors.embedded:,} embedded, vector follower at {projector.vector_follower.committed:,}"
-                f" of {head:,}, {vectors.embedded / (now - t0):,.0f}/s")  # fmt: skip
+            log(
+                f"  catch-up: {vectors.embedded:,} embedded, vector follower at {projector.vector_follower.committed:,}"
+                f" of {head:,}, {vectors.embedded / (now - t0):,.0f}/s"
+            )
     secs = time.perf_counter() - t0
     cpu = meter.stop()
     others = max(0.0, system_cpu_seconds() - sys0 - sum(cpu.values()))
@@ -626,8 +685,9 @@ class Series:
 QUERY_PARTS = ("model.embed", "edge.search", "cache.get_many", "cache.put_many", "bm25.query")
 
 
-def record(series: Series, spec: QuerySpec, seconds: float, res: SearchResult, timers: Timers,
-           before: dict[str, float]) -> None:  # fmt: skip
+def record(
+    series: Series, spec: QuerySpec, seconds: float, res: SearchResult, timers: Timers, before: dict[str, float]
+) -> None:
     series.lat.append(seconds)
     series.hits.append(len(res.hits))
     series.mentions.append(top_mentions(res, spec))
@@ -636,7 +696,7 @@ def record(series: Series, spec: QuerySpec, seconds: float, res: SearchResult, t
         series.parts[k] = series.parts.get(k, 0.0) + after[k] - before[k]
 
 
-async def ask_nats(qc: QueryClient, timers: Timers, series: Series, spec: QuerySpec, mode: str) -> None:
+async def ask_nats(qc: QueryClient, timers: Timers, series: Series, spec: QuerySpec, mode: SearchMode) -> None:
     q = spec.query(mode, datetime.now(UTC))
     before = timers.seconds(QUERY_PARTS)
     t = time.perf_counter()
@@ -648,7 +708,7 @@ async def ask_nats(qc: QueryClient, timers: Timers, series: Series, spec: QueryS
     record(series, spec, time.perf_counter() - t, res, timers, before)
 
 
-def ask_in_process(projector: Projector, timers: Timers, series: Series, spec: QuerySpec, mode: str) -> None:
+def ask_in_process(projector: Projector, timers: Timers, series: Series, spec: QuerySpec, mode: SearchMode) -> None:
     """The function the projector's worker thread runs for a query, called directly (no NATS, no thread hop)."""
     q = spec.query(mode, datetime.now(UTC))
     before = timers.seconds(QUERY_PARTS)
@@ -678,19 +738,30 @@ def ask_edge(index: EdgeIndex, bm25: BM25, vec: np.ndarray, spec: QuerySpec, out
         out[name].hits.append(len(res[0]))
 
 
-def rotated(i: int) -> tuple[str, ...]:
+def rotated(i: int) -> tuple[SearchMode, ...]:
     k = i % len(MODES)
     return MODES[k:] + MODES[:k]
 
 
-async def latency_rounds(qc: QueryClient, nc: Any, projector: Projector, timers: Timers, index: EdgeIndex, bm25: BM25,
-                         embedder: Any,
-                         nats_specs: dict[str, list[QuerySpec]], inproc_specs: dict[str, list[QuerySpec]],
-                         raw_specs: list[QuerySpec]) -> dict[str, Any]:  # fmt: skip
+async def latency_rounds(
+    qc: QueryClient,
+    nc: Any,
+    projector: Projector,
+    timers: Timers,
+    index: EdgeIndex,
+    bm25: BM25,
+    embedder: Any,
+    nats_specs: dict[SearchMode, list[QuerySpec]],
+    inproc_specs: dict[SearchMode, list[QuerySpec]],
+    raw_specs: list[QuerySpec],
+) -> dict[str, Any]:
     """Every series interleaved query by query (modes in a rotating order), so the machine's noise falls on
     all alike. Pass 1: cold texts (NATS; in-process) with the floors; pass 2: the NATS texts again, warm."""
-    S_ = {f"{tag} {m}": Series(f"{tag} {m}") for tag in ("nats_cold", "nats_warm", "inproc_cold", "inproc_warm")
-          for m in MODES}  # fmt: skip
+    S_ = {
+        f"{tag} {m}": Series(f"{tag} {m}")
+        for tag in ("nats_cold", "nats_warm", "inproc_cold", "inproc_warm")
+        for m in MODES
+    }
     raw = {k: Series(k) for k in RAW}
     emb1 = Series("embed one query")
     echo = Series("core NATS request/reply echo")
@@ -726,8 +797,14 @@ async def latency_rounds(qc: QueryClient, nc: Any, projector: Projector, timers:
     secs = time.perf_counter() - t0
     ours = time.process_time() - cpu0
     others = max(0.0, system_cpu_seconds() - sys0 - ours)  # nats-server counts as "others" here (small)
-    return {"series": S_, "raw": raw, "embed_one": emb1, "echo": echo, "seconds": secs,
-            "others_cores": rnd(others / secs, 2)}  # fmt: skip
+    return {
+        "series": S_,
+        "raw": raw,
+        "embed_one": emb1,
+        "echo": echo,
+        "seconds": secs,
+        "others_cores": rnd(others / secs, 2),
+    }
 
 
 def selectivity(index: EdgeIndex, now: datetime) -> dict[str, Any]:
@@ -745,8 +822,11 @@ def selectivity(index: EdgeIndex, now: datetime) -> dict[str, Any]:
 def shard_info(index: EdgeIndex) -> dict[str, Any]:
     try:
         info = index.shard.info()
-        return {"segments": info.segments_count, "points": info.points_count,
-                "indexed_vectors": info.indexed_vectors_count}  # fmt: skip
+        return {
+            "segments": info.segments_count,
+            "points": info.points_count,
+            "indexed_vectors": info.indexed_vectors_count,
+        }
     except Exception as exc:  # noqa: BLE001 - diagnostic only
         return {"error": repr(exc)}
 
@@ -830,11 +910,23 @@ async def amain(cfg: Config, mode: str, keep: bool, optimize: bool) -> tuple[dic
             stack.callback(view.close)
             index = EdgeIndex(tmp / "vectors", handle.dim)
             cache = TimedCache(tmp / "embeddings.sqlite", timers)
-            vectors = TimedVectorView(TimedIndex(index, timers), handle, cache, bm25=TimedBM25(timers),  # type: ignore[arg-type]
-                                      timers=timers)  # fmt: skip
+            vectors = TimedVectorView(
+                TimedIndex(index, timers),
+                handle,
+                cache,
+                bm25=TimedBM25(timers),
+                timers=timers,
+            )
             stack.callback(vectors.close)
-            projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
-                                  vectors=vectors, vector_batch_max=ps.vector_batch_max)  # fmt: skip
+            projector = Projector(
+                nc,
+                view,
+                batch_max=ps.batch_max,
+                wait_timeout=ps.wait_timeout,
+                linger=ps.linger,
+                vectors=vectors,
+                vector_batch_max=ps.vector_batch_max,
+            )
             # (EmbeddedNats.pid went missing in 01433c6: `running_url` was inserted above it, so it is dead code there)
             meter = CpuMeter({"bench": os.getpid(), "nats": server.proc.pid if server.proc else 0})
             log(f"(2) catch-up: a fresh projector with vectors folds {head:,} events")
@@ -878,10 +970,13 @@ async def amain(cfg: Config, mode: str, keep: bool, optimize: bool) -> tuple[dic
                 for spec in queries(20, cfg.seed + 4000 + k, taken):
                     await ask_nats(qc, timers, Series("warm-up"), spec, md)
                     ask_in_process(projector, timers, Series("warm-up"), spec, md)
-            lat = await latency_rounds(qc, qnc, projector, timers, index, vectors.bm25, onnx, nats_specs, inproc_specs,
-                                       raw_specs)  # fmt: skip
-            log("    NATS cold p95: " + ", ".join(
-                f"{m} {lat['series'][f'nats_cold {m}'].summary()['p95_ms']:.1f} ms" for m in MODES))  # fmt: skip
+            lat = await latency_rounds(
+                qc, qnc, projector, timers, index, vectors.bm25, onnx, nats_specs, inproc_specs, raw_specs
+            )
+            log(
+                "    NATS cold p95: "
+                + ", ".join(f"{m} {lat['series'][f'nats_cold {m}'].summary()['p95_ms']:.1f} ms" for m in MODES)
+            )
             failed = [s for s in lat["series"].values() if s.failures]
             if failed:
                 problems.append(f"{sum(s.failures for s in failed)} queries failed (first: {failed[0].first_failure})")
@@ -899,18 +994,32 @@ async def amain(cfg: Config, mode: str, keep: bool, optimize: bool) -> tuple[dic
                 after = await latency_rounds(
                     qc, qnc, projector, timers, index, vectors.bm25, onnx, o_nats, o_inproc, o_raw
                 )
-                optimized = {"seconds": rnd(opt_s, 2), "changed": changed, "shard": shard_info(index),
-                             **latency_json(after)}  # fmt: skip
+                optimized = {
+                    "seconds": rnd(opt_s, 2),
+                    "changed": changed,
+                    "shard": shard_info(index),
+                    **latency_json(after),
+                }
 
         wall = time.perf_counter() - started
-        corpus_info = {"namespaces": len(per_ns), "target_namespace": TARGET_NS, "per_namespace": per_ns,
-                       "events": head, "build_s": rnd(build_s, 2), "publish_s": rnd(publish_s, 2),
-                       "publish_per_s": rnd(head / publish_s, 0), "words_mean": rnd(sum(words) / len(words), 1),
-                       "words_min": min(words), "words_max": max(words),
-                       "kinds": {k: rnd(v / len(target_mems), 3) for k, v in sorted(kinds.items())},
-                       "filter_selectivity": sel, "shard": info}  # fmt: skip
-        return report(cfg, mode, machine, corpus_info, raw_before, raw_after, raw_mean, cu, lat, optimized, problems,
-                      wall)  # fmt: skip
+        corpus_info = {
+            "namespaces": len(per_ns),
+            "target_namespace": TARGET_NS,
+            "per_namespace": per_ns,
+            "events": head,
+            "build_s": rnd(build_s, 2),
+            "publish_s": rnd(publish_s, 2),
+            "publish_per_s": rnd(head / publish_s, 0),
+            "words_mean": rnd(sum(words) / len(words), 1),
+            "words_min": min(words),
+            "words_max": max(words),
+            "kinds": {k: rnd(v / len(target_mems), 3) for k, v in sorted(kinds.items())},
+            "filter_selectivity": sel,
+            "shard": info,
+        }
+        return report(
+            cfg, mode, machine, corpus_info, raw_before, raw_after, raw_mean, cu, lat, optimized, problems, wall
+        )
     finally:
         if keep:
             log(f"kept {tmp}")
@@ -949,8 +1058,12 @@ def latency_rows(lj: dict[str, Any], target: bool) -> list[list[Any]]:
 
 def parts_table(lj: dict[str, Any], title: str = "(3) Where a query's time goes (mean ms per query)") -> None:
     rows = []
-    for key, label in (("nats_cold", "NATS, cold"), ("nats_warm", "NATS, warm"), ("inprocess_cold", "in-process, cold"),
-                       ("inprocess_warm", "in-process, warm")):  # fmt: skip
+    for key, label in (
+        ("nats_cold", "NATS, cold"),
+        ("nats_warm", "NATS, warm"),
+        ("inprocess_cold", "in-process, cold"),
+        ("inprocess_warm", "in-process, warm"),
+    ):
         for m in MODES:
             s = lj[key][m]
             p = s.get("mean_ms_by_part", {})
@@ -963,18 +1076,33 @@ def parts_table(lj: dict[str, Any], title: str = "(3) Where a query's time goes 
     print_table(title, ["series", "mean", "embed query", "Edge search", "cache", "BM25 query", "the rest"], rows)
 
 
-def report(cfg: Config, mode: str, machine: dict[str, Any], corpus_info: dict[str, Any], raw_before: dict[str, Any],
-           raw_after: dict[str, Any], raw_mean: float, cu: dict[str, Any], lat: dict[str, Any],
-           optimized: dict[str, Any] | None, problems: list[str], wall: float
-           ) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+def report(
+    cfg: Config,
+    mode: str,
+    machine: dict[str, Any],
+    corpus_info: dict[str, Any],
+    raw_before: dict[str, Any],
+    raw_after: dict[str, Any],
+    raw_mean: float,
+    cu: dict[str, Any],
+    lat: dict[str, Any],
+    optimized: dict[str, Any] | None,
+    problems: list[str],
+    wall: float,
+) -> tuple[dict[str, Any], list[str]]:
     ps = ProjectorSettings()
-    print(f"mneme bench.search ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
-          f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}")  # fmt: skip
+    print(
+        f"mneme bench.search ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
+        f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}"
+    )
     sel = corpus_info["filter_selectivity"]
-    print(f"corpus: {cfg.target:,} memories in {TARGET_NS} + {cfg.others} x {cfg.per_other:,} in other namespaces = "
-          f"{cfg.total:,} events; {corpus_info['words_mean']} words per text ({corpus_info['words_min']}-"
-          f"{corpus_info['words_max']}); model {ps.embedding_model} ({MODELS[ps.embedding_model].id}); vector_batch_max {ps.vector_batch_max}, "
-          f"linger {ps.linger} s; Edge shard {corpus_info['shard']}")  # fmt: skip
+    print(
+        f"corpus: {cfg.target:,} memories in {TARGET_NS} + {cfg.others} x {cfg.per_other:,} in other namespaces = "
+        f"{cfg.total:,} events; {corpus_info['words_mean']} words per text ({corpus_info['words_min']}-"
+        f"{corpus_info['words_max']}); model {ps.embedding_model} ({MODELS[ps.embedding_model].id}); "
+        f"vector_batch_max {ps.vector_batch_max}, "
+        f"linger {ps.linger} s; Edge shard {corpus_info['shard']}"
+    )
     shares = [f"{k} {v:.0%}" for k, v in sel.items() if k != "namespace_points" and v is not None]
     print("filter selectivity in the target namespace: " + ", ".join(shares))
 
@@ -1028,12 +1156,14 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], corpus_info: dict[st
                  ["neither staging nor committing (delivery, waits, start)", None, None,
                   rnd(cw - stage_s - commit_s, 2), rnd((cw - stage_s - commit_s) * 1e6 / cu["embedded"], 1),
                   rnd((cw - stage_s - commit_s) / cw, 3)]])  # fmt: skip
-    print(f"The model was busy {model_s / cw:.0%} of the catch-up's wall time, at {rnd(ratio(model_rate, raw_mean), 3)}"
-          f" of its raw speed. {cu['commits']} commits of {cu['texts_per_commit']} texts on average; the first began "
-          f"{cu['first_commit_at_s']} s after start, {cu['between_commits_s']} s passed between commits, "
-          f"{cu['after_last_commit_s']} s after the last one; the DuckDB follower had folded the log after "
-          f"{cu['rows_follower_done_s']} s. CPU cores used: bench process {cu['cpu_cores'].get('bench')}, nats-server "
-          f"{cu['cpu_cores'].get('nats')}, other processes {cu['others_cores']}.")  # fmt: skip
+    print(
+        f"The model was busy {model_s / cw:.0%} of the catch-up's wall time, at {rnd(ratio(model_rate, raw_mean), 3)}"
+        f" of its raw speed. {cu['commits']} commits of {cu['texts_per_commit']} texts on average; the first began "
+        f"{cu['first_commit_at_s']} s after start, {cu['between_commits_s']} s passed between commits, "
+        f"{cu['after_last_commit_s']} s after the last one; the DuckDB follower had folded the log after "
+        f"{cu['rows_follower_done_s']} s. CPU cores used: bench process {cu['cpu_cores'].get('bench')}, nats-server "
+        f"{cu['cpu_cores'].get('nats')}, other processes {cu['others_cores']}."
+    )
 
     targets: dict[str, dict[str, Any]] = {
         "embedding_catchup_vs_raw": {"ratio": rnd(ratio_, 3), "target": f">= {RATIO_TARGET}", "pass": ratio_ok},
@@ -1041,19 +1171,28 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], corpus_info: dict[st
     lj = latency_json(lat)
     for m in MODES:
         s = lj["nats_cold"][m]
-        targets[f"{m}_p95"] = {"p95_ms": s["p95_ms"], "target_ms": P95_TARGET_MS, "seed_ms": P95_SEED_MS,
-                               "pass": s["p95_ms"] is not None and s["failures"] == 0 and s["p95_ms"] < P95_TARGET_MS,
-                               "pass_seed": s["p95_ms"] is not None and s["failures"] == 0
-                               and s["p95_ms"] < P95_SEED_MS}  # fmt: skip
+        targets[f"{m}_p95"] = {
+            "p95_ms": s["p95_ms"],
+            "target_ms": P95_TARGET_MS,
+            "seed_ms": P95_SEED_MS,
+            "pass": s["p95_ms"] is not None and s["failures"] == 0 and s["p95_ms"] < P95_TARGET_MS,
+            "pass_seed": s["p95_ms"] is not None and s["failures"] == 0 and s["p95_ms"] < P95_SEED_MS,
+        }
     parts_table(lj)
-    print_table(f"(3) Search latency at {cfg.target:,} memories in {TARGET_NS} ({cfg.total:,} points), limit 10, "
-                f"a payload filter on every query (ms); other processes used {lat['others_cores']} cores meanwhile",
-                LAT_HEADERS, latency_rows(lj, True))  # fmt: skip
+    print_table(
+        f"(3) Search latency at {cfg.target:,} memories in {TARGET_NS} ({cfg.total:,} points), limit 10, "
+        f"a payload filter on every query (ms); other processes used {lat['others_cores']} cores meanwhile",
+        LAT_HEADERS,
+        latency_rows(lj, True),
+    )
     if optimized:
         parts_table(optimized, "Diagnostic, after EdgeShard.optimize(): where a query's time goes (mean ms)")
-        print_table(f"Diagnostic: the same after EdgeShard.optimize() ({optimized['seconds']} s; shard "
-                    f"{optimized['shard']}); other processes used {optimized['others_cores']} cores",
-                    LAT_HEADERS, latency_rows(optimized, False))  # fmt: skip
+        print_table(
+            f"Diagnostic: the same after EdgeShard.optimize() ({optimized['seconds']} s; shard "
+            f"{optimized['shard']}); other processes used {optimized['others_cores']} cores",
+            LAT_HEADERS,
+            latency_rows(optimized, False),
+        )
 
     for p in problems:
         print(f"PROBLEM: {p}")
@@ -1081,19 +1220,32 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], corpus_info: dict[st
     print(f"Seed targets (p95 < {P95_SEED_MS:.0f} ms): {seeds}")
     print(f"wall time {wall:.1f} s")
     result = {
-        "bench": "search", "mode": mode, "machine": machine, "config": dataclasses.asdict(cfg),
-        "settings": {"model": ps.embedding_model, "model_id": MODELS[ps.embedding_model].id,
-                     "embedding_threads": ps.embedding_threads, "vector_batch_max": ps.vector_batch_max, "batch_max": ps.batch_max,
-                     "linger_s": ps.linger, "embed_batch": 64},
+        "bench": "search",
+        "mode": mode,
+        "machine": machine,
+        "config": dataclasses.asdict(cfg),
+        "settings": {
+            "model": ps.embedding_model,
+            "model_id": MODELS[ps.embedding_model].id,
+            "embedding_threads": ps.embedding_threads,
+            "vector_batch_max": ps.vector_batch_max,
+            "batch_max": ps.batch_max,
+            "linger_s": ps.linger,
+            "embed_batch": 64,
+        },
         "corpus": corpus_info,
         "raw_model": {"before": raw_before, "after": raw_after, "mean_per_s": rnd(raw_mean, 1)},
-        "catchup": {**cu, "ratio_to_raw": rnd(ratio_, 3), "model_alone_per_s": rnd(model_rate, 1),
-                    "model_busy_share": rnd(model_s / cw, 3)},
+        "catchup": {
+            **cu,
+            "ratio_to_raw": rnd(ratio_, 3),
+            "model_alone_per_s": rnd(model_rate, 1),
+            "model_busy_share": rnd(model_s / cw, 3),
+        },
         "latency": lj,
         "optimized": optimized,
         "targets": targets,
         "notes": notes,
-    }  # fmt: skip
+    }
     return result, problems
 
 
@@ -1108,8 +1260,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--optimize", action="store_true", help="diagnostic: EdgeShard.optimize(), then measure again")
     args = ap.parse_args(argv)
     cfg = Config.quick() if args.quick else Config.full()
-    over = {k: v for k, v in (("target", args.target), ("per_other", args.other), ("queries", args.queries),
-                              ("raw_sample", args.raw)) if v is not None}  # fmt: skip
+    over = {
+        k: v
+        for k, v in (
+            ("target", args.target),
+            ("per_other", args.other),
+            ("queries", args.queries),
+            ("raw_sample", args.raw),
+        )
+        if v is not None
+    }
     if over:
         cfg = dataclasses.replace(cfg, **over)
     t0 = time.perf_counter()

@@ -41,12 +41,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.types import CallToolResult, TextContent
 
 from bench.common import (
     CpuMeter,
@@ -110,15 +111,39 @@ class Config:
 
     @staticmethod
     def full() -> Config:
-        return Config(rounds=7, floor_n=1500, pipe_n=20000, add_n=1500, path_n=300, mcp_n=600, rw_inproc_n=2000,
-                      rw_stdio_n=1000, memories=100_000, get_inproc_n=5000, get_stdio_n=2000, echo_n=3000,
-                      warmup=200)  # fmt: skip
+        return Config(
+            rounds=7,
+            floor_n=1500,
+            pipe_n=20000,
+            add_n=1500,
+            path_n=300,
+            mcp_n=600,
+            rw_inproc_n=2000,
+            rw_stdio_n=1000,
+            memories=100_000,
+            get_inproc_n=5000,
+            get_stdio_n=2000,
+            echo_n=3000,
+            warmup=200,
+        )
 
     @staticmethod
     def quick() -> Config:
-        return Config(rounds=3, floor_n=500, pipe_n=5000, add_n=500, path_n=100, mcp_n=200, rw_inproc_n=500,
-                      rw_stdio_n=300, memories=10_000, get_inproc_n=1000, get_stdio_n=500, echo_n=1000,
-                      warmup=100)  # fmt: skip
+        return Config(
+            rounds=3,
+            floor_n=500,
+            pipe_n=5000,
+            add_n=500,
+            path_n=100,
+            mcp_n=200,
+            rw_inproc_n=500,
+            rw_stdio_n=300,
+            memories=10_000,
+            get_inproc_n=1000,
+            get_stdio_n=500,
+            echo_n=1000,
+            warmup=100,
+        )
 
 
 # -- workload -----------------------------------------------------------------------------------
@@ -160,14 +185,22 @@ class PreEncoded:
 
 def pre_encode(texts: list[str], prefix: str, *, store: str | None = None) -> list[PreEncoded]:
     """memory_created envelopes exactly as the gateway would write them, encoded ahead of timing."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     out = []
     for i, text in enumerate(texts):
         request_id = f"{prefix}-{i}"
         mid = memory_id_for(NS, request_id)
         ev = MemoryCreated(memory_id=mid, version=1, store=store, content=text, kind="note", tags=TAGS)
-        env = Envelope(event_id=new_id(), schema_version=1, namespace=NS, aggregate_id=mid, occurred_at=now,
-                       actor=ACTOR, request_id=request_id, event=ev)  # fmt: skip
+        env = Envelope(
+            event_id=new_id(),
+            schema_version=1,
+            namespace=NS,
+            aggregate_id=mid,
+            occurred_at=now,
+            actor=ACTOR,
+            request_id=request_id,
+            event=ev,
+        )
         out.append(PreEncoded(S.memory_subject(NS, store, mid), encode_envelope(env), mid, f"{request_id}:{mid}"))
     return out
 
@@ -264,7 +297,7 @@ class Series:
 
 def paired_ratio(num: Series, den: Series) -> float | None:
     """Median over rounds of num/den in the same round: robust to drift in a noisy machine."""
-    rs = [a / b for a, b in zip(num.rates, den.rates) if b]
+    rs = [a / b for a, b in zip(num.rates, den.rates, strict=False) if b]
     return median(rs) if rs else None
 
 
@@ -278,8 +311,9 @@ async def publish_awaited(js: Any, msgs: list[PreEncoded], *, headers: bool = Fa
     for m in msgs:
         t = time.perf_counter()
         if headers:  # the same headers the domain path sends (dedupe id + expected subject sequence)
-            await pub(m.subject, m.data, timeout=5.0,
-                      headers={S.HDR_MSG_ID: m.msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: "0"})  # fmt: skip
+            await pub(
+                m.subject, m.data, timeout=5.0, headers={S.HDR_MSG_ID: m.msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: "0"}
+            )
         else:
             await pub(m.subject, m.data, timeout=5.0)
         lat.append(time.perf_counter() - t)
@@ -308,16 +342,18 @@ async def load_log(js: Any, msgs: list[PreEncoded], chunk: int = 20000) -> float
 # -- (b) domain adds ----------------------------------------------------------------------------
 
 
-async def domain_adds(commands: CommandService, texts: list[str], *, store: str | None = None,
-                      path_prefix: str = "", min_seq: int = 0) -> tuple[float, list[float], int]:  # fmt: skip
+async def domain_adds(
+    commands: CommandService, texts: list[str], *, store: str | None = None, path_prefix: str = "", min_seq: int = 0
+) -> tuple[float, list[float], int]:
     lat = []
     last = min_seq
     create = commands.create
     t0 = time.perf_counter()
     for i, text in enumerate(texts):
         t = time.perf_counter()
-        cmd = CreateMemory(namespace=NS, content=text, tags=TAGS, store=store,
-                           path=f"{path_prefix}/m{i}" if store else None)  # fmt: skip
+        cmd = CreateMemory(
+            namespace=NS, content=text, tags=TAGS, store=store, path=f"{path_prefix}/m{i}" if store else None
+        )
         w = await create(cmd, actor=ACTOR, request_id=new_id(), min_seq=last)
         lat.append(time.perf_counter() - t)
         last = max(last, w.seq)
@@ -329,17 +365,17 @@ async def domain_adds(commands: CommandService, texts: list[str], *, store: str 
 
 @asynccontextmanager
 async def mcp_session(params: StdioServerParameters, errlog: Any) -> AsyncIterator[ClientSession]:
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
+    async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
 
 
 def serve_params(data_dir: Path) -> StdioServerParameters:
     # the whole environment: the SDK passes a child only a few variables by default, and PYTHONPATH (a
     # baseline worktree measured side by side) must reach `mneme serve`, or it runs the installed tree
-    return StdioServerParameters(command=MNEME, args=["serve", "--data-dir", str(data_dir)], cwd=str(REPO),
-                                 env=dict(os.environ))  # fmt: skip
+    return StdioServerParameters(
+        command=MNEME, args=["serve", "--data-dir", str(data_dir)], cwd=str(REPO), env=dict(os.environ)
+    )
 
 
 def noop_params() -> StdioServerParameters:
@@ -403,8 +439,10 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
         live.push_async_callback(projector.stop)
         await projector.serving.wait()
 
-        series = {k: Series(k) for k in ("a_floor_awaited", "a_floor_awaited_headers", "a_floor_pipelined",
-                                         "b_add", "b_add_path")}  # fmt: skip
+        series = {
+            k: Series(k)
+            for k in ("a_floor_awaited", "a_floor_awaited_headers", "a_floor_pipelined", "b_add", "b_add_path")
+        }
         meter = CpuMeter(pids)
 
         # warm-up: every path once, untimed
@@ -412,8 +450,9 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
         await publish_awaited(js, pre_encode(corpus.texts(cfg.warmup), f"w-a-{new_id()}"))
         await publish_pipelined(js, pre_encode(corpus.texts(cfg.warmup * 5), f"w-p-{new_id()}"))
         _, _, last = await domain_adds(commands, corpus.texts(cfg.warmup))
-        _, _, last = await domain_adds(commands, corpus.texts(cfg.warmup // 4), store="bench", path_prefix="warm",
-                                       min_seq=last)  # fmt: skip
+        _, _, last = await domain_adds(
+            commands, corpus.texts(cfg.warmup // 4), store="bench", path_prefix="warm", min_seq=last
+        )
 
         append_s = {"b_add": 0.0, "b_add_path": 0.0}
         ask_s = {"b_add": 0.0, "b_add_path": 0.0}
@@ -438,10 +477,12 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
             key = "b_add_path" if with_path else "b_add"
             texts = corpus.texts(cfg.path_n if with_path else cfg.add_n)
             await settle()
-            elog.reset(), queries.reset()
+            elog.reset()
+            queries.reset()
             meter.start()
-            secs, lat, last_box[0] = await domain_adds(commands, texts, store="bench" if with_path else None,
-                                                       path_prefix=f"r{r}", min_seq=last_box[0])  # fmt: skip
+            secs, lat, last_box[0] = await domain_adds(
+                commands, texts, store="bench" if with_path else None, path_prefix=f"r{r}", min_seq=last_box[0]
+            )
             series[key].add(len(texts), secs, lat, meter.stop())
             append_s[key] += elog.append_s
             ask_s[key] += queries.ask_s
@@ -465,12 +506,12 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
                 await step(r)
         last = last_box[0]
 
-        for k in ("b_add", "b_add_path"):
-            s = series[k]
-            s.extra["append_ms_per_op"] = append_s[k] * 1000 / s.ops
-            s.extra["projector_ask_ms_per_op"] = ask_s[k] * 1000 / s.ops
-            s.extra["rest_ms_per_op"] = (sum(s.lat) - append_s[k] - ask_s[k]) * 1000 / s.ops
-            s.extra["conflicts"] = conflicts[k]
+        for key in ("b_add", "b_add_path"):
+            s = series[key]
+            s.extra["append_ms_per_op"] = append_s[key] * 1000 / s.ops
+            s.extra["projector_ask_ms_per_op"] = ask_s[key] * 1000 / s.ops
+            s.extra["rest_ms_per_op"] = (sum(s.lat) - append_s[key] - ask_s[key]) * 1000 / s.ops
+            s.extra["conflicts"] = conflicts[key]
 
         # -- (d) in-process: add then get with min_seq = the write's sequence --
         log(f"(d) in-process add-then-get x{cfg.rw_inproc_n}")
@@ -485,12 +526,14 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
                 meter.start()
                 t_start = time.perf_counter()
             t = time.perf_counter()
-            w = await commands.create(CreateMemory(namespace=NS, content=text, tags=TAGS), actor=ACTOR,
-                                      request_id=new_id(), min_seq=last)  # fmt: skip
+            w = await commands.create(
+                CreateMemory(namespace=NS, content=text, tags=TAGS), actor=ACTOR, request_id=new_id(), min_seq=last
+            )
             t1 = time.perf_counter()
             assert w.memory is not None
-            got = await queries.ask(GetMemory(namespace=NS, now=datetime.now(timezone.utc), min_seq=w.seq,
-                                              memory_id=w.memory.id))  # fmt: skip
+            got = await queries.ask(
+                GetMemory(namespace=NS, now=datetime.now(UTC), min_seq=w.seq, memory_id=w.memory.id)
+            )
             t2 = time.perf_counter()
             last = max(last, w.seq)
             if i >= cfg.warmup:
@@ -511,8 +554,7 @@ async def phase_inproc(cfg: Config, root: Path, corpus: Corpus, profile: bool) -
         if profile:
             out["profile_b"] = await profile_domain_adds(commands, corpus, cfg, last)
 
-        out.update({"series": {k: s.summary() for k, s in series.items()}, "d_inproc": d.summary(),
-                    "_series": series})  # fmt: skip
+        out.update({"series": {k: s.summary() for k, s in series.items()}, "d_inproc": d.summary(), "_series": series})
         log("stopping the in-process stack")
     return out
 
@@ -555,7 +597,9 @@ async def phase_scale_inproc(cfg: Config, root: Path, corpus: Corpus) -> dict[st
         await projector.serving.wait()
         fold_s = time.perf_counter() - t0
         fold_cpu = meter.stop()
-        rows = view.reader().execute("SELECT count(*) FROM memories").fetchone()[0]
+        row = view.reader().execute("SELECT count(*) FROM memories").fetchone()
+        assert row is not None  # count(*) answers one row
+        rows = row[0]
         log(f"(e) folded {log_events:,} events in {fold_s:.2f} s ({log_events / fold_s:,.0f}/s); {rows:,} memories")
 
         # core request/reply floor for the query path: an echo responder in this process
@@ -563,16 +607,19 @@ async def phase_scale_inproc(cfg: Config, root: Path, corpus: Corpus) -> dict[st
             await msg.respond(msg.data)
 
         sub = await nc.subscribe("bench.echo", cb=echo)
-        payload = query_encoder.encode(GetMemory(namespace=NS, now=datetime.now(timezone.utc), memory_id=new_id()))
+        payload = query_encoder.encode(GetMemory(namespace=NS, now=datetime.now(UTC), memory_id=new_id()))
         ids = [m.memory_id for m in load_msgs]
         rng = random.Random(7)
         for mid in rng.sample(ids, min(cfg.warmup, len(ids))):
             await nc.request("bench.echo", payload, timeout=5)
-            await queries.ask(GetMemory(namespace=NS, now=datetime.now(timezone.utc), memory_id=mid))
+            await queries.ask(GetMemory(namespace=NS, now=datetime.now(UTC), memory_id=mid))
         echo_s, e = Series("floor_request_reply"), Series("e_get_inproc")
         per_round_echo = max(1, cfg.echo_n // cfg.rounds)
         per_round_get = max(1, cfg.get_inproc_n // cfg.rounds)
-        log(f"(e) in-process gets x{per_round_get * cfg.rounds} beside request/reply echo x{per_round_echo * cfg.rounds}")
+        log(
+            f"(e) in-process gets x{per_round_get * cfg.rounds} beside "
+            f"request/reply echo x{per_round_echo * cfg.rounds}"
+        )
         for _ in range(cfg.rounds):
             lat = []
             meter.start()
@@ -588,7 +635,7 @@ async def phase_scale_inproc(cfg: Config, root: Path, corpus: Corpus) -> dict[st
             t0 = time.perf_counter()
             for mid in picks:
                 t = time.perf_counter()
-                got = await queries.ask(GetMemory(namespace=NS, now=datetime.now(timezone.utc), memory_id=mid))
+                got = await queries.ask(GetMemory(namespace=NS, now=datetime.now(UTC), memory_id=mid))
                 lat.append(time.perf_counter() - t)
                 if got.item is None or got.item.memory.id != mid:
                     e.failures += 1
@@ -596,15 +643,19 @@ async def phase_scale_inproc(cfg: Config, root: Path, corpus: Corpus) -> dict[st
         await sub.unsubscribe()
         log("(e) stopping the in-process stack")
         return {
-            "memories_loaded": cfg.memories, "log_events": log_events, "memories_in_view": rows,
-            "load_seconds": rnd(load_s, 3), "load_rate_per_s": rnd(cfg.memories / load_s, 1),
+            "memories_loaded": cfg.memories,
+            "log_events": log_events,
+            "memories_in_view": rows,
+            "load_seconds": rnd(load_s, 3),
+            "load_rate_per_s": rnd(cfg.memories / load_s, 1),
             "load_cpu_s": {k: rnd(v, 3) for k, v in load_cpu.items()},
-            "fold_seconds": rnd(fold_s, 3), "fold_rate_events_per_s": rnd(log_events / fold_s, 1),
+            "fold_seconds": rnd(fold_s, 3),
+            "fold_rate_events_per_s": rnd(log_events / fold_s, 1),
             "fold_cpu_s": {k: rnd(v, 3) for k, v in fold_cpu.items()},
             "get": e.summary(),
             "floor_request_reply": echo_s.summary(),
             "_ids": ids,
-        }  # fmt: skip
+        }
 
 
 async def profile_domain_adds(commands: CommandService, corpus: Corpus, cfg: Config, last: int) -> dict[str, Any]:
@@ -671,7 +722,7 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
         out["pids_found"] = {name: sorted(m.pids) for name, m in meters.items()}
 
         log("warming up (stdio)")
-        for name, session, tool, _ in servers:
+        for _name, session, tool, _ in servers:
             await mcp_block(session, tool, [call_args(tool, t) for t in corpus.texts(cfg.warmup)])
         w = structured(await mneme.call_tool("memory_add", call_args("memory_add", corpus.text(0))))
         for _ in range(cfg.warmup // 2):
@@ -718,14 +769,28 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
         d.extra["get_p99_ms"] = percentile(d_get, 99) * 1000
 
         s_noop, s_add = series["noop"], series["shipped"]
-        out.update({"c_noop_stdio": s_noop.summary(), "c_add_stdio": s_add.summary(), "d_stdio": d.summary(),
-                    "_noop": s_noop, "_add": s_add})  # fmt: skip
+        out.update(
+            {
+                "c_noop_stdio": s_noop.summary(),
+                "c_add_stdio": s_add.summary(),
+                "d_stdio": d.summary(),
+                "_noop": s_noop,
+                "_add": s_add,
+            }
+        )
         out["breakdown"] = {
             name: {"memory_add": series[name].summary(), "add_vs_noop": rnd(paired_ratio(series[name], s_noop), 3)}
-            for name, *_ in servers if name not in ("noop", "shipped")
+            for name, *_ in servers
+            if name not in ("noop", "shipped")
         }
         log("stopping the stdio servers")
     return out
+
+
+def first_text(res: CallToolResult) -> str:
+    """The text of a tool result's first content block (mneme answers with one text block), or "?"."""
+    block = res.content[0] if res.content else None
+    return block.text if isinstance(block, TextContent) else "?"
 
 
 def call_args(tool: str, text: str) -> dict[str, Any]:
@@ -733,15 +798,19 @@ def call_args(tool: str, text: str) -> dict[str, Any]:
 
 
 def variant_params(data_dir: Path, variant: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, cwd=str(REPO),
-                                 args=["-m", "bench.spine", "--serve-variant", str(data_dir), "--variant", variant])  # fmt: skip
+    return StdioServerParameters(
+        command=sys.executable,
+        cwd=str(REPO),
+        args=["-m", "bench.spine", "--serve-variant", str(data_dir), "--variant", variant],
+    )
 
 
 def serve_variant(data_dir: Path, variant: str) -> None:
     """`mneme serve` with a log consumer switched off, for the breakdown only (never a product mode).
 
-    no-auditor: the audit trail (fed by the projector's follower) neither chains nor writes records. no-auditor-no-fold: also, the projector still receives every
-    event and stages it but skips its DuckDB transaction (so reads are wrong: adds only).
+    no-auditor: the audit trail (fed by the projector's follower) neither chains nor writes records.
+    no-auditor-no-fold: also, the projector still receives every event and stages it but skips its DuckDB
+    transaction (so reads are wrong: adds only).
     """
     import logging
 
@@ -769,8 +838,9 @@ def serve_variant(data_dir: Path, variant: str) -> None:
 
         MemoriesView.commit = skip_commit  # type: ignore[method-assign]
     try:
-        asyncio.run(runtime.serve(CoreSettings(data_dir=data_dir), GatewaySettings(), ProjectorSettings(),
-                                  AuditorSettings()))  # fmt: skip
+        asyncio.run(
+            runtime.serve(CoreSettings(data_dir=data_dir), GatewaySettings(), ProjectorSettings(), AuditorSettings())
+        )
     finally:
         sys.stderr.flush()
         os._exit(0)  # like `mneme`: the stdio reader thread cannot be interrupted
@@ -794,10 +864,10 @@ async def phase_stdio_at_scale(cfg: Config, root: Path, ids: list[str], log_even
             res = await session.call_tool("memory_get", {"id": probe})
             if not res.is_error:
                 break
-            text = res.content[0].text if res.content else "?"
+            text = first_text(res)
             errors[text] = errors.get(text, 0) + 1
             if time.perf_counter() - t0 > 600:
-                raise RuntimeError(f"`mneme serve` did not answer a get within 600 s: {res.content[0].text}")
+                raise RuntimeError(f"`mneme serve` did not answer a get within 600 s: {first_text(res)}")
             await asyncio.sleep(0.05)
         ready_s = time.perf_counter() - t0
         log(f"(e) serve answered after {ready_s:.2f} s (MCP initialize {t_init:.2f} s, {tries} probe calls)")
@@ -806,17 +876,20 @@ async def phase_stdio_at_scale(cfg: Config, root: Path, ids: list[str], log_even
         keyword_s = time.perf_counter() - t0 if not kw.is_error else None
         indexing = 0
         while True:
-            res = await session.call_tool("memory_search", {"query": "what was decided", "mode": "semantic",
-                                                            "limit": 1})  # fmt: skip
+            res = await session.call_tool(
+                "memory_search", {"query": "what was decided", "mode": "semantic", "limit": 1}
+            )
             if not res.is_error:
                 break
             indexing += 1
             if time.perf_counter() - t0 > 900:
-                raise RuntimeError(f"semantic search did not answer within 900 s: {res.content[0].text}")
+                raise RuntimeError(f"semantic search did not answer within 900 s: {first_text(res)}")
             await asyncio.sleep(0.25)
         semantic_s = time.perf_counter() - t0
-        log(f"(e) keyword search at {keyword_s} s, semantic search after {semantic_s:.2f} s "
-            f"({indexing} INDEXING answers); gets are measured from here, with nothing left to embed")
+        log(
+            f"(e) keyword search at {keyword_s} s, semantic search after {semantic_s:.2f} s "
+            f"({indexing} INDEXING answers); gets are measured from here, with nothing left to embed"
+        )
         me = os.getpid()
         serve_pid = find_child(me, "serve", str(root))
         pids = {"client": me}
@@ -859,11 +932,20 @@ async def phase_stdio_at_scale(cfg: Config, root: Path, ids: list[str], log_even
 # -- report -------------------------------------------------------------------------------------
 
 
-def report(cfg: Config, mode: str, machine: dict[str, Any], a: dict[str, Any], e1: dict[str, Any],
-           c: dict[str, Any], e2: dict[str, Any], wall: float) -> dict[str, Any]:  # fmt: skip
+def report(
+    cfg: Config,
+    mode: str,
+    machine: dict[str, Any],
+    a: dict[str, Any],
+    e1: dict[str, Any],
+    c: dict[str, Any],
+    e2: dict[str, Any],
+    wall: float,
+) -> dict[str, Any]:
     ser: dict[str, Series] = a["_series"]
-    fa, fh, fp, b, bp = (ser[k] for k in ("a_floor_awaited", "a_floor_awaited_headers", "a_floor_pipelined",
-                                           "b_add", "b_add_path"))  # fmt: skip
+    fa, fh, fp, b, bp = (
+        ser[k] for k in ("a_floor_awaited", "a_floor_awaited_headers", "a_floor_pipelined", "b_add", "b_add_path")
+    )
     noop, add = c["_noop"], c["_add"]
     b_ratio = paired_ratio(b, fa)
     c_ratio = paired_ratio(add, noop)
@@ -871,22 +953,43 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], a: dict[str, Any], e
     e_in, e_io = e1, e2
 
     targets = {
-        "b_add_vs_floor_awaited": {"ratio": rnd(b_ratio, 3), "target": f">= {TARGETS['b_vs_floor_awaited']}",
-                                   "pass": b_ratio is not None and b_ratio >= TARGETS["b_vs_floor_awaited"]},
-        "c_add_vs_noop_stdio": {"ratio": rnd(c_ratio, 3), "target": f">= {TARGETS['c_vs_noop']}",
-                                "pass": c_ratio is not None and c_ratio >= TARGETS["c_vs_noop"]},
-        "d_inproc_p50": {"p50_ms": d_in["p50_ms"], "failures": d_in["failures"], "target": "p50 < 5 ms, 0 failures",
-                         "pass": d_in["p50_ms"] < TARGETS["d_p50_ms"] and d_in["failures"] == 0},
-        "d_stdio_p50": {"p50_ms": d_io["p50_ms"], "failures": d_io["failures"], "target": "p50 < 5 ms, 0 failures",
-                        "pass": d_io["p50_ms"] < TARGETS["d_p50_ms"] and d_io["failures"] == 0},
-        "e_gets_found": {"failures": e_in["get"]["failures"] + e_io["get"]["failures"], "target": "0 failures",
-                         "pass": e_in["get"]["failures"] + e_io["get"]["failures"] == 0},
-    }  # fmt: skip
+        "b_add_vs_floor_awaited": {
+            "ratio": rnd(b_ratio, 3),
+            "target": f">= {TARGETS['b_vs_floor_awaited']}",
+            "pass": b_ratio is not None and b_ratio >= TARGETS["b_vs_floor_awaited"],
+        },
+        "c_add_vs_noop_stdio": {
+            "ratio": rnd(c_ratio, 3),
+            "target": f">= {TARGETS['c_vs_noop']}",
+            "pass": c_ratio is not None and c_ratio >= TARGETS["c_vs_noop"],
+        },
+        "d_inproc_p50": {
+            "p50_ms": d_in["p50_ms"],
+            "failures": d_in["failures"],
+            "target": "p50 < 5 ms, 0 failures",
+            "pass": d_in["p50_ms"] < TARGETS["d_p50_ms"] and d_in["failures"] == 0,
+        },
+        "d_stdio_p50": {
+            "p50_ms": d_io["p50_ms"],
+            "failures": d_io["failures"],
+            "target": "p50 < 5 ms, 0 failures",
+            "pass": d_io["p50_ms"] < TARGETS["d_p50_ms"] and d_io["failures"] == 0,
+        },
+        "e_gets_found": {
+            "failures": e_in["get"]["failures"] + e_io["get"]["failures"],
+            "target": "0 failures",
+            "pass": e_in["get"]["failures"] + e_io["get"]["failures"] == 0,
+        },
+    }
 
-    print(f"mneme bench.spine ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
-          f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}")  # fmt: skip
-    print(f"rounds={cfg.rounds}; rates are medians of per-round blocks; ratios are medians of same-round ratios; "
-          f"envelope {a['envelope_bytes']} B")  # fmt: skip
+    print(
+        f"mneme bench.spine ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
+        f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}"
+    )
+    print(
+        f"rounds={cfg.rounds}; rates are medians of per-round blocks; ratios are medians of same-round ratios; "
+        f"envelope {a['envelope_bytes']} B"
+    )
 
     def cpu(s: dict[str, Any], *keys: str) -> list[Any]:
         return [s["cpu_ms_per_op"].get(k) for k in keys]
@@ -906,9 +1009,11 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], a: dict[str, Any], e
         ["(b) CommandService.create, store+path", sa["b_add_path"]["rate_per_s"], sa["b_add_path"]["p50_ms"],
          sa["b_add_path"]["p99_ms"], rnd(paired_ratio(bp, fa), 3), "", "", *cpu(sa["b_add_path"], "bench", "nats")],
     ]  # fmt: skip
-    print_table("In-process write path (ratio = vs awaited raw publish, same round)",
-                ["measure", "ops/s", "p50 ms", "p99 ms", "ratio", "target", "", "cpu ms/op bench", "cpu ms/op nats"],
-                rows)  # fmt: skip
+    print_table(
+        "In-process write path (ratio = vs awaited raw publish, same round)",
+        ["measure", "ops/s", "p50 ms", "p99 ms", "ratio", "target", "", "cpu ms/op bench", "cpu ms/op nats"],
+        rows,
+    )
     bb, bpp = sa["b_add"], sa["b_add_path"]
     print_table("Where (b)'s time goes (wall ms per add, in this process)",
                 ["measure", "total", "append (publish)", "projector ask", "rest (domain + loop)", "conflicts"],
@@ -932,16 +1037,20 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], a: dict[str, Any], e
         rows = [["no-op MCPServer tool", cn["rate_per_s"], cn["p50_ms"], 1.0, *cpu(cn, "client", "server", "nats")],
                 ["memory_add, mneme serve as shipped", ca["rate_per_s"], ca["p50_ms"], rnd(c_ratio, 3),
                  *cpu(ca, "client", "server", "nats")]]  # fmt: skip
-        for variant, label in (("noop+publish", "no-op tool + one awaited JetStream publish"),
-                               ("no-auditor", "memory_add, auditor off"),
-                               ("no-auditor-no-fold", "memory_add, auditor off + no DuckDB fold")):  # fmt: skip
+        for variant, label in (
+            ("noop+publish", "no-op tool + one awaited JetStream publish"),
+            ("no-auditor", "memory_add, auditor off"),
+            ("no-auditor-no-fold", "memory_add, auditor off + no DuckDB fold"),
+        ):
             if variant in bd:
                 va = bd[variant]["memory_add"]
                 rows.append([label, va["rate_per_s"], va["p50_ms"], bd[variant]["add_vs_noop"],
                              *cpu(va, "client", "server", "nats")])  # fmt: skip
-        print_table("Where (c)'s time goes: `mneme serve` with its log consumers switched off (diagnostic)",
-                    ["measure", "calls/s", "p50 ms", "vs no-op", "cpu ms/op client", "cpu ms/op server",
-                     "cpu ms/op nats"], rows)  # fmt: skip
+        print_table(
+            "Where (c)'s time goes: `mneme serve` with its log consumers switched off (diagnostic)",
+            ["measure", "calls/s", "p50 ms", "vs no-op", "cpu ms/op client", "cpu ms/op server", "cpu ms/op nats"],
+            rows,
+        )
 
     rr = e_in["floor_request_reply"]
     print_table("Read-your-writes: add then get the same memory at once",
@@ -980,9 +1089,12 @@ def report(cfg: Config, mode: str, machine: dict[str, Any], a: dict[str, Any], e
         "config": cfg.__dict__,
         "envelope_bytes": a["envelope_bytes"],
         "a_floor": {k: sa[k] for k in ("a_floor_awaited", "a_floor_awaited_headers", "a_floor_pipelined")},
-        "b_domain": {"no_path": sa["b_add"], "store_path": sa["b_add_path"],
-                     "no_path_vs_floor_awaited": rnd(b_ratio, 3),
-                     "store_path_vs_floor_awaited": rnd(paired_ratio(bp, fa), 3)},  # fmt: skip
+        "b_domain": {
+            "no_path": sa["b_add"],
+            "store_path": sa["b_add_path"],
+            "no_path_vs_floor_awaited": rnd(b_ratio, 3),
+            "store_path_vs_floor_awaited": rnd(paired_ratio(bp, fa), 3),
+        },
         "c_stdio": {"noop": cn, "memory_add": ca, "add_vs_noop": rnd(c_ratio, 3), "breakdown": bd},
         "d_read_your_writes": {"inproc": d_in, "stdio": d_io},
         "e_get_at_scale": {"inproc": e_in, "stdio": e_io},
@@ -1022,8 +1134,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="short run (10,000 memories, fewer rounds)")
     ap.add_argument("--profile", action="store_true", help="also cProfile the in-process domain adds (stderr)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (server logs, DuckDB files)")
-    ap.add_argument("--no-breakdown", action="store_true",
-                    help="skip the diagnostic `mneme serve` variants (auditor off; auditor and fold off)")
+    ap.add_argument(
+        "--no-breakdown",
+        action="store_true",
+        help="skip the diagnostic `mneme serve` variants (auditor off; auditor and fold off)",
+    )
     ap.add_argument("--serve-variant", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--variant", choices=["no-auditor", "no-auditor-no-fold"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -1032,8 +1147,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     cfg = Config.quick() if args.quick else Config.full()
     try:
-        result = asyncio.run(amain(cfg, "quick" if args.quick else "full", args.profile, args.keep,
-                                   not args.no_breakdown))  # fmt: skip
+        result = asyncio.run(
+            amain(cfg, "quick" if args.quick else "full", args.profile, args.keep, not args.no_breakdown)
+        )
     except (KeyboardInterrupt, asyncio.CancelledError):
         log("interrupted: servers stopped, temporary directory removed")
         sys.exit(130)

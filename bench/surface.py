@@ -30,22 +30,37 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 FACTS = [
-    "Alice prefers dark roast coffee in the morning", "The build server runs on Debian 13 with Python 3.11",
-    "Bob is allergic to peanuts", "The API gateway must require OAuth tokens on every route",
-    "Ruff is the linter used for Python code in this repository", "Deployments happen on Tuesdays after 14:00",
-    "The staging database is PostgreSQL 17 on port 5433", "Carol leads the payments team",
-    "Our on-call rotation changes every Monday at 09:00 UTC", "The frontend uses React 19 with Vite",
-    "Dan likes hiking in the Alps during summer", "Invoices are archived for ten years by law",
-    "The mobile app supports iOS 17 and Android 14", "Error budgets are reviewed monthly",
-    "Eve speaks German, French and Japanese", "The data warehouse refreshes every night at 02:00",
-    "Feature flags live in LaunchDarkly", "Frank prefers tea over coffee",
-    "All services log JSON to stdout", "The CI pipeline must finish within 15 minutes",
-    "Grace is the security champion for the web team", "Customer PII is encrypted at rest with AES-256",
-    "The search index is rebuilt after every schema change", "Heidi works remotely from Lisbon",
-    "Pull requests need two approvals", "The cache TTL for product pages is five minutes",
-    "Ivan maintains the Terraform modules", "Backups are tested by restoring them every quarter",
-    "The style guide forbids abbreviations in public APIs", "Judy's birthday is on 3 March",
-]  # fmt: skip
+    "Alice prefers dark roast coffee in the morning",
+    "The build server runs on Debian 13 with Python 3.11",
+    "Bob is allergic to peanuts",
+    "The API gateway must require OAuth tokens on every route",
+    "Ruff is the linter used for Python code in this repository",
+    "Deployments happen on Tuesdays after 14:00",
+    "The staging database is PostgreSQL 17 on port 5433",
+    "Carol leads the payments team",
+    "Our on-call rotation changes every Monday at 09:00 UTC",
+    "The frontend uses React 19 with Vite",
+    "Dan likes hiking in the Alps during summer",
+    "Invoices are archived for ten years by law",
+    "The mobile app supports iOS 17 and Android 14",
+    "Error budgets are reviewed monthly",
+    "Eve speaks German, French and Japanese",
+    "The data warehouse refreshes every night at 02:00",
+    "Feature flags live in LaunchDarkly",
+    "Frank prefers tea over coffee",
+    "All services log JSON to stdout",
+    "The CI pipeline must finish within 15 minutes",
+    "Grace is the security champion for the web team",
+    "Customer PII is encrypted at rest with AES-256",
+    "The search index is rebuilt after every schema change",
+    "Heidi works remotely from Lisbon",
+    "Pull requests need two approvals",
+    "The cache TTL for product pages is five minutes",
+    "Ivan maintains the Terraform modules",
+    "Backups are tested by restoring them every quarter",
+    "The style guide forbids abbreviations in public APIs",
+    "Judy's birthday is on 3 March",
+]
 
 
 BUDGET_TOOLS = 40_000  # issue 10: the native tool list, compact JSON
@@ -66,9 +81,12 @@ async def tool_lists() -> dict[str, Any]:
     for name in profiles.names():
         async with Client(build_server(None, profile=name)) as c:
             tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in (await c.list_tools()).tools]
-        out[name] = {"tools": len(tools), "bytes": compact(tools),
-                     "input_schema_bytes": sum(compact(t.get("inputSchema", {})) for t in tools),
-                     "output_schema_bytes": sum(compact(t.get("outputSchema", {})) for t in tools)}  # fmt: skip
+        out[name] = {
+            "tools": len(tools),
+            "bytes": compact(tools),
+            "input_schema_bytes": sum(compact(t.get("inputSchema", {})) for t in tools),
+            "output_schema_bytes": sum(compact(t.get("outputSchema", {})) for t in tools),
+        }
     ref = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "server-memory-tools.json"
     if ref.exists():
         data = json.loads(ref.read_text())
@@ -79,8 +97,9 @@ async def tool_lists() -> dict[str, Any]:
 
 async def result_sizes(root: Path) -> dict[str, Any]:
     mneme = str(Path(sys.executable).parent / "mneme")
-    params = StdioServerParameters(command=mneme, args=["serve", "--data-dir", str(root)],
-                                   env={**os.environ, "MNEME_LOG_LEVEL": "ERROR"})  # fmt: skip
+    params = StdioServerParameters(
+        command=mneme, args=["serve", "--data-dir", str(root)], env={**os.environ, "MNEME_LOG_LEVEL": "ERROR"}
+    )
     out: dict[str, Any] = {}
     with open(os.devnull, "w") as devnull:
         async with stdio_client(params, errlog=devnull) as (r, w), ClientSession(r, w) as s:
@@ -88,7 +107,7 @@ async def result_sizes(root: Path) -> dict[str, Any]:
             for i, fact in enumerate(FACTS):
                 await s.call_tool("memory_add", {"content": fact, "tags": ["bench", f"t{i % 3}"], "subject": "team"})
             q = "what do people drink in the morning"
-            calls = {  # label -> (tool, arguments); threshold 0 so that every search returns 10 results
+            calls: dict[str, tuple[str, dict[str, Any]]] = {  # label -> (tool, arguments); threshold 0: 10 results each
                 "memory_search": ("memory_search", {"query": q, "limit": 10, "threshold": 0}),
                 "memory_search_full": ("memory_search", {"query": q, "limit": 10, "threshold": 0, "detail": "full"}),
                 "memory_list": ("memory_list", {"limit": 10}),
@@ -103,9 +122,14 @@ async def result_sizes(root: Path) -> dict[str, Any]:
                 sc = res.structured_content or {}
                 items = next((v for v in sc.values() if isinstance(v, list)), [])
                 content = sum(len(str(m.get("content", "")).encode()) for m in items if isinstance(m, dict))
-                out[label] = {"results": len(items), "bytes": compact(whole), "structured_bytes": compact(sc),
-                             "bytes_per_result": round(compact(whole) / max(len(items), 1)),
-                             "content_bytes": content, "error": res.is_error}  # fmt: skip
+                out[label] = {
+                    "results": len(items),
+                    "bytes": compact(whole),
+                    "structured_bytes": compact(sc),
+                    "bytes_per_result": round(compact(whole) / max(len(items), 1)),
+                    "content_bytes": content,
+                    "error": res.is_error,
+                }
     return out
 
 
@@ -114,9 +138,10 @@ async def measure() -> dict[str, Any]:
     try:
         lists, results = await tool_lists(), await result_sizes(root / "d")
         budget = {"native_tool_list_bytes": BUDGET_TOOLS, "ten_results_bytes": BUDGET_RESULTS}
-        within = {"native_tool_list": lists["native"]["bytes"] <= BUDGET_TOOLS,
-                  "ten_results": all(r["bytes"] <= BUDGET_RESULTS for k, r in results.items()
-                                     if not k.endswith("_full"))}  # fmt: skip
+        within = {
+            "native_tool_list": lists["native"]["bytes"] <= BUDGET_TOOLS,
+            "ten_results": all(r["bytes"] <= BUDGET_RESULTS for k, r in results.items() if not k.endswith("_full")),
+        }
         return {"tool_lists": lists, "results": results, "budget": budget, "within_budget": within}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -125,15 +150,22 @@ async def measure() -> dict[str, Any]:
 def report(fig: dict[str, Any]) -> None:
     print("\nWhat an agent carries: tools/list per profile (compact JSON)")
     for name, t in fig["tool_lists"].items():
-        extra = (f" (input {t['input_schema_bytes']:,}, output {t['output_schema_bytes']:,})"
-                 if "input_schema_bytes" in t else "")  # fmt: skip
+        extra = (
+            f" (input {t['input_schema_bytes']:,}, output {t['output_schema_bytes']:,})"
+            if "input_schema_bytes" in t
+            else ""
+        )
         print(f"  {name:<26} {t['tools']:>3} tools {t['bytes']:>9,} B{extra}")
     print("What it reads: one 10-result response over stdio")
     for tool, r in fig["results"].items():
-        print(f"  {tool:<26} {r['results']:>3} results {r['bytes']:>9,} B (structured {r['structured_bytes']:,})  "
-              f"{r['bytes_per_result']:>6,} B/result  content {r['content_bytes']:,} B")  # fmt: skip
-    print(f"Budgets: native tool list <= {BUDGET_TOOLS:,} B, 10 results in brief <= {BUDGET_RESULTS:,} B: "
-          f"{fig['within_budget']}")
+        print(
+            f"  {tool:<26} {r['results']:>3} results {r['bytes']:>9,} B (structured {r['structured_bytes']:,})  "
+            f"{r['bytes_per_result']:>6,} B/result  content {r['content_bytes']:,} B"
+        )
+    print(
+        f"Budgets: native tool list <= {BUDGET_TOOLS:,} B, 10 results in brief <= {BUDGET_RESULTS:,} B: "
+        f"{fig['within_budget']}"
+    )
 
 
 def main() -> None:

@@ -28,8 +28,12 @@ def open_trail(core: CoreSettings, aus: AuditorSettings) -> duckdb.DuckDBPyConne
         if who is None:
             raise Refused(f"cannot open the audit trail {path}: {exc}") from None
         raise Refused(held_message(path, who, core) + " (or ask it: the audit_query tool)") from None
-    cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
-                                      "WHERE table_name = 'audit_trail'").fetchall()}  # fmt: skip
+    cols = {
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_trail'"
+        ).fetchall()
+    }
     if "trail_seq" not in cols:
         con.close()
         raise Refused(f"{path} holds no audit trail of this version (start mneme serve or mneme auditor on it once)")
@@ -40,8 +44,13 @@ def audit(args: argparse.Namespace, core: CoreSettings, aus: AuditorSettings) ->
     from services.auditor.trail import verify_chain
     from services.auditor.trail_queries import export
 
-    filters = {"since": parse_time(args.since, "--since"), "until": parse_time(args.until, "--until"),
-               "agent_id": args.agent, "memory_id": args.memory, "action": args.action_prefix}  # fmt: skip
+    filters = {
+        "since": parse_time(args.since, "--since"),
+        "until": parse_time(args.until, "--until"),
+        "agent_id": args.agent,
+        "memory_id": args.memory,
+        "action": args.action_prefix,
+    }
     if args.action == "export":
         if args.out is None:
             raise Refused("audit export needs --out FILE")

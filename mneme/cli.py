@@ -27,14 +27,28 @@ def _mcp(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", choices=["stdio", "http"], help="MCP transport (default stdio)")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8765)")
-    p.add_argument("--profile", help="the tool surface over stdio: native (default) or a seed contract's profile "
-                   "(MNEME_GATEWAY_PROFILE); HTTP serves every profile at once, /mcp and /mcp/<profile>")  # fmt: skip
-    p.add_argument("--store", action="append", metavar="NAME[=NAMESPACE]",
-                   help="register a store for the cortex profile (repeatable; MNEME_GATEWAY_STORES)")
-    p.add_argument("--tools", metavar="GROUPS", help="the groups of native tools served, comma-separated: core, "
-                   "time, governance, audit (default: all; MNEME_GATEWAY_TOOLS)")  # fmt: skip
-    p.add_argument("--context", choices=["never", "optional", "required"],
-                   help="the native tools' context argument (default never; MNEME_GATEWAY_CONTEXT)")
+    p.add_argument(
+        "--profile",
+        help="the tool surface over stdio: native (default) or a seed contract's profile "
+        "(MNEME_GATEWAY_PROFILE); HTTP serves every profile at once, /mcp and /mcp/<profile>",
+    )
+    p.add_argument(
+        "--store",
+        action="append",
+        metavar="NAME[=NAMESPACE]",
+        help="register a store for the cortex profile (repeatable; MNEME_GATEWAY_STORES)",
+    )
+    p.add_argument(
+        "--tools",
+        metavar="GROUPS",
+        help="the groups of native tools served, comma-separated: core, "
+        "time, governance, audit (default: all; MNEME_GATEWAY_TOOLS)",
+    )
+    p.add_argument(
+        "--context",
+        choices=["never", "optional", "required"],
+        help="the native tools' context argument (default never; MNEME_GATEWAY_CONTEXT)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,8 +69,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rebuild", help="fold the whole log into a fresh projection file, then swap it in")
     _common(p)
     p.add_argument("--output", type=Path, help="write the rebuilt file here instead of replacing the live one")
-    p = sub.add_parser("replay", help="rebuild every read model from the log into a new generation, verify it, "
-                       "and swap it in while the live projector keeps serving (blue/green)")
+    p = sub.add_parser(
+        "replay",
+        help="rebuild every read model from the log into a new generation, verify it, "
+        "and swap it in while the live projector keeps serving (blue/green)",
+    )
     _common(p)
     p.add_argument("--upto", help="a frozen copy: only the log up to this sequence or ISO 8601 time (no swap)")
     p.add_argument("--output", type=Path, help="build a frozen copy in this directory (no swap)")
@@ -64,22 +81,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-snapshot", action="store_true", help="fold from the start of the log, not a snapshot")
     p = sub.add_parser("snapshot", help="snapshot the read models (the running projector's, or the files at rest)")
     _common(p)
-    p = sub.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the principals file; the token "
-                       "is read from stdin (or asked for, on a terminal)")  # fmt: skip
-    p.add_argument("token", nargs="?", help="the token itself: works, but is visible in the process list and the "
-                   "shell history")  # fmt: skip
+    p = sub.add_parser(
+        "hash-token",
+        help="print the SHA-256 of a bearer token, for the principals file; the token "
+        "is read from stdin (or asked for, on a terminal)",
+    )
+    p.add_argument(
+        "token", nargs="?", help="the token itself: works, but is visible in the process list and the shell history"
+    )
     p = sub.add_parser("audit", help="the compliance trail: verify the hash chain, or export records")
     _common(p)
     p.add_argument("action", choices=["verify", "export"])
     p.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="export: file format")
     p.add_argument("--out", type=Path, help="export: the file to write")
-    p.add_argument("--since", help="export: only records from this time on (ISO 8601, e.g. 2026-11-26T14:02:00Z; "
-                   "no offset means UTC)")  # fmt: skip
+    p.add_argument(
+        "--since",
+        help="export: only records from this time on (ISO 8601, e.g. 2026-11-26T14:02:00Z; no offset means UTC)",
+    )
     p.add_argument("--until", help="export: only records before this time (ISO 8601)")
     p.add_argument("--agent", help="export: only records of this agent id")
     p.add_argument("--memory", help="export: only records that touch this memory id")
-    p.add_argument("--action-prefix", help="export: only records whose action starts with this, e.g. memory_ "
-                   "(changes), read: (reads), denied: (refused attempts)")  # fmt: skip
+    p.add_argument(
+        "--action-prefix",
+        help="export: only records whose action starts with this, e.g. memory_ "
+        "(changes), read: (reads), denied: (refused attempts)",
+    )
     return ap
 
 
@@ -88,11 +114,16 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
     from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 
-    core_over = {k: v for k, v in (("data_dir", args.data_dir), ("nats_url", args.nats_url),
-                                   ("log_level", args.log_level)) if v is not None}  # fmt: skip
-    gw_over: dict[str, Any] = {k: getattr(args, k) for k in ("transport", "host", "port", "profile", "tools",
-                                                             "context")
-                               if getattr(args, k, None) is not None}  # fmt: skip
+    core_over = {
+        k: v
+        for k, v in (("data_dir", args.data_dir), ("nats_url", args.nats_url), ("log_level", args.log_level))
+        if v is not None
+    }
+    gw_over: dict[str, Any] = {
+        k: getattr(args, k)
+        for k in ("transport", "host", "port", "profile", "tools", "context")
+        if getattr(args, k, None) is not None
+    }
     if getattr(args, "store", None):
         gw_over["stores"] = _stores(args.store)
     try:
@@ -103,10 +134,15 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "aus": AuditorSettings(),
         }
     except ValidationError as exc:  # a bad environment variable (or flag): name it, on one line
-        prefix = {"CoreSettings": "MNEME_", "GatewaySettings": "MNEME_GATEWAY_", "ProjectorSettings":
-                  "MNEME_PROJECTOR_", "AuditorSettings": "MNEME_AUDITOR_"}.get(exc.title, "")  # fmt: skip
-        raise Refused("; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
-                                for e in exc.errors())) from None  # fmt: skip
+        prefix = {
+            "CoreSettings": "MNEME_",
+            "GatewaySettings": "MNEME_GATEWAY_",
+            "ProjectorSettings": "MNEME_PROJECTOR_",
+            "AuditorSettings": "MNEME_AUDITOR_",
+        }.get(exc.title, "")
+        raise Refused(
+            "; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        ) from None
 
 
 def _stores(given: list[str]) -> dict[str, str]:
@@ -148,8 +184,9 @@ def _progress(done: int, total: int, seconds: float) -> None:
     eta = (total - done) / rate if rate > 0 else 0.0
     width = 30
     filled = int(width * done / total) if total else width
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} events  {rate:,.0f}/s  "
-                     f"ETA {eta:,.0f}s")  # fmt: skip
+    sys.stderr.write(
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} events  {rate:,.0f}/s  ETA {eta:,.0f}s"
+    )
     sys.stderr.flush()
     if done >= total:
         sys.stderr.write("\n")
@@ -171,8 +208,10 @@ def hash_token_command(token: str | None) -> int:
     if "\n" in token or "\r" in token:
         raise Refused("hash-token: the token holds more than one line")
     if given:
-        sys.stderr.write("mneme: warning: a token on the command line is visible in the process list and the shell "
-                         "history; give it on stdin instead (mneme hash-token < file)\n")  # fmt: skip
+        sys.stderr.write(
+            "mneme: warning: a token on the command line is visible in the process list and the shell "
+            "history; give it on stdin instead (mneme hash-token < file)\n"
+        )
     print(hash_token(token))
     return 0
 
@@ -212,8 +251,17 @@ def run(args: argparse.Namespace) -> int:
         from mneme.replay import ReplayFailed, replay
 
         try:
-            out = asyncio.run(replay(s["core"], s["ps"], upto=args.upto, output=args.output, model=args.model,
-                                     use_snapshots=not args.no_snapshot, progress=_progress))  # fmt: skip
+            out = asyncio.run(
+                replay(
+                    s["core"],
+                    s["ps"],
+                    upto=args.upto,
+                    output=args.output,
+                    model=args.model,
+                    use_snapshots=not args.no_snapshot,
+                    progress=_progress,
+                )
+            )
         except ReplayFailed as exc:
             print(json.dumps(exc.result, default=str))
             return 1
@@ -239,11 +287,12 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except KeyboardInterrupt:
         code = 130
-    except Exception as exc:  # noqa: BLE001 - one line for the operator; the traceback for whoever debugs
+    except Exception as exc:  # one line for the operator; the traceback for whoever debugs
         logging.getLogger("mneme").debug("%s failed", args.command, exc_info=True)
         text = " ".join(str(exc).split())
-        sys.stderr.write(f"mneme: {args.command} failed: {type(exc).__name__}: {text} "
-                         "(--log-level DEBUG shows where)\n")  # fmt: skip
+        sys.stderr.write(
+            f"mneme: {args.command} failed: {type(exc).__name__}: {text} (--log-level DEBUG shows where)\n"
+        )
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()

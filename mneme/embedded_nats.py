@@ -52,9 +52,13 @@ class EmbeddedNats:
         args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir),
                 "--ports_file_dir", ports_dir, "-l", str(log_file), "-P", str(self.pid_file)]  # fmt: skip
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent, start_new_session=True,
-        )  # fmt: skip
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
+        )
         ports_file = Path(ports_dir) / f"nats-server_{self.proc.pid}.ports"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

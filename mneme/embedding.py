@@ -122,7 +122,9 @@ class OnnxEmbedder:
 
     def __init__(self, name: str = DEFAULT_MODEL, *, threads: int | None = None, batch: int = 64):
         if name not in MODELS:
-            raise ModelUnavailable(f"unknown embedding model {name!r}; known: {sorted(MODELS)}", field="embedding_model")
+            raise ModelUnavailable(
+                f"unknown embedding model {name!r}; known: {sorted(MODELS)}", field="embedding_model"
+            )
         import onnxruntime as ort
         from tokenizers import Tokenizer
 

@@ -38,9 +38,11 @@ class MemoryNotFound(MnemeError):
         if expired_at is None:
             super().__init__(f"Memory not found: {ref}")
         else:  # hidden, not gone: the tools that take include_expired show it, and it keeps its path
-            super().__init__(f"Memory not found: {ref} expired at {expired_at} (include_expired=true shows it; "
-                             "it keeps its path until memory_prune_expired or a permanent delete)",
-                             details={"expired_at": expired_at})  # fmt: skip
+            super().__init__(
+                f"Memory not found: {ref} expired at {expired_at} (include_expired=true shows it; "
+                "it keeps its path until memory_prune_expired or a permanent delete)",
+                details={"expired_at": expired_at},
+            )
 
 
 class PathExists(MnemeError):
@@ -103,8 +105,9 @@ class IdempotencyKeyReused(MnemeError):
         super().__init__(
             f"request_id {request_id!r} was already used for a {operation} with different arguments "
             f"(memory {memory_id}, log sequence {seq}): a request id names one request; use a new one",
-            field=field, details={"memory_id": memory_id, "seq": seq},
-        )  # fmt: skip
+            field=field,
+            details={"memory_id": memory_id, "seq": seq},
+        )
 
 
 class ConcurrencyConflict(MnemeError):
@@ -127,8 +130,6 @@ class Indexing(MnemeError):
 class Unavailable(MnemeError):
     code = "UNAVAILABLE"
     retryable = True
-
-
 
 
 def from_dict(data: dict[str, Any]) -> MnemeError:

@@ -9,19 +9,28 @@ duplicate window, so a retry whose first attempt landed comes back as a conflict
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import RawStreamMsg, StorageType, StreamConfig
+from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
 from mneme.errors import ConcurrencyConflict, Unavailable
 from schemas import subjects as S
 
 _LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A message read back from the log: its stream sequence (always set, unlike nats-py's optional one)."""
+
+    seq: int
+    headers: dict[str, str] | None
+    data: bytes | None
 
 
 class WrongLastSequence(ConcurrencyConflict):
@@ -63,9 +72,15 @@ class EventLog:
         self.connected = connected or (lambda: True)
 
     async def append(
-        self, subject: str, data: bytes, *, msg_id: str, expected_seq: int, expected_subject: str | None = None,
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected_seq: int,
+        expected_subject: str | None = None,
         digest: str | None = None,
-    ) -> tuple[int, bool]:  # fmt: skip
+    ) -> tuple[int, bool]:
         """Publish one event. Returns (stream sequence, duplicate). `digest` names the request's arguments."""
         if not self.connected():  # fail fast instead of queueing a write behind a reconnect
             raise Unavailable("NATS is unreachable: the write was not sent; retry with the same request_id")
@@ -81,28 +96,36 @@ class EventLog:
                 m = _LAST_SEQ.search(exc.description or "")
                 raise WrongLastSequence(int(m.group(1)) if m else 0) from None
             raise Unavailable(f"the event log refused the write: {exc.description}") from None
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
-                nats.errors.OutboundBufferLimitError, asyncio.TimeoutError) as exc:  # fmt: skip
+        except (
+            TimeoutError,
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.OutboundBufferLimitError,
+        ) as exc:
             raise Unavailable(
                 f"the event log (NATS JetStream) did not confirm the write ({type(exc).__name__}); it may or "
                 "may not have been applied: retry with the same request_id (details.request_id) to apply it once"
             ) from None
         return ack.seq, bool(ack.duplicate)
 
-    async def after(self, subject_filter: str, after_seq: int, limit: int = 64) -> AsyncIterator[RawStreamMsg]:
+    async def after(self, subject_filter: str, after_seq: int, limit: int = 64) -> AsyncIterator[Stored]:
         """The messages on `subject_filter` after `after_seq`, oldest first, at most `limit` (direct gets)."""
         seq = after_seq
         for _ in range(limit):
             try:
-                msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq + 1, subject=subject_filter, next=True, direct=True)
+                msg = await self.js.get_msg(
+                    S.EVENTS_STREAM, seq=seq + 1, subject=subject_filter, next=True, direct=True
+                )
             except NotFoundError:
                 return
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 raise Unavailable("the event log (NATS JetStream) did not answer") from None
-            yield msg
+            assert msg.seq is not None  # a message read from a stream has its sequence
+            yield Stored(msg.seq, msg.headers, msg.data)
             seq = msg.seq
 
-    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> RawStreamMsg | None:
+    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> Stored | None:
         """Our own message on `subject_filter` after `after_seq`, if it is there (its sequence and headers)."""
         async for msg in self.after(subject_filter, after_seq):  # bounded: conflicts are a handful of messages
             if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:
@@ -115,13 +138,13 @@ class EventLog:
             msg = await self.js.get_msg(S.EVENTS_STREAM, seq=seq, direct=True)
         except NotFoundError:
             return None
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
             raise Unavailable("the event log (NATS JetStream) did not answer") from None
         return (msg.headers or {}).get(name)
 
     async def last_seq(self) -> int:
         try:
             info = await self.js.stream_info(S.EVENTS_STREAM)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
             raise Unavailable("the event log (NATS JetStream) did not answer") from None
         return info.state.last_seq

@@ -41,13 +41,17 @@ def hold(path: Path, core: CoreSettings) -> duckdb.DuckDBPyConnection | None:
     except duckdb.Error as exc:
         who = holder(exc)
         if who is not None:
-            raise Refused(held_message(path, who, core) + "; `mneme replay` rebuilds beside a running server") \
-                from None  # fmt: skip
+            raise Refused(held_message(path, who, core) + "; `mneme replay` rebuilds beside a running server") from None
         return None  # damaged or not DuckDB at all: replacing it is what a rebuild is for
 
 
-async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | None = None,
-                  progress: Callable[[int, int, float], None] | None = None) -> dict[str, object]:  # fmt: skip
+async def rebuild(
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    *,
+    output: Path | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> dict[str, object]:
     """Fold the whole log into a fresh DuckDB file, then swap it in (or write it to `output`).
 
     Refused while a process holds the file (DuckDB allows one process per file).
@@ -81,8 +85,13 @@ async def rebuild(core: CoreSettings, ps: ProjectorSettings, *, output: Path | N
             guard.close()
     Path(str(target_path) + ".wal").unlink(missing_ok=True)
     tmp.replace(target_path)
-    return {"events": target, "seconds": round(seconds, 3), "events_per_s": round(target / seconds, 1) if seconds else None,
-            "path": str(target_path), "digest": digest}  # fmt: skip
+    return {
+        "events": target,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(target / seconds, 1) if seconds else None,
+        "path": str(target_path),
+        "digest": digest,
+    }
 
 
 async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, object]:
@@ -103,8 +112,10 @@ async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, objec
     base = projection_dir(core)
     db = base / ps.db_name
     if not db.is_file():
-        raise Refused(f"{core.data_dir} holds no read models to snapshot (no {ps.db_name}) and no projector "
-                      "runs on it: check --data-dir")  # fmt: skip
+        raise Refused(
+            f"{core.data_dir} holds no read models to snapshot (no {ps.db_name}) and no projector "
+            "runs on it: check --data-dir"
+        )
     try:
         view = open_view(core, ps)
     except duckdb.Error as exc:
@@ -112,8 +123,9 @@ async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, objec
         if who is None:
             raise
         raise Refused(held_message(db, who, core)) from None
-    vectors = open_vectors(core, ps) if (base / f"vectors-{ps.embedding_model}").is_dir() or ps.vectors != "edge" \
-        else None  # fmt: skip
+    vectors = (
+        open_vectors(core, ps) if (base / f"vectors-{ps.embedding_model}").is_dir() or ps.vectors != "edge" else None
+    )
     try:
         return {"ok": True, "live": False, **write_snapshot(view, vectors, core.data_dir / "snapshots")}
     finally:

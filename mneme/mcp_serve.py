@@ -22,8 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mneme.preflight import urls
 from mneme.principals import Directory
 from mneme.settings import GatewaySettings
-from services.gateway.gateway import Gateway
 from services.gateway import profiles
+from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
 
 GRACE = 10.0  # seconds a graceful HTTP stop may take before it is cancelled
@@ -37,8 +37,16 @@ def bearer_auth(app: ASGIApp, directory: Directory) -> ASGIApp:
             headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
             if directory.for_headers(headers) is None:
                 body = b'{"error": {"code": "UNAUTHORIZED", "message": "a valid bearer token is required"}}'
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="mneme"')]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="mneme"'),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await app(scope, receive, send)
@@ -63,8 +71,10 @@ class _Uvicorn(uvicorn.Server):
 def every_profile_app(gw: Gateway, host: str) -> Starlette:
     """One HTTP app serving every profile at once, each at its own path (/mcp native, /mcp/<profile>), each
     with its own tool list, all over the one gateway (the same principals, the same memory)."""
-    apps = [build_server(gw, profile=name).streamable_http_app(streamable_http_path=profiles.http_path(name),
-                                                               host=host) for name in profiles.names()]  # fmt: skip
+    apps = [
+        build_server(gw, profile=name).streamable_http_app(streamable_http_path=profiles.http_path(name), host=host)
+        for name in profiles.names()
+    ]
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

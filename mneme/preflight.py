@@ -14,7 +14,7 @@ import errno
 import ipaddress
 import re
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mneme.embedded_nats import running_url
@@ -47,8 +47,10 @@ def require_log(core: CoreSettings) -> None:
         return
     require_directory(core)
     if not (embedded_log(core) / "jetstream").is_dir():
-        raise Refused(f"{core.data_dir} holds no mneme data (no event log in {embedded_log(core)}): "
-                      "check --data-dir, or give --nats-url")  # fmt: skip
+        raise Refused(
+            f"{core.data_dir} holds no mneme data (no event log in {embedded_log(core)}): "
+            "check --data-dir, or give --nats-url"
+        )
 
 
 def holder(exc: Exception) -> str | None:
@@ -72,9 +74,8 @@ def parse_time(value: str | None, flag: str) -> datetime | None:
     try:
         t = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise Refused(f"{flag}: {value!r} is not an ISO 8601 time (e.g. 2026-11-26T14:02:00Z or 2026-11-26)") \
-            from None  # fmt: skip
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        raise Refused(f"{flag}: {value!r} is not an ISO 8601 time (e.g. 2026-11-26T14:02:00Z or 2026-11-26)") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def check_model(name: str, flag: str, *, installed: bool = True) -> None:
@@ -114,12 +115,16 @@ def check_http(gs: GatewaySettings) -> None:
             raise Refused(f"MNEME_GATEWAY_PRINCIPALS_FILE {gs.principals_file}: {exc}") from None
         return
     if not gs.http_anonymous:
-        raise Refused("refusing to serve HTTP without bearer tokens: set MNEME_GATEWAY_PRINCIPALS_FILE "
-                      "(or MNEME_GATEWAY_HTTP_ANONYMOUS=true, loopback only, for local development)")  # fmt: skip
+        raise Refused(
+            "refusing to serve HTTP without bearer tokens: set MNEME_GATEWAY_PRINCIPALS_FILE "
+            "(or MNEME_GATEWAY_HTTP_ANONYMOUS=true, loopback only, for local development)"
+        )
     if not is_loopback(gs.host):
-        raise Refused(f"MNEME_GATEWAY_HTTP_ANONYMOUS serves without bearer tokens and only on loopback: "
-                      f"--host {gs.host} is not a loopback address; use --host 127.0.0.1, or serve {gs.host} "
-                      "with tokens (MNEME_GATEWAY_PRINCIPALS_FILE)")  # fmt: skip
+        raise Refused(
+            f"MNEME_GATEWAY_HTTP_ANONYMOUS serves without bearer tokens and only on loopback: "
+            f"--host {gs.host} is not a loopback address; use --host 127.0.0.1, or serve {gs.host} "
+            "with tokens (MNEME_GATEWAY_PRINCIPALS_FILE)"
+        )
 
 
 def bind(gs: GatewaySettings) -> socket.socket:

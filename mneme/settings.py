@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 import json
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
@@ -42,16 +42,23 @@ class GatewaySettings(BaseSettings):
         None, description="JSON file of bearer-token hashes to principals; required for HTTP beyond loopback."
     )
     http_anonymous: bool = Field(
-        False, description="Serve HTTP without bearer tokens, as the stdio principal (local development, loopback only)."
+        False,
+        description="Serve HTTP without bearer tokens, as the stdio principal (local development, loopback only).",
     )
-    require_context: bool = Field(False, description="Refuse calls without a context object (INVALID_CONTEXT); "
-                                  "the native tools then declare it required (context=required).")
+    require_context: bool = Field(
+        False,
+        description="Refuse calls without a context object (INVALID_CONTEXT); "
+        "the native tools then declare it required (context=required).",
+    )
     context: Literal["never", "optional", "required"] = Field(
-        "never", description="The native tools' `context` argument (agent_id, organization_id, repository_id, "
+        "never",
+        description="The native tools' `context` argument (agent_id, organization_id, repository_id, "
         "intent, request_id): never offered (default: the principal comes from the token or these settings), "
-        "optional, or required.")
+        "optional, or required.",
+    )
     tools: Annotated[list[Literal["core", "time", "governance", "audit"]] | None, NoDecode] = Field(
-        None, description="The groups of native tools served (default: all): core, time, governance, audit.")
+        None, description="The groups of native tools served (default: all): core, time, governance, audit."
+    )
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -61,6 +68,7 @@ class GatewaySettings(BaseSettings):
                 return json.loads(value)
             return [g.strip() for g in value.split(",") if g.strip()]
         return value
+
     trim_for_agents: bool = Field(
         False, description="Send agents (not admins) no log positions, request ids or access statistics."
     )
@@ -74,7 +82,8 @@ class GatewaySettings(BaseSettings):
     max_content_chars: int = Field(65_536, ge=1, le=1_048_576)
     profile: str = Field("native", description="Tool surface over stdio: native, or a seed contract's profile.")
     stores: dict[str, str] = Field(
-        default_factory=dict, description="Store registry for the cortex profile: store name -> namespace (JSON).")
+        default_factory=dict, description="Store registry for the cortex profile: store name -> namespace (JSON)."
+    )
 
 
 class ProjectorSettings(BaseSettings):
@@ -85,8 +94,9 @@ class ProjectorSettings(BaseSettings):
     linger: float = Field(0.1, ge=0, le=10, description="Seconds staged events may wait before a DuckDB commit.")
     db_name: str = "projector.duckdb"
     vectors: Literal["edge", "qdrant", "off"] = Field(
-        "edge", description="edge: Qdrant Edge in-process under the data directory; qdrant: a Qdrant server at "
-        "qdrant_url; off: no vector index (search tools answer SEARCH_UNAVAILABLE)."
+        "edge",
+        description="edge: Qdrant Edge in-process under the data directory; qdrant: a Qdrant server at "
+        "qdrant_url; off: no vector index (search tools answer SEARCH_UNAVAILABLE).",
     )
     qdrant_url: str | None = Field(None, description="Qdrant server URL (vectors=qdrant).")
     qdrant_api_key: str | None = None
@@ -95,8 +105,12 @@ class ProjectorSettings(BaseSettings):
     embedding_threads: int | None = Field(None, ge=1, le=64, description="onnxruntime threads; unset = up to 2.")
     embedding_cache: str = Field("embeddings.sqlite", description="Embedding cache file under the data directory.")
     vector_batch_max: int = Field(2000, ge=1, description="Most events folded into the vector index per commit.")
-    snapshot_every: int = Field(0, ge=0, description="Write a snapshot of the read models every this many events "
-                                "(0: only on `mneme snapshot`); a replay starts from the newest one.")
+    snapshot_every: int = Field(
+        0,
+        ge=0,
+        description="Write a snapshot of the read models every this many events "
+        "(0: only on `mneme snapshot`); a replay starts from the newest one.",
+    )
 
 
 class AuditorSettings(BaseSettings):

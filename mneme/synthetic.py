@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from nats.js import JetStreamContext
 
@@ -26,7 +26,7 @@ from schemas.events import (
     MemoryRestored,
     MemoryUpdated,
     encode_envelope,
-)  # fmt: skip
+)
 
 WORDS = (
     "user prefers pytest over unittest dark mode vegetarian allergic peanuts deploy friday never staging "
@@ -47,7 +47,7 @@ def history(
     """(subject, envelope) pairs: about `n_memories` creates, the rest changes to live memories."""
     rng = random.Random(seed)
     n_memories = n_memories or max(1, n_events // 5)
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     live: dict[str, tuple[str, int, str | None, str]] = {}  # id -> (namespace, version, path, status)
     ids: list[str] = []
     created = 0
@@ -60,10 +60,17 @@ def history(
             mid = f"{mid[:8]}-{mid[8:12]}-4{mid[13:16]}-a{mid[17:20]}-{mid[20:32]}"
             path = f"cat{rng.randrange(20)}/sub{rng.randrange(10)}/m{created}" if store else None
             ev: AnyEvent = MemoryCreated(
-                memory_id=mid, version=1, store=store, path=path, content=_text(rng), kind=rng.choice(KINDS),
-                category=rng.choice(("diet", "work", "travel", None)), subject=rng.choice(("alice", "bob", None)),
-                tags=tuple(sorted(set(rng.sample(WORDS, 3)))), importance=round(rng.random(), 2),
-            )  # fmt: skip
+                memory_id=mid,
+                version=1,
+                store=store,
+                path=path,
+                content=_text(rng),
+                kind=rng.choice(KINDS),
+                category=rng.choice(("diet", "work", "travel", None)),
+                subject=rng.choice(("alice", "bob", None)),
+                tags=tuple(sorted(set(rng.sample(WORDS, 3)))),
+                importance=round(rng.random(), 2),
+            )
             live[mid] = (ns, 1, path, "active")
             ids.append(mid)
             created += 1
@@ -74,11 +81,12 @@ def history(
             ns, ver, path, status = live[mid]
             roll = rng.random()
             if roll < 0.8 or not store:
-                ev = MemoryUpdated(memory_id=mid, version=ver + 1, content=_text(rng), importance=round(rng.random(), 2))
+                ev = MemoryUpdated(
+                    memory_id=mid, version=ver + 1, content=_text(rng), importance=round(rng.random(), 2)
+                )
             elif roll < 0.9:
                 new_path = f"{path}-moved{ver}"
-                ev = MemoryMoved(memory_id=mid, version=ver + 1, from_path=path or "", to_path=new_path,
-                                 to_store=store)  # fmt: skip
+                ev = MemoryMoved(memory_id=mid, version=ver + 1, from_path=path or "", to_path=new_path, to_store=store)
                 path = new_path
             elif roll < 0.97:
                 ev = (MemoryArchived if status == "active" else MemoryRestored)(memory_id=mid, version=ver + 1)
@@ -88,8 +96,16 @@ def history(
             live[mid] = (ns, ver + 1, path, status)
             if isinstance(ev, MemoryDeleted):
                 del live[mid]
-        env = Envelope(event_id=f"evt-{seed}-{i}", schema_version=ev.SCHEMA_VERSION, namespace=ns, aggregate_id=mid, occurred_at=at,
-                       actor=Actor(agent_id=f"agent-{i % 3}"), request_id=f"req-{seed}-{i}", event=ev)  # fmt: skip
+        env = Envelope(
+            event_id=f"evt-{seed}-{i}",
+            schema_version=ev.SCHEMA_VERSION,
+            namespace=ns,
+            aggregate_id=mid,
+            occurred_at=at,
+            actor=Actor(agent_id=f"agent-{i % 3}"),
+            request_id=f"req-{seed}-{i}",
+            event=ev,
+        )
         yield S.memory_subject(ns, store, mid), env
 
 

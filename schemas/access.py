@@ -5,8 +5,6 @@ auditor keeps and the projector folds into access statistics. Their own stream, 
 
 from __future__ import annotations
 
-from typing import Union
-
 import msgspec
 from msgspec import Struct
 
@@ -34,10 +32,10 @@ class AccessDenied(AccessRecord, frozen=True, kw_only=True, tag="denied"):
     memory_id: str | None = None
 
 
-AnyAccess = Union[ReadRecorded, AccessDenied]
+AnyAccess = ReadRecorded | AccessDenied
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(AnyAccess)
+_decoder: msgspec.json.Decoder[AnyAccess] = msgspec.json.Decoder(AnyAccess)
 
 
 def encode_access(record: AccessRecord) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from msgspec import UNSET, Struct, UnsetType
 
@@ -87,7 +87,15 @@ class InvalidateMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields
     outdated: bool = False
 
 
-AnyCommand = Union[
-    CreateMemory, UpdateMemory, MoveMemory, DeleteMemory, RestoreMemory, VerifyMemory, LockMemory, UnlockMemory,
-    DeprecateMemory, InvalidateMemory,
-]  # fmt: skip
+AnyCommand = (
+    CreateMemory
+    | UpdateMemory
+    | MoveMemory
+    | DeleteMemory
+    | RestoreMemory
+    | VerifyMemory
+    | LockMemory
+    | UnlockMemory
+    | DeprecateMemory
+    | InvalidateMemory
+)

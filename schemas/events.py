@@ -9,7 +9,7 @@ Content lives in events; embeddings never do.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Union
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -123,10 +123,19 @@ class MemoryInvalidated(Event, frozen=True, kw_only=True, tag="memory_invalidate
     outdated: bool = False
 
 
-AnyEvent = Union[
-    MemoryCreated, MemoryUpdated, MemoryMoved, MemoryArchived, MemoryRestored, MemoryDeleted,
-    MemoryVerified, MemoryLocked, MemoryUnlocked, MemoryDeprecated, MemoryInvalidated,
-]  # fmt: skip
+AnyEvent = (
+    MemoryCreated
+    | MemoryUpdated
+    | MemoryMoved
+    | MemoryArchived
+    | MemoryRestored
+    | MemoryDeleted
+    | MemoryVerified
+    | MemoryLocked
+    | MemoryUnlocked
+    | MemoryDeprecated
+    | MemoryInvalidated
+)
 
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)
     f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version", "verification")

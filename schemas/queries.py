@@ -94,12 +94,15 @@ class ExpiredMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     limit: int = 1000
 
 
+SearchMode = Literal["semantic", "keyword", "hybrid"]
+
+
 class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Semantic, keyword or hybrid search in `namespace`, plus verified memories of `rule_namespaces`
     (the caller's organization rules). Answered from the vector projection."""
 
     OPERATION: ClassVar[str] = "memory.search"
-    mode: Literal["semantic", "keyword", "hybrid"]
+    mode: SearchMode
     query: str
     rule_namespaces: tuple[str, ...] = ()
     limit: int = 10
@@ -309,8 +312,18 @@ RESULT_TYPES: dict[str, type] = {
     ReindexCategories.OPERATION: ReindexResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
-    q.OPERATION: q for q in (GetMemory, ListMemories, MemoryStats, PathOwner, ExpiredMemories, SearchMemories,
-                             MemoryHistory, StoreCategories, ReindexCategories)
+    q.OPERATION: q
+    for q in (
+        GetMemory,
+        ListMemories,
+        MemoryStats,
+        PathOwner,
+        ExpiredMemories,
+        SearchMemories,
+        MemoryHistory,
+        StoreCategories,
+        ReindexCategories,
+    )
 }
 
 encoder = msgspec.msgpack.Encoder()

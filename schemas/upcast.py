@@ -35,7 +35,7 @@ def upcast(env: Raw) -> Raw | None:
     changed = False
     for _ in range(16):
         tag = env.get("event", {}).get("type")
-        step = UPCASTERS.get(tag)  # type: ignore[arg-type]
+        step = UPCASTERS.get(tag)
         if step is None:
             break
         env = step(env)

@@ -11,8 +11,9 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
 
 
 def mneme(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([MNEME, *args], env={**ENV, **(env or {})}, input=stdin, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [MNEME, *args], env={**ENV, **(env or {})}, input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def refused(res: subprocess.CompletedProcess[str], *words: str) -> str:
@@ -24,5 +25,3 @@ def refused(res: subprocess.CompletedProcess[str], *words: str) -> str:
     for w in words:
         assert w in lines[0], (w, lines[0])
     return lines[0]
-
-

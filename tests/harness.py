@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from nats.aio.client import Client as NATS
 
+from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, is_alive
+from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
 from mneme.runtime import close_nats, connect, control_id, make_gateway, opener
 from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
@@ -32,8 +35,6 @@ from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector, close_generation
 from services.projector.vector_index import EdgeIndex
 from services.projector.vector_view import VectorView
-from mneme.embed_cache import EmbeddingCache
-from mneme.embedding import DEFAULT_MODEL, ModelHandle
 
 MNEME = str(Path(sys.executable).parent / "mneme")
 
@@ -70,6 +71,19 @@ class ToolFailure(Exception):
     @property
     def field(self) -> str | None:
         return self.error.get("field")
+
+
+def text_of(res: CallToolResult) -> str:
+    """The text of a tool result's first content block (every tool here answers with one text block)."""
+    block = res.content[0]
+    assert isinstance(block, TextContent), block
+    return block.text
+
+
+def hints_of(tool: Tool) -> ToolAnnotations:
+    """A listed tool's annotations (every mneme tool has them)."""
+    assert tool.annotations is not None, tool.name
+    return tool.annotations
 
 
 def result_of(res: Any) -> dict[str, Any]:
@@ -137,12 +151,22 @@ def open_vectors(data_dir: Path, model: ModelHandle | None = None, *, background
     """Real Qdrant Edge under data_dir and the real model (or the handle given, e.g. one still loading),
     embedding in the background as a live projector does (background=False: as replay does)."""
     model = model or shared_model()
-    return VectorView(EdgeIndex(data_dir / f"vectors-{model.name}", model.dim or 384), model,
-                      EmbeddingCache(data_dir / "embeddings.sqlite"), background=background)  # fmt: skip
+    return VectorView(
+        EdgeIndex(data_dir / f"vectors-{model.name}", model.dim or 384),
+        model,
+        EmbeddingCache(data_dir / "embeddings.sqlite"),
+        background=background,
+    )
 
 
-async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | None = None, *,
-                      vectors: VectorView | bool | None = None, replayable: bool = False) -> Stack:  # fmt: skip
+async def start_stack(
+    data_dir: Path,
+    nats: EmbeddedNats,
+    gs: GatewaySettings | None = None,
+    *,
+    vectors: VectorView | bool | None = None,
+    replayable: bool = False,
+) -> Stack:
     """`replayable`: the projector listens for `mneme replay`'s swap and snapshot requests, as `mneme serve`
     does (its data directory is `data_dir`, the embedded server is `nats`)."""
     s = AsyncExitStack()
@@ -157,8 +181,11 @@ async def start_stack(data_dir: Path, nats: EmbeddedNats, gs: GatewaySettings | 
     control: dict[str, Any] = {}
     if replayable:
         core, ps = CoreSettings(data_dir=data_dir, nats_url=nats.url), ProjectorSettings()
-        control = {"control_id": control_id(core), "opener": opener(core, ps, vectors or None),
-                   "snapshots": data_dir / "snapshots"}  # fmt: skip
+        control = {
+            "control_id": control_id(core),
+            "opener": opener(core, ps, vectors or None),
+            "snapshots": data_dir / "snapshots",
+        }
     projector = Projector(nc, view, vectors=vectors or None, **control)
     s.callback(lambda: close_generation(projector.gen))  # the serving generation (a replay may swap it)
     await projector.start()
@@ -195,6 +222,6 @@ def wait_listening(proc: Any, port: int, timeout: float = 30.0, errlog: Path | N
         except OSError:
             if proc.poll() is not None:
                 text = errlog.read_text() if errlog else (proc.stderr.read() if proc.stderr else "")
-                raise AssertionError(f"the server exited ({proc.returncode}) before listening: {text!r}")
+                raise AssertionError(f"the server exited ({proc.returncode}) before listening: {text!r}") from None
             assert time.monotonic() < deadline, f"the server did not listen on port {port} within {timeout} s"
             time.sleep(0.05)

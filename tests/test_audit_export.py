@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -21,11 +21,11 @@ async def test_export_and_query_by_agent_and_time(tmp_path: Path, nats_server: E
     gs = GatewaySettings(agent_id="dana", role="admin", namespace="acme/web", namespaces=["acme/*"])
     stack = await start_stack(tmp_path / "d", nats_server, gs)
     try:
-        t0 = datetime.now(timezone.utc)
+        t0 = datetime.now(UTC)
         ids = [(await stack.call("memory_add", content=f"m{i}"))["id"] for i in range(3)]
         await stack.call("memory_get", id=ids[0])
         await stack.gateway.access.flush()
-        t1 = datetime.now(timezone.utc) + timedelta(seconds=1)
+        t1 = datetime.now(UTC) + timedelta(seconds=1)
         window = await stack.call("audit_query", agent_id="dana", since=t0.isoformat(), until=t1.isoformat())
         assert window["total"] == 4
         assert {r["action"] for r in window["results"]} == {"memory_created", "read:memory_get"}
@@ -40,8 +40,12 @@ async def test_export_and_query_by_agent_and_time(tmp_path: Path, nats_server: E
 
     data = tmp_path / "d"
     out = tmp_path / "trail.jsonl"
-    res = subprocess.run([MNEME, "audit", "export", "--data-dir", str(data), "--out", str(out)],
-                         capture_output=True, timeout=60, check=True)  # fmt: skip
+    res = subprocess.run(
+        [MNEME, "audit", "export", "--data-dir", str(data), "--out", str(out)],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
     # 3 creates, 1 get, and the 3 audit queries and the stats call above: reads are recorded too
     assert json.loads(res.stdout.splitlines()[-1])["records"] == 8
     rows = [json.loads(line) for line in out.read_text().splitlines()]

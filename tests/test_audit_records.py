@@ -15,10 +15,18 @@ from tests.harness import ToolFailure, start_stack
 pytestmark = pytest.mark.anyio
 
 
-async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+async def test_one_record_per_write_and_read_with_agent_and_request_id(
+    tmp_path: Path, nats_server: EmbeddedNats
+) -> None:
     # context="optional": each call gives its request id in its context
-    gs = GatewaySettings(agent_id="alice", role="admin", organization="acme", namespaces=["acme/*"],
-                         namespace="acme/web", context="optional")  # fmt: skip
+    gs = GatewaySettings(
+        agent_id="alice",
+        role="admin",
+        organization="acme",
+        namespaces=["acme/*"],
+        namespace="acme/web",
+        context="optional",
+    )
     stack = await start_stack(tmp_path / "d", nats_server, gs)
     try:
         ctx = lambda rid: {"request_id": rid}  # noqa: E731
@@ -32,15 +40,21 @@ async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path:
         by_request = Counter(r["request_id"] for r in page["results"])
         assert by_request == {"w1": 1, "w2": 1, "r1": 1, "r2": 1, "w3": 1}, page["results"]
         actions = {r["request_id"]: r["action"] for r in page["results"]}
-        assert actions == {"w1": "memory_created", "w2": "memory_updated", "r1": "read:memory_get",
-                           "r2": "read:memory_list", "w3": "memory_locked"}  # fmt: skip
+        assert actions == {
+            "w1": "memory_created",
+            "w2": "memory_updated",
+            "r1": "read:memory_get",
+            "r2": "read:memory_list",
+            "w3": "memory_locked",
+        }
         assert {r["agent_id"] for r in page["results"]} == {"alice"}
         assert all(a["id"] in r["memory_ids"] for r in page["results"])
         who = await stack.call("audit_query", namespace="acme/web", memory_id=a["id"], action="read:")
         assert [r["request_id"] for r in who["results"]] == ["r1", "r2"]
         # access statistics come from the read records, not from the memory's own events
         assert await stack.projector.access_follower.wait_for(
-            (await stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq, 10, committed=True)
+            (await stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq, 10, committed=True
+        )
         got = await stack.call("memory_get", id=a["id"])
         assert got["access_count"] == 2 and got["version"] == 3
         assert (await stack.call("memory_stats"))["most_accessed"] == [{"id": a["id"], "count": 2}]
@@ -51,8 +65,14 @@ async def test_one_record_per_write_and_read_with_agent_and_request_id(tmp_path:
 
 async def test_denied_attempts_are_recorded_and_agents_cannot_query(tmp_path: Path, nats_server: EmbeddedNats) -> None:
     # context="optional": each call gives its request id in its context
-    gs = GatewaySettings(agent_id="bot", role="agent", organization="acme", namespaces=["acme/web"],
-                         namespace="acme/web", context="optional")  # fmt: skip
+    gs = GatewaySettings(
+        agent_id="bot",
+        role="agent",
+        organization="acme",
+        namespaces=["acme/web"],
+        namespace="acme/web",
+        context="optional",
+    )
     stack = await start_stack(tmp_path / "d", nats_server, gs)
     try:
         m = await stack.call("memory_add", content="x", context={"request_id": "ok-1"})
@@ -67,7 +87,8 @@ async def test_denied_attempts_are_recorded_and_agents_cannot_query(tmp_path: Pa
             assert err.value.code == code
         await stack.settle()
         rows = stack.trail.con.execute(
-            "SELECT request_id, action, outcome, code, agent_id FROM audit_trail WHERE outcome = 'denied' ORDER BY trail_seq"
+            "SELECT request_id, action, outcome, code, agent_id FROM audit_trail "
+            "WHERE outcome = 'denied' ORDER BY trail_seq"
         ).fetchall()
         assert rows == [
             ("deny-memory_lock", "denied:memory_lock", "denied", "PERMISSION_ERROR", "bot"),
@@ -93,8 +114,9 @@ async def test_a_trimmed_surface_hides_internal_fields_from_agents_not_admins(
         assert all(h.get("seq") is None and h.get("request_id") is None for h in got["history"])
         listed = await stack.call("memory_list", detail="full")
         assert listed["results"][0].get("seq") is None
-        stack.gateway.principal = stack.gateway.principal.__class__(agent_id="root", role="admin",
-                                                                    default_namespace="acme/web")  # fmt: skip
+        stack.gateway.principal = stack.gateway.principal.__class__(
+            agent_id="root", role="admin", default_namespace="acme/web"
+        )
         full = await stack.call("memory_get", id=mid)
         assert full["seq"] > 0 and full["history"][0]["request_id"]
     finally:

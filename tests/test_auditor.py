@@ -29,7 +29,9 @@ async def test_every_event_is_recorded_once_across_a_restart(stack: Stack, tmp_p
     # stop the auditor, write more, start a new one on the same trail file
     await stack.auditor.stop()
     path = stack.trail.con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
-    trail_file = path.fetchone()[0]
+    row = path.fetchone()
+    assert row is not None
+    trail_file = row[0]
     stack.trail.close()
     await _writes(stack, 20, "after")
     head = await stack.last_seq()
@@ -39,7 +41,8 @@ async def test_every_event_is_recorded_once_across_a_restart(stack: Stack, tmp_p
     try:
         assert await auditor.follower.wait_for(head, 10)
         rows = trail.con.execute(
-            "SELECT source_seq, agent_id, request_id, action FROM audit_trail WHERE source = 'events' ORDER BY trail_seq"
+            "SELECT source_seq, agent_id, request_id, action FROM audit_trail "
+            "WHERE source = 'events' ORDER BY trail_seq"
         ).fetchall()
         assert [r[0] for r in rows] == list(range(1, head + 1)), "gap or duplicate in the trail"
         assert all(r[1] == "local-agent" and r[2] for r in rows)
@@ -69,7 +72,7 @@ async def test_tampering_is_named_by_audit_verify(stack: Stack) -> None:
     assert verify() == {"records": 6, "ok": False, "first_broken_seq": 7, "exit": 1}
     con = duckdb.connect(db)
     con.execute("UPDATE audit_trail SET agent_id = 'local-agent' WHERE trail_seq = 7")
-    assert con.execute("SELECT count(*) FROM audit_trail").fetchone()[0] == 14
+    assert con.execute("SELECT count(*) FROM audit_trail").fetchone() == (14,)
     con.execute("DELETE FROM audit_trail WHERE trail_seq = 9")
     con.close()
     assert verify() == {"records": 8, "ok": False, "first_broken_seq": 10, "exit": 1}

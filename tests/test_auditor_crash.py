@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 import pytest
+from nats.aio.client import Client as NATS
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
@@ -29,13 +30,18 @@ N = 10_000
 
 def start_auditor(url: str, data: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MNEME_AUDITOR_BATCH_MAX": "100", "MNEME_AUDITOR_LINGER": "0.01"}
-    return subprocess.Popen([MNEME, "auditor", "--nats-url", url, "--data-dir", str(data)], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [MNEME, "auditor", "--nats-url", url, "--data-dir", str(data)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
-async def caught_up(nc, n: int, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+async def caught_up(nc: NATS, n: int, timeout: float = 60) -> None:
     """Ask the auditor an audit query that waits until sequence n is committed to the trail."""
-    q = encoder.encode(AuditQuery(namespace="ns0", now=datetime.now(timezone.utc), min_seq=n, limit=1))
+    q = encoder.encode(AuditQuery(namespace="ns0", now=datetime.now(UTC), min_seq=n, limit=1))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -51,8 +57,12 @@ async def caught_up(nc, n: int, timeout: float = 60) -> None:  # type: ignore[no
 def trail_state(path: Path) -> tuple[int, list[int], tuple[int, int | None]]:
     trail = Trail(str(path))
     try:
-        seqs = [r[0] for r in trail.con.execute(
-            "SELECT source_seq FROM audit_trail WHERE source = 'events' ORDER BY trail_seq").fetchall()]  # fmt: skip
+        seqs = [
+            r[0]
+            for r in trail.con.execute(
+                "SELECT source_seq FROM audit_trail WHERE source = 'events' ORDER BY trail_seq"
+            ).fetchall()
+        ]
         return trail.checkpoints["events"], seqs, trail.verify()
     finally:
         trail.close()

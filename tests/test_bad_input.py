@@ -272,7 +272,7 @@ CASES = [
     case("memory_stats", {"store": ""}, BAD, "store", "store-empty"),
     case("memory_stats", {"store": "s" * 65}, BAD, "store", "store-65"),
     case("memory_stats", {"namespace": "a/b/c/d/e"}, BAD, "namespace", "namespace-5-segments"),
-]
+]  # fmt: skip
 
 
 def _fill(args: dict[str, Any], seed: str) -> dict[str, Any]:
@@ -387,15 +387,19 @@ async def test_every_float_parameter_refuses_nan_and_infinity(shared: tuple[Stac
 async def test_a_union_argument_is_named_by_itself_with_what_it_accepts(shared: tuple[Stack, str]) -> None:
     """`as_of` is a sequence or a time: a value that is neither fails once, on `as_of` (not `as_of.int`)."""
     stack, seed = shared
-    for tool, args in (("memory_get", {"id": seed}), ("memory_list", {}),
-                       ("memory_search", {"query": "x", "mode": "keyword"})):
+    for tool, args in (
+        ("memory_get", {"id": seed}),
+        ("memory_list", {}),
+        ("memory_search", {"query": "x", "mode": "keyword"}),
+    ):
         for bad in (1.5, [1], {"seq": 1}, 2.25):
             with pytest.raises(ToolFailure) as err:
                 await stack.call(tool, as_of=bad, **args)
             e = err.value.error
             assert e["code"] == BAD and e["field"] == "as_of", (tool, bad, e)
-            assert e["message"].startswith("as_of: must be a log sequence number (an integer) or an ISO 8601 time "
-                                           "(a string); got "), e  # fmt: skip
+            assert e["message"].startswith(
+                "as_of: must be a log sequence number (an integer) or an ISO 8601 time (a string); got "
+            ), e
             assert [x["field"] for x in e["errors"]] == ["as_of"], e
 
 
@@ -418,7 +422,7 @@ def _stdio_error(res: Any) -> dict[str, Any]:
 async def test_bad_calls_over_stdio_do_not_kill_mneme_serve(tmp_path: Path) -> None:
     data = tmp_path / "data"
     errlog = (tmp_path / "serve.stderr").open("w")
-    bad = [
+    bad: list[tuple[str, dict[str, Any], str | None]] = [
         ("memory_add", {"content": 123}, "content"),
         ("memory_add", {}, "content"),
         ("memory_add", {"content": "x" * (LIMIT + 1)}, "content"),

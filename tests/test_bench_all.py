@@ -10,11 +10,13 @@ from bench import all as bench_all
 
 def run(c_ratio: float, d_ms: float, floor: float) -> dict:
     return {
-        "spine": {"machine": {"git_commit": "abc", "date": "2026-11-26", "nproc": 2},
-                  "c_stdio": {"add_vs_noop": c_ratio, "noop": {"rate_per_s": floor}},
-                  "targets": {"d_stdio_p50": {"p50_ms": d_ms}}},
+        "spine": {
+            "machine": {"git_commit": "abc", "date": "2026-11-26", "nproc": 2},
+            "c_stdio": {"add_vs_noop": c_ratio, "noop": {"rate_per_s": floor}},
+            "targets": {"d_stdio_p50": {"p50_ms": d_ms}},
+        },
         "locomo": {"hybrid": {"mrr": 0.5}},
-    }  # fmt: skip
+    }
 
 
 def test_flags_a_ratio_that_fell_and_a_latency_that_rose_beyond_tolerance() -> None:

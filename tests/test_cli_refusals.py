@@ -27,23 +27,37 @@ def test_commands_on_a_directory_without_data_refuse_and_create_nothing(tmp_path
 
 
 def test_audit_export_names_a_bad_time_flag(tmp_path: Path) -> None:
-    line = refused(mneme("audit", "export", "--data-dir", str(tmp_path), "--out", str(tmp_path / "x"), "--since",
-                         "yesterday"), "--since", "'yesterday'", "ISO 8601")  # fmt: skip
+    line = refused(
+        mneme("audit", "export", "--data-dir", str(tmp_path), "--out", str(tmp_path / "x"), "--since", "yesterday"),
+        "--since",
+        "'yesterday'",
+        "ISO 8601",
+    )
     assert "2026-11-26T14:02:00Z" in line, "it shows the accepted format"
-    refused(mneme("audit", "export", "--data-dir", str(tmp_path), "--out", str(tmp_path / "x"), "--until", "soon"),
-            "--until")  # fmt: skip
+    refused(
+        mneme("audit", "export", "--data-dir", str(tmp_path), "--out", str(tmp_path / "x"), "--until", "soon"),
+        "--until",
+    )
 
 
 async def test_replay_refuses_a_bad_model_or_upto_before_building_and_cleans_up_a_failure(
     tmp_path: Path, nats_server: EmbeddedNats
-) -> None:  # fmt: skip
+) -> None:
     data = tmp_path / "data"
     data.mkdir()
     url = nats_server.url or ""
-    refused(mneme("replay", "--data-dir", str(data), "--nats-url", url, "--model", "bogus"), "--model", "'bogus'",
-            "paraphrase-minilm-l3")  # fmt: skip
-    refused(mneme("replay", "--data-dir", str(data), "--nats-url", url, "--upto", "99999"), "--upto", "99999",
-            "head of the log (0)")  # fmt: skip
+    refused(
+        mneme("replay", "--data-dir", str(data), "--nats-url", url, "--model", "bogus"),
+        "--model",
+        "'bogus'",
+        "paraphrase-minilm-l3",
+    )
+    refused(
+        mneme("replay", "--data-dir", str(data), "--nats-url", url, "--upto", "99999"),
+        "--upto",
+        "99999",
+        "head of the log (0)",
+    )
     assert list(data.iterdir()) == [], "nothing is built for a refused replay"
     # a failure mid-build (the vector store is out of reach) leaves no half-built generation
     unreachable = {"MNEME_PROJECTOR_VECTORS": "qdrant", "MNEME_PROJECTOR_QDRANT_URL": "http://127.0.0.1:1"}
@@ -68,21 +82,30 @@ def test_hash_token_reads_stdin_and_refuses_an_empty_token() -> None:
 def test_audit_help_describes_each_filter() -> None:
     text = " ".join(mneme("audit", "--help").stdout.split())
     assert "times ISO 8601" not in text
-    for want in ("--since SINCE export: only records from this time on (ISO 8601", "--until UNTIL export: only "
-                 "records before this time (ISO 8601)", "--agent AGENT export: only records of this agent id",
-                 "--memory MEMORY export: only records that touch this memory id",
-                 "--action-prefix ACTION_PREFIX export: only records whose action starts with this"):  # fmt: skip
+    for want in (
+        "--since SINCE export: only records from this time on (ISO 8601",
+        "--until UNTIL export: only records before this time (ISO 8601)",
+        "--agent AGENT export: only records of this agent id",
+        "--memory MEMORY export: only records that touch this memory id",
+        "--action-prefix ACTION_PREFIX export: only records whose action starts with this",
+    ):
         assert want in text, (want, text)
 
 
 def test_a_server_with_an_unknown_model_refuses_before_anything_starts(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    refused(mneme("serve", "--data-dir", str(data), env={"MNEME_PROJECTOR_EMBEDDING_MODEL": "bogus"}, stdin=""),
-            "MNEME_PROJECTOR_EMBEDDING_MODEL", "'bogus'")  # fmt: skip
+    refused(
+        mneme("serve", "--data-dir", str(data), env={"MNEME_PROJECTOR_EMBEDDING_MODEL": "bogus"}, stdin=""),
+        "MNEME_PROJECTOR_EMBEDDING_MODEL",
+        "'bogus'",
+    )
     assert not data.exists()
 
 
 def test_a_bad_setting_is_named_on_one_line(tmp_path: Path) -> None:
-    refused(mneme("serve", "--data-dir", str(tmp_path / "d"), env={"MNEME_GATEWAY_PORT": "eighty"}, stdin=""),
-            "MNEME_GATEWAY_PORT", "integer")  # fmt: skip
+    refused(
+        mneme("serve", "--data-dir", str(tmp_path / "d"), env={"MNEME_GATEWAY_PORT": "eighty"}, stdin=""),
+        "MNEME_GATEWAY_PORT",
+        "integer",
+    )
     assert not (tmp_path / "d").exists()

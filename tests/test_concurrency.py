@@ -28,8 +28,9 @@ class Remote:
         return result_of(await self.s.call_tool(tool, args))
 
 
-async def two_gateways(stack: Stack, es: AsyncExitStack, agents: tuple[str, str] = ("gw-a", "gw-b")
-                       ) -> tuple[Remote, Remote]:  # fmt: skip
+async def two_gateways(
+    stack: Stack, es: AsyncExitStack, agents: tuple[str, str] = ("gw-a", "gw-b")
+) -> tuple[Remote, Remote]:
     out = []
     for name in agents:
         r, w = await es.enter_async_context(
@@ -62,9 +63,11 @@ async def test_concurrent_updates_from_two_gateways_are_all_applied_once(stack: 
         assert (await a("memory_get", id=mid))["version"] == 201
 
     await stack.projector.follower.wait_for(await stack.last_seq(), 10)
-    rows = stack.view.reader().execute(
-        "SELECT version, seq, content, agent_id FROM memory_versions WHERE id = ? ORDER BY version", [mid]
-    ).fetchall()
+    rows = (
+        stack.view.reader()
+        .execute("SELECT version, seq, content, agent_id FROM memory_versions WHERE id = ? ORDER BY version", [mid])
+        .fetchall()
+    )
     assert [r[0] for r in rows] == list(range(1, 202))
     assert [r[1] for r in rows] == sorted(r[1] for r in rows), "versions must follow log order"
     contents = Counter(r[2] for r in rows[1:])
@@ -102,11 +105,13 @@ async def test_racing_for_one_store_path_exactly_one_wins(stack: Stack) -> None:
         assert sorted(await asyncio.gather(move(a, x), move(b, y))) == [False, True]
 
     await stack.projector.follower.wait_for(await stack.last_seq(), 10)
-    dupes = stack.view.reader().execute(
-        "SELECT path, count(*) FROM memories WHERE store = 'race' GROUP BY path HAVING count(*) > 1"
-    ).fetchall()
+    dupes = (
+        stack.view.reader()
+        .execute("SELECT path, count(*) FROM memories WHERE store = 'race' GROUP BY path HAVING count(*) > 1")
+        .fetchall()
+    )
     assert dupes == []
-    assert stack.view.reader().execute("SELECT count(*) FROM memories WHERE store = 'race'").fetchone()[0] == 27
+    assert stack.view.reader().execute("SELECT count(*) FROM memories WHERE store = 'race'").fetchone() == (27,)
 
 
 async def test_same_request_id_creates_one_memory(stack: Stack) -> None:
@@ -185,7 +190,9 @@ async def test_path_claims_succeed_under_unrelated_writes_to_the_same_store(stac
         assert sum(w is not None for w in wins) == 1
 
     await stack.projector.follower.wait_for(await stack.last_seq(), 10)
-    dupes = stack.view.reader().execute(
-        "SELECT path, count(*) FROM memories WHERE store = 'hot' GROUP BY path HAVING count(*) > 1"
-    ).fetchall()
+    dupes = (
+        stack.view.reader()
+        .execute("SELECT path, count(*) FROM memories WHERE store = 'hot' GROUP BY path HAVING count(*) > 1")
+        .fetchall()
+    )
     assert dupes == []

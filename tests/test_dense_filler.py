@@ -63,8 +63,11 @@ async def failure(stack: Stack, tool: str, **args: Any) -> ToolFailure:
 async def test_keyword_search_never_waits_for_an_embedding(tmp_path: Path, nats_server: EmbeddedNats) -> None:
     stack, gated = await gated_stack(tmp_path / "d", nats_server)
     try:
-        facts = ["The backups go to the Frankfurt bucket", "Carol reviews every database migration",
-                 "Deployments freeze on Fridays"]  # fmt: skip
+        facts = [
+            "The backups go to the Frankfurt bucket",
+            "Carol reviews every database migration",
+            "Deployments freeze on Fridays",
+        ]
         ids = [(await stack.call("memory_add", content=f))["id"] for f in facts]
         # nothing is embedded yet, and keyword search finds the new memories at once
         found = await stack.call("memory_search", mode="keyword", query="Frankfurt backups bucket")
@@ -89,12 +92,15 @@ async def test_keyword_search_never_waits_for_an_embedding(tmp_path: Path, nats_
 
 
 async def test_a_cold_start_answers_get_and_keyword_while_semantic_says_indexing(
-    tmp_path: Path, nats_server: EmbeddedNats,
+    tmp_path: Path,
+    nats_server: EmbeddedNats,
 ) -> None:
     first = await start_stack(tmp_path / "first", nats_server, vectors=True)
     try:
-        ids = [(await first.call("memory_add", content=f"Fact {i}: the lighthouse keeper logs storm {i}"))["id"]
-               for i in range(40)]  # fmt: skip
+        ids = [
+            (await first.call("memory_add", content=f"Fact {i}: the lighthouse keeper logs storm {i}"))["id"]
+            for i in range(40)
+        ]
     finally:
         await first.close()
     # a new replica: no projections, the whole log to fold, a model that embeds only when the test says so
@@ -126,7 +132,8 @@ async def test_a_cold_start_answers_get_and_keyword_while_semantic_says_indexing
 
 
 async def test_the_saved_position_never_passes_a_point_without_its_dense_vector(
-    tmp_path: Path, nats_server: EmbeddedNats,
+    tmp_path: Path,
+    nats_server: EmbeddedNats,
 ) -> None:
     stack, gated = await gated_stack(tmp_path / "d", nats_server)
     try:

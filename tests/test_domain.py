@@ -3,7 +3,7 @@ No clock, no I/O: every test runs in milliseconds."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
@@ -28,7 +28,7 @@ from schemas.events import (
     MemoryUpdated,
 )
 
-UTC = timezone.utc
+UTC = UTC
 NS = "acme/research"
 MID = "3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b"
 OTHER = "7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6"
@@ -96,8 +96,12 @@ def test_create_on_an_occupied_path_names_the_owner() -> None:
     assert err.field == "path"
     assert err.details == {"memory_id": OTHER}
     assert "main:notes/a" in err.message
-    assert err.to_dict() == {"code": "ALREADY_EXISTS", "message": err.message, "field": "path",
-                             "details": {"memory_id": OTHER}}  # fmt: skip
+    assert err.to_dict() == {
+        "code": "ALREADY_EXISTS",
+        "message": err.message,
+        "field": "path",
+        "details": {"memory_id": OTHER},
+    }
 
 
 def test_create_checks_the_path_before_the_owner() -> None:
@@ -167,10 +171,14 @@ def test_create_rejects_valid_until_not_after_valid_from(delta: timedelta) -> No
 def test_create_compares_validity_after_normalizing_to_utc() -> None:
     # 10:00+02:00 is 08:00 UTC, which is before 09:00 UTC: valid, although 10 > 9 on the clock face
     ev = decider.decide_create(
-        create(valid_from=datetime(2025, 1, 1, 10, 0, tzinfo=timezone(timedelta(hours=2))),
-               valid_until=datetime(2025, 1, 1, 9, 0)),
-        memory_id=MID, path_owner=None,
-    )  # fmt: skip
+        create(
+            valid_from=datetime(2025, 1, 1, 10, 0, tzinfo=timezone(timedelta(hours=2))),
+            valid_until=datetime(2025, 1, 1, 9, 0),
+        ),
+        memory_id=MID,
+        path_owner=None,
+    )
+    assert ev.valid_until is not None and ev.valid_from is not None
     assert ev.valid_until - ev.valid_from == timedelta(hours=1)
 
 
@@ -183,8 +191,9 @@ def _set_fields(ev: MemoryUpdated) -> set[str]:
 
 def test_update_emits_only_the_changed_fields() -> None:
     state = given_memory(tags=("x",), importance=0.5)
-    ev = decider.decide_update(state, UpdateMemory(namespace=NS, memory_id=MID, content="second", tags=("X",),
-                                                   importance=0.5))  # fmt: skip
+    ev = decider.decide_update(
+        state, UpdateMemory(namespace=NS, memory_id=MID, content="second", tags=("X",), importance=0.5)
+    )
     assert type(ev) is MemoryUpdated
     assert _set_fields(ev) == {"content"}
     assert ev.content == "second"
@@ -249,9 +258,14 @@ def test_update_checks_validity_against_the_current_state() -> None:
 
 @pytest.mark.parametrize(
     ("kw", "field"),
-    [({"content": " "}, "content"), ({"importance": float("nan")}, "importance"), ({"tags": ("",)}, "tags"),
-     ({"kind": "Bad Kind"}, "kind"), ({"subject": ""}, "subject")],
-)  # fmt: skip
+    [
+        ({"content": " "}, "content"),
+        ({"importance": float("nan")}, "importance"),
+        ({"tags": ("",)}, "tags"),
+        ({"kind": "Bad Kind"}, "kind"),
+        ({"subject": ""}, "subject"),
+    ],
+)
 def test_update_validates_given_fields(kw: dict, field: str) -> None:
     with pytest.raises(InvalidInput) as exc:
         decider.decide_update(given_memory(), UpdateMemory(namespace=NS, memory_id=MID, **kw))
@@ -284,8 +298,10 @@ def test_move_to_an_occupied_path_names_the_owner() -> None:
 
 
 def test_move_to_the_same_path_is_a_no_op() -> None:
-    assert decider.decide_move(stored(), MoveMemory(namespace=NS, memory_id=MID, to_path="notes/a"),
-                               path_owner=None) is None  # fmt: skip
+    assert (
+        decider.decide_move(stored(), MoveMemory(namespace=NS, memory_id=MID, to_path="notes/a"), path_owner=None)
+        is None
+    )
 
 
 def test_move_of_a_memory_without_a_store_is_invalid_state() -> None:
@@ -385,20 +401,36 @@ def test_folding_a_scripted_history() -> None:
     state = evolve(state, envelope(moved, at=at(5), agent="bo"), 20)
     assert state is not None
     assert (state.version, state.path, state.store, state.status, state.updated_by, state.last_seq) == (
-        5, "done/a", "main", ACTIVE, "bo", 20)  # fmt: skip
+        5,
+        "done/a",
+        "main",
+        ACTIVE,
+        "bo",
+        20,
+    )
 
     archived = decider.decide_delete(state, DeleteMemory(namespace=NS, memory_id=MID))
     state = evolve(state, envelope(archived, at=at(6), agent="cy"), 21)
     assert state is not None
     assert (state.version, state.path, state.status, state.updated_by, state.last_seq) == (
-        6, "done/a", ARCHIVED, "cy", 21)  # fmt: skip
+        6,
+        "done/a",
+        ARCHIVED,
+        "cy",
+        21,
+    )
     assert state.content == "v3"
 
     restored = decider.decide_restore(state, RestoreMemory(namespace=NS, memory_id=MID))
     state = evolve(state, envelope(restored, at=at(7), agent="ana"), 25)
     assert state is not None
     assert (state.version, state.path, state.status, state.updated_by, state.last_seq) == (
-        7, "done/a", ACTIVE, "ana", 25)  # fmt: skip
+        7,
+        "done/a",
+        ACTIVE,
+        "ana",
+        25,
+    )
 
     deleted = decider.decide_delete(state, DeleteMemory(namespace=NS, memory_id=MID, permanent=True))
     assert deleted is not None and deleted.version == 8
@@ -446,15 +478,16 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "metadata": st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(-5, 5), max_size=3),
     "expires_at": st.none() | _time,
     # valid_from always before valid_until, whatever order the updates come in
-    "valid_from": st.none() | st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2009, 12, 31),
-                                            timezones=st.just(UTC)),  # fmt: skip
-    "valid_until": st.none() | st.datetimes(min_value=datetime(2010, 1, 1), max_value=datetime(2030, 1, 1),
-                                             timezones=st.just(UTC)),  # fmt: skip
+    "valid_from": st.none()
+    | st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2009, 12, 31), timezones=st.just(UTC)),
+    "valid_until": st.none()
+    | st.datetimes(min_value=datetime(2010, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)),
 }
 
 
 def test_the_property_covers_every_updatable_field() -> None:
     assert set(FIELD_VALUES) == set(UPDATABLE_FIELDS), "add a strategy for each new updatable field"
+
 
 _updates = st.lists(
     st.lists(st.sampled_from(sorted(FIELD_VALUES)), min_size=1, max_size=4, unique=True).flatmap(
@@ -481,8 +514,9 @@ def test_folding_updates_gives_the_last_value_given_per_field(updates: list[dict
             continue
         assert _set_fields(ev) == would_change  # only what changed travels in the event
         assert ev.version == before.version + 1
-        state = evolve(state, envelope(ev), seq)
-        assert state is not None
+        after = evolve(state, envelope(ev), seq)
+        assert after is not None
+        state = after
         assert state.version == before.version + 1 and state.last_seq == seq
         emitted += 1
         expected.update(fields)
@@ -499,9 +533,18 @@ def test_an_agent_changing_a_verified_memory_makes_it_unverified_an_admin_does_n
     agent, admin = Actor(agent_id="bot", role="agent"), Actor(agent_id="root", role="admin")
     ev = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, content="edited"), actor=agent)
     assert ev is not None and ev.verification == "unverified"
-    env = Envelope(event_id="e", schema_version=1, namespace=NS, aggregate_id=MID, occurred_at=verified.updated_at,
-                   actor=agent, request_id="r", event=ev)  # fmt: skip
-    assert fold(verified, env, 99).verification == "unverified"
+    env = Envelope(
+        event_id="e",
+        schema_version=1,
+        namespace=NS,
+        aggregate_id=MID,
+        occurred_at=verified.updated_at,
+        actor=agent,
+        request_id="r",
+        event=ev,
+    )
+    folded = fold(verified, env, 99)
+    assert folded is not None and folded.verification == "unverified"
     tags_only = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, tags=("new",)), actor=agent)
     assert tags_only is not None and tags_only.verification is UNSET
     by_admin = decider.decide_update(verified, UpdateMemory(namespace=NS, memory_id=MID, content="edited"), actor=admin)

@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
 from mneme.embedded_nats import is_alive
-from tests.harness import MNEME, ToolFailure, nats_pid, result_of, serve_params, wait_dead
+from tests.harness import MNEME, ToolFailure, hints_of, nats_pid, result_of, serve_params, wait_dead
 
 pytestmark = pytest.mark.anyio
 
@@ -49,20 +49,38 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         call = Session(cs)
         listed = {t.name: t for t in (await cs.list_tools()).tools}
         assert set(listed) == TOOLS
-        assert listed["memory_get"].annotations.read_only_hint is True
-        assert listed["memory_retire"].annotations.destructive_hint is True
+        assert hints_of(listed["memory_get"]).read_only_hint is True
+        assert hints_of(listed["memory_retire"]).destructive_hint is True
         assert all(t.output_schema for t in listed.values())
 
-        future = (datetime.now(timezone.utc) + timedelta(days=30)).isoformat()
-        a = (await call("memory_add", content="Alice is vegetarian", store="fam", path="diet/alice", kind="fact",
-                        category="diet", subject="  Alice ", tags=["Food", "family", "food"], importance=0.9,
-                        citations=["chat:2026-11-01"], metadata={"src": "chat"}, expires_at=future))  # fmt: skip
+        future = (datetime.now(UTC) + timedelta(days=30)).isoformat()
+        a = await call(
+            "memory_add",
+            content="Alice is vegetarian",
+            store="fam",
+            path="diet/alice",
+            kind="fact",
+            category="diet",
+            subject="  Alice ",
+            tags=["Food", "family", "food"],
+            importance=0.9,
+            citations=["chat:2026-11-01"],
+            metadata={"src": "chat"},
+            expires_at=future,
+        )
         assert a["version"] == 1 and a["path"] == "diet/alice" and a["store"] == "fam"
         stored = await call("memory_get", id=a["id"])
         assert stored["tags"] == ["food", "family"] and stored["subject"] == "Alice" and stored["version"] == 1
-        b = (await call("memory_add", content="Bob avoids peanuts", store="fam", path="diet/bob", kind="fact",
-                        tags=["food", "allergy"], importance=0.3))  # fmt: skip
-        c = (await call("memory_add", content="Project uses pytest", kind="preference", tags=["python"]))
+        b = await call(
+            "memory_add",
+            content="Bob avoids peanuts",
+            store="fam",
+            path="diet/bob",
+            kind="fact",
+            tags=["food", "allergy"],
+            importance=0.3,
+        )
+        c = await call("memory_add", content="Project uses pytest", kind="preference", tags=["python"])
         assert c.get("store") is None and (await call("memory_get", id=c["id"]))["citations"] == []
 
         got = await call("memory_get", id="fam:diet/alice")
@@ -108,8 +126,8 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert rec["results"][0]["id"] == a["id"] and rec["results"][0]["content"] == "Alice is vegan"
 
         # expiry: hidden unless asked; prune counts
-        past = (datetime.now(timezone.utc) - timedelta(minutes=1)).isoformat()
-        e = (await call("memory_add", content="old promo code", store="fam", path="tmp/promo", expires_at=past))
+        past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+        e = await call("memory_add", content="old promo code", store="fam", path="tmp/promo", expires_at=past)
         assert (await call.fails("memory_get", id=e["id"])).code == "MEMORY_NOT_FOUND"
         assert (await call("memory_get", id=e["id"], include_expired=True))["expired"] is True
         assert (await call("memory_list", store="fam"))["total"] == 2
@@ -127,7 +145,7 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert (await call("memory_restore", id=b["id"]))["status"] == "active"
         await call("memory_retire", id="fam:diet/bob", mode="delete")
         assert (await call.fails("memory_get", id=b["id"])).code == "MEMORY_NOT_FOUND"
-        again = (await call("memory_add", content="Bob is fine with peanuts now", store="fam", path="diet/bob"))
+        again = await call("memory_add", content="Bob is fine with peanuts now", store="fam", path="diet/bob")
         assert again["id"] != b["id"]
 
         st = await call("memory_stats")
@@ -139,8 +157,11 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert (await call("memory_stats", namespace="elsewhere"))["total"] == 0
 
         # search in `mneme serve`: the bundled model and Qdrant Edge under the data directory
-        for mode, query in (("semantic", "which testing tool does the project like"),
-                            ("keyword", "pytest"), ("hybrid", "what does the project test with")):
+        for mode, query in (
+            ("semantic", "which testing tool does the project like"),
+            ("keyword", "pytest"),
+            ("hybrid", "what does the project test with"),
+        ):
             found = None
             for _ in range(100):  # the model loads in the background at start
                 try:
@@ -157,7 +178,7 @@ async def test_read_your_writes_200_times(tmp_path: Path) -> None:
         await cs.initialize()
         call = Session(cs)
         for i in range(200):
-            added = (await call("memory_add", content=f"fact number {i}"))
+            added = await call("memory_add", content=f"fact number {i}")
             got = await call("memory_get", id=added["id"])
             assert got["content"] == f"fact number {i}"
             if i % 20 == 0:
@@ -202,8 +223,12 @@ def _rpc(proc: subprocess.Popen[bytes], msg: dict[str, Any]) -> dict[str, Any] |
 
 
 def _start_raw(data: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([MNEME, "serve", "--data-dir", str(data)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [MNEME, "serve", "--data-dir", str(data)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
     assert _rpc(proc, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
     _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -211,8 +236,15 @@ def _start_raw(data: Path) -> subprocess.Popen[bytes]:
 
 
 def _add(proc: subprocess.Popen[bytes], n: int) -> str:
-    reply = _rpc(proc, {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-                        "params": {"name": "memory_add", "arguments": {"content": f"acked {n}"}}})  # fmt: skip
+    reply = _rpc(
+        proc,
+        {
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "tools/call",
+            "params": {"name": "memory_add", "arguments": {"content": f"acked {n}"}},
+        },
+    )
     assert reply and not reply["result"].get("isError"), reply
     return reply["result"]["structuredContent"]["id"]
 
@@ -240,15 +272,19 @@ async def test_signal_stops_everything_and_keeps_acknowledged_writes(tmp_path: P
 
 async def test_serve_audits_every_call_and_answers_admin_queries_at_once(tmp_path: Path) -> None:
     env = {**os.environ, "MNEME_GATEWAY_ROLE": "admin", "MNEME_GATEWAY_AGENT_ID": "root"}
-    async with stdio_client(serve_params(tmp_path / "d", "--context", "optional", env=env)) as (r, w), \
-            ClientSession(r, w) as cs:
+    async with (
+        stdio_client(serve_params(tmp_path / "d", "--context", "optional", env=env)) as (r, w),
+        ClientSession(r, w) as cs,
+    ):
         await cs.initialize()
         call = Session(cs)
         a = await call("memory_add", content="audited", context={"request_id": "w-1"})
         await call("memory_get", id=a["id"], context={"request_id": "r-1"})
         page = await call("audit_query", memory_id=a["id"])
         assert [(r["action"], r["request_id"], r["agent_id"]) for r in page["results"]] == [
-            ("memory_created", "w-1", "root"), ("read:memory_get", "r-1", "root")]
+            ("memory_created", "w-1", "root"),
+            ("read:memory_get", "r-1", "root"),
+        ]
 
 
 def _deep(levels: int) -> str:
@@ -256,8 +292,9 @@ def _deep(levels: int) -> str:
 
 
 def _call(rid: int, tool: str, args: str) -> bytes:
-    return (f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}'
-            ).encode()  # fmt: skip
+    return (
+        f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}'
+    ).encode()
 
 
 async def test_malformed_lines_are_answered_and_never_end_mneme_serve(tmp_path: Path) -> None:
@@ -271,20 +308,30 @@ async def test_malformed_lines_are_answered_and_never_end_mneme_serve(tmp_path: 
         (_call(4, "memory_add", '{"content":"x","metadata":%s}' % _deep(150)), 4, "INVALID_INPUT metadata"),
         (_call(5, "memory_add", '{"content":"x","importance":NaN}'), 5, "INVALID_INPUT importance"),
         (_call(6, "memory_add", '{"content":"x","confidence":1e400}'), 6, "INVALID_INPUT confidence"),
-        (_call(7, "memory_search", '{"query":"x","mode":"keyword","threshold":-Infinity}'), 7,
-         "INVALID_INPUT threshold"),
+        (
+            _call(7, "memory_search", '{"query":"x","mode":"keyword","threshold":-Infinity}'),
+            7,
+            "INVALID_INPUT threshold",
+        ),
         (_call(8, "memory_nuke", "{}"), 8, "UNKNOWN_TOOL name"),
-        (_call(9, "memory_get", '{"id":"00000000-0000-4000-8000-000000000000","as_of":1.5}'), 9,
-         "INVALID_INPUT as_of"),
+        (_call(9, "memory_get", '{"id":"00000000-0000-4000-8000-000000000000","as_of":1.5}'), 9, "INVALID_INPUT as_of"),
         (b'[{"jsonrpc":"2.0","id":10,"method":"tools/list"}]', None, "-32600"),
         (b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"memory_add"', 11, "-32700"),
-        (b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"'
-         b'\xed\xa0\x80"}}}', 12, "-32700"),  # a surrogate encoded as UTF-8 bytes: not UTF-8  # fmt: skip
+        (
+            b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"memory_add","arguments":{"content":"'
+            b'\xed\xa0\x80"}}}',
+            12,
+            "-32700",
+        ),  # a surrogate encoded as UTF-8 bytes: not UTF-8
         (b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}', None, "-32600"),
         (b"{" * 5000, None, "-32700"),
     ]
-    proc = subprocess.Popen([MNEME, "serve", "--data-dir", str(tmp_path / "d")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=(tmp_path / "stderr").open("wb"))  # fmt: skip
+    proc = subprocess.Popen(
+        [MNEME, "serve", "--data-dir", str(tmp_path / "d")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=(tmp_path / "stderr").open("wb"),
+    )
     try:
         init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
         reply = _rpc(proc, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
@@ -295,8 +342,10 @@ async def test_malformed_lines_are_answered_and_never_end_mneme_serve(tmp_path: 
         for _ in range(3):  # three rounds of the same burst, written all at once
             proc.stdin.write(b"".join(line + b"\n" for line, _, _ in burst) + _call(99, "memory_list", "{}") + b"\n")
             proc.stdin.flush()
-            replies = [json.loads(await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30))
-                       for _ in range(len(burst) + 1)]  # fmt: skip
+            replies = [
+                json.loads(await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30))
+                for _ in range(len(burst) + 1)
+            ]
             by_id = {r["id"]: r for r in replies if r["id"] is not None}
             assert sorted(by_id) == sorted({rid for _, rid, _ in burst if rid is not None} | {99}), replies
             assert sum(r["id"] is None for r in replies) == sum(rid is None for _, rid, _ in burst), replies

@@ -48,8 +48,9 @@ async def test_messages_dropped_in_delivery_are_fetched_again(tmp_path: Path, na
         assert last == N
         sinks = [SlowSink(), SlowSink()]
         # a tiny nats-py buffer and a tiny queue: drops are certain, as with a 1,000,000-event backlog
-        followers = [LogFollower(js, s, batch_max=500, linger=0.01, queue_max=50, pending_msgs_limit=300)
-                     for s in sinks]  # fmt: skip
+        followers = [
+            LogFollower(js, s, batch_max=500, linger=0.01, queue_max=50, pending_msgs_limit=300) for s in sinks
+        ]
         for f in followers:
             await f.start()
         for f in followers:

@@ -99,21 +99,38 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     await server.start()
     stack = None
     try:
-        admin = GatewaySettings(agent_id="alice", role="admin", organization="acme", namespaces=["acme/*"],
-                                namespace="acme/web", consistency="linearizable", context="optional")  # fmt: skip
+        admin = GatewaySettings(
+            agent_id="alice",
+            role="admin",
+            organization="acme",
+            namespaces=["acme/*"],
+            namespace="acme/web",
+            consistency="linearizable",
+            context="optional",
+        )
         stack = await start_stack(base / "data", server, gs=admin)
         async with AsyncExitStack() as es:
             es.push_async_callback(stack.gateway.access.flush)
             alice = Caller("alice", stack.gateway, stack.client)
             bob = await add_caller(stack, es, "bob", organization="acme", namespaces=["acme/*"], namespace="acme/web")
-            carol = await add_caller(stack, es, "carol", organization="acme", namespaces=["acme/web"],
-                                     read_only=["acme/docs"], namespace="acme/web")  # fmt: skip
-            dave = await add_caller(stack, es, "dave", organization="globex", namespaces=["globex/*"],
-                                    namespace="globex/web")  # fmt: skip
-            erin = await add_caller(stack, es, "erin", role="admin", organization="globex", namespaces=["globex/*"],
-                                    namespace="globex/web")  # fmt: skip
-            strict = await add_caller(stack, es, "bob", organization="acme", namespaces=["acme/*"],
-                                      namespace="acme/web", require_context=True)  # fmt: skip
+            carol = await add_caller(
+                stack,
+                es,
+                "carol",
+                organization="acme",
+                namespaces=["acme/web"],
+                read_only=["acme/docs"],
+                namespace="acme/web",
+            )
+            dave = await add_caller(
+                stack, es, "dave", organization="globex", namespaces=["globex/*"], namespace="globex/web"
+            )
+            erin = await add_caller(
+                stack, es, "erin", role="admin", organization="globex", namespaces=["globex/*"], namespace="globex/web"
+            )
+            strict = await add_caller(
+                stack, es, "bob", organization="acme", namespaces=["acme/*"], namespace="acme/web", require_context=True
+            )
             yield World(stack, alice, bob, carol, dave, erin, strict)
     finally:
         if stack is not None:
@@ -209,13 +226,13 @@ async def test_locked_memory_refuses_agent_changes_and_admin_may_change_it(world
     await world.alice("memory_lock", id=mid, namespace=ns, reason="frozen")
 
     await refused(world, world.bob, "memory_update", "MEMORY_LOCKED", id=mid, namespace=ns, content="agent edit")
-    await refused(world, world.bob, "memory_update", "MEMORY_LOCKED", namespace=ns, id="s:a/locked",
-                  tags=["x"])  # fmt: skip
+    await refused(world, world.bob, "memory_update", "MEMORY_LOCKED", namespace=ns, id="s:a/locked", tags=["x"])
     await refused(world, world.bob, "memory_move", "MEMORY_LOCKED", id=mid, namespace=ns, to_path="a/moved")
     await refused(world, world.bob, "memory_retire", "MEMORY_LOCKED", id=mid, namespace=ns, mode="archive")
     await refused(world, world.bob, "memory_retire", "MEMORY_LOCKED", id=mid, namespace=ns, mode="delete")
-    await refused(world, world.bob, "memory_retire", "MEMORY_LOCKED", id=mid, namespace=ns, mode="deprecate",
-                  reason="stale")  # fmt: skip
+    await refused(
+        world, world.bob, "memory_retire", "MEMORY_LOCKED", id=mid, namespace=ns, mode="deprecate", reason="stale"
+    )
     got = await world.bob("memory_get", id=mid, namespace=ns)  # still readable, unchanged
     assert (got["content"], got["locked"], got["version"], got["path"]) == ("original text", True, 2, "a/locked")
     assert got["status"] == "active" and got.get("status_reason") is None and got["lock_reason"] == "frozen"
@@ -262,8 +279,15 @@ async def test_agents_cannot_write_protected_kinds(world: World) -> None:
     assert (await world.alice("memory_get", id=note, namespace=ns))["kind"] == "business_rule"
 
     # an agent may not change an admin's business rule (nor delete it); the admin may
-    await refused(world, world.bob, "memory_update", "WRITE_NOT_ALLOWED", id=rule["id"], namespace=ns,
-                  content="invoices are net 90")  # fmt: skip
+    await refused(
+        world,
+        world.bob,
+        "memory_update",
+        "WRITE_NOT_ALLOWED",
+        id=rule["id"],
+        namespace=ns,
+        content="invoices are net 90",
+    )
     await refused(world, world.bob, "memory_retire", "WRITE_NOT_ALLOWED", id=rule["id"], namespace=ns)
     got = await world.bob("memory_get", id=rule["id"], namespace=ns)
     assert got["content"] == "invoices are net 30" and got["version"] == 1
@@ -283,8 +307,9 @@ async def test_deprecate_needs_a_reason_and_keeps_the_memory_readable_and_marked
     err = await refused(world, world.bob, "memory_retire", "INVALID_INPUT", id=old, namespace=ns, mode="deprecate")
     assert err.field == "reason"
     for blank in ("", "   "):
-        err = await refused(world, world.bob, "memory_retire", "INVALID_INPUT", id=old, namespace=ns, mode="deprecate",
-                            reason=blank)  # fmt: skip
+        err = await refused(
+            world, world.bob, "memory_retire", "INVALID_INPUT", id=old, namespace=ns, mode="deprecate", reason=blank
+        )
         assert err.field == "reason"
     # anyone with write access may deprecate (an agent here) ...
     d = await world.bob("memory_retire", id=old, namespace=ns, mode="deprecate", reason="  superseded by 3.11 ")
@@ -294,10 +319,12 @@ async def test_deprecate_needs_a_reason_and_keeps_the_memory_readable_and_marked
     assert again["changed"] is False
     assert await world.last_seq() == before
     # ... but not without write access to the namespace
-    await refused(world, world.dave, "memory_retire", "SCOPE_VIOLATION", id=keep, namespace=ns, mode="deprecate",
-                  reason="no")  # fmt: skip
-    await refused(world, world.carol, "memory_retire", "SCOPE_VIOLATION", id=keep, namespace=ns, mode="deprecate",
-                  reason="no")  # fmt: skip
+    await refused(
+        world, world.dave, "memory_retire", "SCOPE_VIOLATION", id=keep, namespace=ns, mode="deprecate", reason="no"
+    )
+    await refused(
+        world, world.carol, "memory_retire", "SCOPE_VIOLATION", id=keep, namespace=ns, mode="deprecate", reason="no"
+    )
 
     got = await world.bob("memory_get", id=old, namespace=ns)
     assert got["content"] == "use python 3.9"
@@ -356,8 +383,12 @@ async def test_every_change_is_a_new_version_with_history_newest_first(world: Wo
     hist = got["history"]
     assert [h["version"] for h in hist] == [7, 6, 5, 4, 3], "history: the recent versions, newest first"
     assert [h["event_type"] for h in hist] == [
-        "memory_deprecated", "memory_unlocked", "memory_updated", "memory_locked", "memory_verified",
-    ]  # fmt: skip
+        "memory_deprecated",
+        "memory_unlocked",
+        "memory_updated",
+        "memory_locked",
+        "memory_verified",
+    ]
     assert [h["agent_id"] for h in hist] == ["bob", "alice", "alice", "alice", "alice"]
     seqs = [h["seq"] for h in hist]
     assert seqs == sorted(seqs, reverse=True) and len(set(seqs)) == len(seqs)
@@ -378,8 +409,9 @@ async def test_every_change_is_a_new_version_with_history_newest_first(world: Wo
     await world.bob("memory_update", id=short, namespace=ns, content="b")
     h = (await world.bob("memory_get", id=short, namespace=ns))["history"]
     assert [(x["version"], x["event_type"], x["agent_id"]) for x in h] == [
-        (2, "memory_updated", "bob"), (1, "memory_created", "bob"),
-    ]  # fmt: skip
+        (2, "memory_updated", "bob"),
+        (1, "memory_created", "bob"),
+    ]
 
 
 # -- namespace scope -------------------------------------------------------------------------------
@@ -397,8 +429,9 @@ async def test_writes_outside_the_principals_patterns_are_scope_violations(world
     await refused(world, world.alice, "memory_add", "SCOPE_VIOLATION", content="x", namespace="globex/web")
     await refused(world, world.erin, "memory_list", "SCOPE_VIOLATION", namespace="acme/web")
     # by id from inside its own scope: a write tool aimed at another namespace's memory
-    await refused(world, world.dave, "memory_update", "SCOPE_VIOLATION", id=ok["id"], namespace="acme/web",
-                  content="hijack")  # fmt: skip
+    await refused(
+        world, world.dave, "memory_update", "SCOPE_VIOLATION", id=ok["id"], namespace="acme/web", content="hijack"
+    )
     await refused(world, world.dave, "memory_retire", "SCOPE_VIOLATION", id=ok["id"], namespace="acme/web")
     # and from its own namespace: the memory is not there
     await refused(world, world.dave, "memory_update", "MEMORY_NOT_FOUND", id=ok["id"], content="hijack")
@@ -408,8 +441,11 @@ async def test_writes_outside_the_principals_patterns_are_scope_violations(world
 async def test_reads_outside_scope_reveal_nothing(world: World) -> None:
     ns = f"acme/{fresh()}"
     secret = marker()
-    mid = (await world.alice("memory_add", content=f"secret {secret}", namespace=ns, store="vault", path="k/key",
-                             tags=[secret[:20]]))["id"]  # fmt: skip
+    mid = (
+        await world.alice(
+            "memory_add", content=f"secret {secret}", namespace=ns, store="vault", path="k/key", tags=[secret[:20]]
+        )
+    )["id"]
     for caller in (world.dave, world.carol):
         # the newest first (memory_list sorted by updated_at) was memory_recent
         for tool, args in (("memory_list", {}), ("memory_stats", {}), ("memory_list", {"sort_by": "updated_at"})):
@@ -456,8 +492,16 @@ async def test_read_only_patterns_are_readable_not_writable(world: World) -> Non
     await refused(world, world.carol, "memory_update", "SCOPE_VIOLATION", id=mid, namespace="acme/docs", content="y")
     await refused(world, world.carol, "memory_move", "SCOPE_VIOLATION", id=mid, namespace="acme/docs", to_path="h")
     await refused(world, world.carol, "memory_retire", "SCOPE_VIOLATION", id=mid, namespace="acme/docs")
-    await refused(world, world.carol, "memory_retire", "SCOPE_VIOLATION", id=mid, namespace="acme/docs",
-                  mode="deprecate", reason="r")  # fmt: skip
+    await refused(
+        world,
+        world.carol,
+        "memory_retire",
+        "SCOPE_VIOLATION",
+        id=mid,
+        namespace="acme/docs",
+        mode="deprecate",
+        reason="r",
+    )
     await refused(world, world.carol, "memory_prune_expired", "SCOPE_VIOLATION", namespace="acme/docs")
     # bob (acme/*) may write there
     assert (await world.bob("memory_update", id=mid, namespace="acme/docs", tags=["ok"]))["version"] == 2
@@ -465,8 +509,14 @@ async def test_read_only_patterns_are_readable_not_writable(world: World) -> Non
 
 async def test_system_scope_readable_by_the_org_writable_only_by_its_admins(world: World) -> None:
     store = fresh("rules")
-    rule = await world.alice("memory_add", content="never push to main", namespace="acme/_system", store=store,
-                             path="git", kind="business_rule")  # fmt: skip
+    rule = await world.alice(
+        "memory_add",
+        content="never push to main",
+        namespace="acme/_system",
+        store=store,
+        path="git",
+        kind="business_rule",
+    )
     assert rule["namespace"] == "acme/_system"
     # readable by every agent of the organization, including one bound to acme/web only
     for caller in (world.bob, world.carol):
@@ -478,10 +528,19 @@ async def test_system_scope_readable_by_the_org_writable_only_by_its_admins(worl
     # not writable by agents of the organization (even with acme/* or * patterns)
     await refused(world, world.bob, "memory_add", "SCOPE_VIOLATION", content="x", namespace="acme/_system")
     await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", namespace="acme/_system")
-    await refused(world, world.bob, "memory_update", "SCOPE_VIOLATION", id=rule["id"], namespace="acme/_system",
-                  tags=["x"])  # fmt: skip
-    await refused(world, world.bob, "memory_retire", "SCOPE_VIOLATION", id=rule["id"], namespace="acme/_system",
-                  mode="deprecate", reason="no")  # fmt: skip
+    await refused(
+        world, world.bob, "memory_update", "SCOPE_VIOLATION", id=rule["id"], namespace="acme/_system", tags=["x"]
+    )
+    await refused(
+        world,
+        world.bob,
+        "memory_retire",
+        "SCOPE_VIOLATION",
+        id=rule["id"],
+        namespace="acme/_system",
+        mode="deprecate",
+        reason="no",
+    )
     async with AsyncExitStack() as es:
         star = await add_caller(world.stack, es, "star-agent", organization="acme", namespaces=["*"])
         world.extra.append(star)
@@ -510,27 +569,52 @@ async def test_system_scope_readable_by_the_org_writable_only_by_its_admins(worl
 async def test_context_object_is_checked_against_the_principal(world: World) -> None:
     store = fresh("ctx")
     # agent_id: must be the authenticated agent
-    err = await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", store=store, path="a",
-                        context={"agent_id": "alice"})  # fmt: skip
+    err = await refused(
+        world,
+        world.carol,
+        "memory_add",
+        "SCOPE_VIOLATION",
+        content="x",
+        store=store,
+        path="a",
+        context={"agent_id": "alice"},
+    )
     assert err.field == "context.agent_id"
     await refused(world, world.carol, "memory_list", "SCOPE_VIOLATION", context={"agent_id": "bob"})
     ok = await world.carol("memory_add", content="as myself", store=store, path="a", context={"agent_id": "carol"})
     assert ok["namespace"] == "acme/web"
     # organization_id: must be the principal's
-    err = await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x",
-                        context={"organization_id": "globex", "repository_id": "web"})  # fmt: skip
+    err = await refused(
+        world,
+        world.carol,
+        "memory_add",
+        "SCOPE_VIOLATION",
+        content="x",
+        context={"organization_id": "globex", "repository_id": "web"},
+    )
     assert err.field == "context.organization_id"
     # repository_id names the namespace <org>/<repo> ...
-    r = await world.carol("memory_add", content="via repository", store=store, path="b",
-                          context={"agent_id": "carol", "organization_id": "acme", "repository_id": "web"})  # fmt: skip
+    r = await world.carol(
+        "memory_add",
+        content="via repository",
+        store=store,
+        path="b",
+        context={"agent_id": "carol", "organization_id": "acme", "repository_id": "web"},
+    )
     assert r["namespace"] == "acme/web"
     got = await world.carol("memory_get", id=r["id"], context={"repository_id": "web", "intent": "read"})
     assert got["content"] == "via repository" and got["namespace"] == "acme/web"
     # ... and a repository the principal is not bound to is a scope violation (read and write)
     await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", context={"repository_id": "api"})
     await refused(world, world.carol, "memory_list", "SCOPE_VIOLATION", context={"repository_id": "api"})
-    err = await refused(world, world.dave, "memory_get", "SCOPE_VIOLATION", id=r["id"],
-                        context={"organization_id": "acme", "repository_id": "web"})  # fmt: skip
+    err = await refused(
+        world,
+        world.dave,
+        "memory_get",
+        "SCOPE_VIOLATION",
+        id=r["id"],
+        context={"organization_id": "acme", "repository_id": "web"},
+    )
     no_leak(err, "via repository")
     # (dave's own repository "web" is globex/web: the memory is not there)
     await refused(world, world.dave, "memory_get", "MEMORY_NOT_FOUND", id=r["id"], context={"repository_id": "web"})
@@ -540,13 +624,29 @@ async def test_context_object_is_checked_against_the_principal(world: World) -> 
     await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", context={"repository_id": "docs"})
 
     # intent: a read intent does not allow a write tool, a write intent not an admin tool
-    err = await refused(world, world.carol, "memory_add", "INVALID_CONTEXT", content="x", store=store, path="c",
-                        context={"intent": "read"})  # fmt: skip
+    err = await refused(
+        world,
+        world.carol,
+        "memory_add",
+        "INVALID_CONTEXT",
+        content="x",
+        store=store,
+        path="c",
+        context={"intent": "read"},
+    )
     assert err.field == "context.intent"
-    await refused(world, world.carol, "memory_update", "INVALID_CONTEXT", id=r["id"], content="y",
-                  context={"intent": "read"})  # fmt: skip
-    await refused(world, world.alice, "memory_lock", "INVALID_CONTEXT", id=r["id"], namespace="acme/web",
-                  context={"intent": "write"})  # fmt: skip
+    await refused(
+        world, world.carol, "memory_update", "INVALID_CONTEXT", id=r["id"], content="y", context={"intent": "read"}
+    )
+    await refused(
+        world,
+        world.alice,
+        "memory_lock",
+        "INVALID_CONTEXT",
+        id=r["id"],
+        namespace="acme/web",
+        context={"intent": "write"},
+    )
     lk = await world.alice("memory_lock", id=r["id"], namespace="acme/web", context={"intent": "admin"})
     assert lk["locked"] is True
     await world.alice("memory_unlock", id=r["id"], namespace="acme/web", context={"intent": "admin"})
@@ -567,10 +667,20 @@ async def test_context_repository_outside_scope_is_refused_even_with_an_allowed_
     """The context says which repository the call is for; a repository the principal is not bound to is
     SCOPE_VIOLATION whatever namespace argument accompanies it."""
     store = fresh("ctx")
-    await refused(world, world.carol, "memory_add", "SCOPE_VIOLATION", content="x", namespace="acme/web",
-                  store=store, path="a", context={"repository_id": "api"})  # fmt: skip
-    await refused(world, world.carol, "memory_list", "SCOPE_VIOLATION", namespace="acme/web",
-                  context={"repository_id": "api"})  # fmt: skip
+    await refused(
+        world,
+        world.carol,
+        "memory_add",
+        "SCOPE_VIOLATION",
+        content="x",
+        namespace="acme/web",
+        store=store,
+        path="a",
+        context={"repository_id": "api"},
+    )
+    await refused(
+        world, world.carol, "memory_list", "SCOPE_VIOLATION", namespace="acme/web", context={"repository_id": "api"}
+    )
 
 
 async def test_require_context_refuses_calls_without_one(world: World) -> None:
@@ -585,12 +695,25 @@ async def test_require_context_refuses_calls_without_one(world: World) -> None:
         err = await refused(world, world.strict, tool, "INVALID_CONTEXT", **args)
         assert err.field == "context"
     # a context without a repository is not enough
-    err = await refused(world, world.strict, "memory_add", "INVALID_CONTEXT", content="x", namespace=ns,
-                        context={"agent_id": "bob", "intent": "write"})  # fmt: skip
+    err = await refused(
+        world,
+        world.strict,
+        "memory_add",
+        "INVALID_CONTEXT",
+        content="x",
+        namespace=ns,
+        context={"agent_id": "bob", "intent": "write"},
+    )
     assert err.field == "context.repository_id"
     # the context is still checked for the principal
-    await refused(world, world.strict, "memory_add", "SCOPE_VIOLATION", content="x",
-                  context={"agent_id": "mallory", "repository_id": repo})  # fmt: skip
+    await refused(
+        world,
+        world.strict,
+        "memory_add",
+        "SCOPE_VIOLATION",
+        content="x",
+        context={"agent_id": "mallory", "repository_id": repo},
+    )
     # a full context works
     ctx = {"agent_id": "bob", "organization_id": "acme", "repository_id": repo, "intent": "write"}
     added = await world.strict("memory_add", content="with context", context=ctx)

@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -34,16 +33,36 @@ ADMIN_TOKEN = "admin-token-root-9b2e44"
 OTHER_TOKEN = "agent-token-gus-51d0c8"
 
 
-
 def write_principals(path: Path) -> None:
-    path.write_text(json.dumps({"principals": [
-        {"token_sha256": hash_token(AGENT_TOKEN), "agent_id": "ann", "role": "agent", "organization": "acme",
-         "namespaces": ["acme/web"]},
-        {"token_sha256": hash_token(ADMIN_TOKEN), "agent_id": "root", "role": "admin", "organization": "acme",
-         "namespaces": ["acme/*"]},
-        {"token_sha256": hash_token(OTHER_TOKEN), "agent_id": "gus", "role": "agent", "organization": "globex",
-         "namespaces": ["globex/web"]},
-    ]}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "principals": [
+                    {
+                        "token_sha256": hash_token(AGENT_TOKEN),
+                        "agent_id": "ann",
+                        "role": "agent",
+                        "organization": "acme",
+                        "namespaces": ["acme/web"],
+                    },
+                    {
+                        "token_sha256": hash_token(ADMIN_TOKEN),
+                        "agent_id": "root",
+                        "role": "admin",
+                        "organization": "acme",
+                        "namespaces": ["acme/*"],
+                    },
+                    {
+                        "token_sha256": hash_token(OTHER_TOKEN),
+                        "agent_id": "gus",
+                        "role": "agent",
+                        "organization": "globex",
+                        "namespaces": ["globex/web"],
+                    },
+                ]
+            }
+        )
+    )
 
 
 class Remote:
@@ -89,7 +108,7 @@ async def test_bearer_tokens_map_to_principals_over_http(tmp_path: Path) -> None
     argv = [MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--transport", "http", "--host", "127.0.0.1",
             "--port", str(port), "--context", "optional"]  # fmt: skip
     # a long-running server child, stopped at the end
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: ASYNC220
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         wait_listening(proc, port)
@@ -98,8 +117,15 @@ async def test_bearer_tokens_map_to_principals_over_http(tmp_path: Path) -> None
         probe = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
         async with httpx2.AsyncClient(timeout=10) as http:
-            for auth in (None, "Bearer not-a-known-token", "Bearer", f"Basic {AGENT_TOKEN}", AGENT_TOKEN,
-                         f"Bearer {hash_token(AGENT_TOKEN)}", f"Bearer {AGENT_TOKEN}x"):  # fmt: skip
+            for auth in (
+                None,
+                "Bearer not-a-known-token",
+                "Bearer",
+                f"Basic {AGENT_TOKEN}",
+                AGENT_TOKEN,
+                f"Bearer {hash_token(AGENT_TOKEN)}",
+                f"Bearer {AGENT_TOKEN}x",
+            ):
                 headers = accept | ({"authorization": auth} if auth is not None else {})
                 r = await http.post(url, json=probe, headers=headers)
                 assert r.status_code == 401, (auth, r.status_code, r.text)
@@ -116,8 +142,11 @@ async def test_bearer_tokens_map_to_principals_over_http(tmp_path: Path) -> None
                 await anonymous.call_tool("memory_list", {})
         assert proc.poll() is None, "the server died on unauthorized requests"
 
-        async with as_token(url, AGENT_TOKEN) as ann, as_token(url, ADMIN_TOKEN) as root, \
-                as_token(url, OTHER_TOKEN) as gus:  # fmt: skip
+        async with (
+            as_token(url, AGENT_TOKEN) as ann,
+            as_token(url, ADMIN_TOKEN) as root,
+            as_token(url, OTHER_TOKEN) as gus,
+        ):
             # -- a valid agent token works, as its principal ----------------------------------
             added = await ann("memory_add", content="ann's note", store="s", path="notes/one")
             assert added["namespace"] == "acme/web", "the token principal's default namespace"
@@ -149,9 +178,13 @@ async def test_bearer_tokens_map_to_principals_over_http(tmp_path: Path) -> None
             assert (await ann("memory_update", id=added["id"], content="ann again"))["version"] == 5
 
             # -- namespaces: another principal's namespace is out of scope --------------------
-            for tool, args in (("memory_list", {}), ("memory_stats", {}),
-                               ("memory_list", {"sort_by": "updated_at"}),  # was memory_recent
-                               ("memory_get", {"id": added["id"]}), ("memory_add", {"content": "x"})):  # fmt: skip
+            for tool, args in (
+                ("memory_list", {}),
+                ("memory_stats", {}),
+                ("memory_list", {"sort_by": "updated_at"}),  # was memory_recent
+                ("memory_get", {"id": added["id"]}),
+                ("memory_add", {"content": "x"}),
+            ):
                 err = await code_of(gus, tool, namespace="acme/web", **args)
                 assert err.code == "SCOPE_VIOLATION", (tool, err.error)
                 assert "ann" not in json.dumps(err.error)

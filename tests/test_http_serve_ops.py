@@ -35,8 +35,9 @@ async def test_a_running_http_server_is_left_alone_and_stops_quietly(tmp_path: P
     data, port = tmp_path / "d", free_port()
     env = {**ENV, "MNEME_GATEWAY_HTTP_ANONYMOUS": "true"}
     argv = [MNEME, "serve", "--data-dir", str(data), "--transport", "http", "--port", str(port)]
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_listening(proc, port)
         # the trail and the projection are held by the server: refused, one line each, nothing replaced

@@ -17,7 +17,6 @@ from tests.harness import MNEME, ToolFailure, free_port, nats_pid, result_of, wa
 pytestmark = pytest.mark.anyio
 
 
-
 async def test_tools_over_streamable_http_and_clean_stop(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen([MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--transport", "http",
@@ -40,8 +39,8 @@ async def test_tools_over_streamable_http_and_clean_stop(tmp_path: Path) -> None
         proc.terminate()
         assert proc.wait(20) == 0
         assert wait_dead(child), "nats-server outlived mneme serve --transport http"
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        assert "Traceback" not in err and "CancelledError" not in err, err  # SIGTERM stops it quietly
+        stderr = proc.stderr.read().decode() if proc.stderr else ""
+        assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr  # SIGTERM stops it quietly
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -57,22 +56,34 @@ async def test_malformed_bodies_get_json_rpc_errors_over_http(tmp_path: Path) ->
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog.open("wb"),
                             env={**os.environ, "MNEME_GATEWAY_HTTP_ANONYMOUS": "true"})  # fmt: skip
     deep = '{"a":' * 200 + "1" + "}" * 200
-    modern_meta = ('"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-                   '"io.modelcontextprotocol/clientInfo":{"name":"t","version":"0"},'
-                   '"io.modelcontextprotocol/clientCapabilities":{}},')  # fmt: skip
+    modern_meta = (
+        '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        '"io.modelcontextprotocol/clientInfo":{"name":"t","version":"0"},'
+        '"io.modelcontextprotocol/clientCapabilities":{}},'
+    )
 
     def add(rid: int, args: str, modern: bool) -> bytes:
         meta = modern_meta if modern else ""
-        return (f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call","params":{{{meta}"name":"memory_add",'
-                f'"arguments":{args}}}}}').encode()  # fmt: skip
+        return (
+            f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call","params":{{{meta}"name":"memory_add",'
+            f'"arguments":{args}}}}}'
+        ).encode()
 
     try:
         wait_listening(proc, port, errlog=errlog)
         url = f"http://127.0.0.1:{port}/mcp"
         accept = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
         async with httpx.AsyncClient(timeout=15) as http:
-            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+            init = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"},
+                },
+            }
             r = await http.post(url, json=init, headers=accept)
             legacy = {**accept, "mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
             await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=legacy)
@@ -83,16 +94,23 @@ async def test_malformed_bodies_get_json_rpc_errors_over_http(tmp_path: Path) ->
                 return dict(json.loads(body))
 
             for headers in (legacy, modern):
-                for body in (b"not json", b"", b"[1, 2]", b'{"jsonrpc":"2.0","id":3,"method":5}', b"\xff\xfe",
-                             b"{" * 5000):  # fmt: skip
+                for body in (
+                    b"not json",
+                    b"",
+                    b"[1, 2]",
+                    b'{"jsonrpc":"2.0","id":3,"method":5}',
+                    b"\xff\xfe",
+                    b"{" * 5000,
+                ):
                     r = await http.post(url, content=body, headers=headers)
                     assert 400 <= r.status_code < 500, (body[:40], r.status_code, r.text)
                     assert reply(r)["error"]["code"] in (-32700, -32600, -32602), (body[:40], r.text)
             for headers, is_modern in ((legacy, False), (modern, True)):
                 tool = {**headers, "mcp-method": "tools/call", "mcp-name": "memory_add"} if is_modern else headers
-                for rid, args, field in ((21, '{"content":"x","metadata":%s}' % ('{"a":' * 40 + "1" + "}" * 40),
-                                          "metadata"),
-                                         (22, '{"content":"x","importance":NaN}', "importance")):  # fmt: skip
+                for rid, args, field in (
+                    (21, '{"content":"x","metadata":%s}' % ('{"a":' * 40 + "1" + "}" * 40), "metadata"),
+                    (22, '{"content":"x","importance":NaN}', "importance"),
+                ):
                     r = await http.post(url, content=add(rid, args, is_modern), headers=tool)
                     assert r.status_code == 200, r.text
                     res = reply(r)["result"]
@@ -100,8 +118,9 @@ async def test_malformed_bodies_get_json_rpc_errors_over_http(tmp_path: Path) ->
                     assert json.loads(res["content"][0]["text"])["error"]["field"] == field
                 # past what the SDK's parser reads: a parse error on the handshake entry; on the stateless
                 # entry (Python's json) the tool sees it and names the argument
-                r = await http.post(url, content=add(23, '{"content":"x","metadata":%s}' % deep, is_modern),
-                                    headers=tool)  # fmt: skip
+                r = await http.post(
+                    url, content=add(23, '{"content":"x","metadata":%s}' % deep, is_modern), headers=tool
+                )
                 if is_modern:
                     err = json.loads(reply(r)["result"]["content"][0]["text"])["error"]
                     assert (err["code"], err["field"]) == ("INVALID_INPUT", "metadata"), err

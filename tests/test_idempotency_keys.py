@@ -7,7 +7,7 @@ import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.settings import GatewaySettings
-from tests.harness import Stack, ToolFailure, start_stack
+from tests.harness import Stack, ToolFailure, hints_of, start_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -75,18 +75,21 @@ async def test_a_key_is_scoped_per_principal(tmp_path, nats_server: EmbeddedNats
 
 async def test_annotations_hold_for_the_defaults(stack: Stack) -> None:
     tools = {t.name: t for t in (await stack.client.list_tools()).tools}
-    assert tools["memory_add"].annotations.idempotent_hint is False
+    assert hints_of(tools["memory_add"]).idempotent_hint is False
     # ...because without a request id the same call makes a second memory
     await stack.call("memory_add", content="same")
     await stack.call("memory_add", content="same")
     assert (await stack.call("memory_list"))["total"] == 2
     # the idempotent writes really are: a second identical call changes nothing
     m = await stack.call("memory_add", content="x", store="s", path="a/b")
-    for tool, args in [("memory_update", {"content": "y"}), ("memory_move", {"to_path": "a/c"}),
-                       ("memory_retire", {"mode": "deprecate", "reason": "old"}),
-                       ("memory_retire", {"mode": "invalidate", "reason": "gone"}),
-                       ("memory_retire", {"mode": "archive"})]:  # fmt: skip
-        assert tools[tool].annotations.idempotent_hint is True, tool
+    for tool, args in [
+        ("memory_update", {"content": "y"}),
+        ("memory_move", {"to_path": "a/c"}),
+        ("memory_retire", {"mode": "deprecate", "reason": "old"}),
+        ("memory_retire", {"mode": "invalidate", "reason": "gone"}),
+        ("memory_retire", {"mode": "archive"}),
+    ]:
+        assert hints_of(tools[tool]).idempotent_hint is True, tool
         await stack.call(tool, id=m["id"], **args)
         before = await stack.last_seq()
         await stack.call(tool, id=m["id"], **args)

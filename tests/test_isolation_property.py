@@ -119,8 +119,15 @@ class Caller:
 
 
 async def caller_for(stack: Stack, es: AsyncExitStack, agent_id: str, spec: Spec) -> Caller:
-    gs = GatewaySettings(agent_id=agent_id, role=spec.role, organization=spec.org, namespaces=list(spec.namespaces),
-                         read_only=list(spec.read_only), consistency="linearizable", context="optional")  # fmt: skip
+    gs = GatewaySettings(
+        agent_id=agent_id,
+        role=spec.role,
+        organization=spec.org,
+        namespaces=list(spec.namespaces),
+        read_only=list(spec.read_only),
+        consistency="linearizable",
+        context="optional",
+    )
     gw = make_gateway(stack.nc, gs)
     es.push_async_callback(gw.access.flush)
     return Caller(await es.enter_async_context(Client(build_server(gw))))
@@ -157,8 +164,15 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
 async def write(w: World, caller: Caller, ns: str, marker: str) -> None:
     # An explicit request id (from os.urandom): the gateway's own ids come from the global `random`, which
     # Hypothesis reseeds per example, so replayed examples would otherwise repeat them (see the test below).
-    added = await caller("memory_add", namespace=ns, content=f"the secret word is {marker}", store=STORE,
-                         path=f"m/{marker}", tags=[marker], request_id=str(uuid.uuid4()))  # fmt: skip
+    added = await caller(
+        "memory_add",
+        namespace=ns,
+        content=f"the secret word is {marker}",
+        store=STORE,
+        path=f"m/{marker}",
+        tags=[marker],
+        request_id=str(uuid.uuid4()),
+    )
     assert added["namespace"] == ns and added["duplicate"] is False
     w.ledger.append(Written(added["id"], ns, marker))
 
@@ -191,6 +205,7 @@ async def outcome(caller: Caller, tool: str, **args: Any) -> tuple[str, dict[str
 async def check_namespace_reads(spec: Spec, w: World, who: Caller, ns: str | None, ctx: dict[str, str] | None) -> None:
     """list (all, and the newest first) and stats of one namespace (given directly, or named by a context
     object)."""
+    where: dict[str, Any]
     if ctx is None:
         assert ns is not None
         target, where = ns, {"namespace": ns}
@@ -289,8 +304,9 @@ async def test_no_principal_sees_what_it_may_not_read(world: World, principals: 
     w = world
     new: list[Written] = []
     async with AsyncExitStack() as es:
-        callers = [await caller_for(w.stack, es, f"agent-{next(w.counter)}-{i}", spec)
-                   for i, spec in enumerate(principals)]  # fmt: skip
+        callers = [
+            await caller_for(w.stack, es, f"agent-{next(w.counter)}-{i}", spec) for i, spec in enumerate(principals)
+        ]
         for spec, who in zip(principals, callers, strict=True):
             for ns, word in spec.writes:
                 marker = w.marker(word)
@@ -302,8 +318,15 @@ async def test_no_principal_sees_what_it_may_not_read(world: World, principals: 
                         await check_point_reads(other_spec, w, other, [new[-1]])
                 else:
                     seq = await w.stack.last_seq()
-                    code, err = await outcome(who, "memory_add", namespace=ns, content=f"x {marker}", store=STORE,
-                                              path=f"m/{marker}", tags=[marker])  # fmt: skip
+                    code, err = await outcome(
+                        who,
+                        "memory_add",
+                        namespace=ns,
+                        content=f"x {marker}",
+                        store=STORE,
+                        path=f"m/{marker}",
+                        tags=[marker],
+                    )
                     assert code == "SCOPE_VIOLATION", (spec, ns, err)
                     assert await w.stack.last_seq() == seq, "a refused write reached the log"
         seeds = w.ledger[: len(WRITE_NS)]

@@ -79,7 +79,8 @@ async def test_past_reads_carry_no_access_statistics(stack: Stack) -> None:
     await stack.call("memory_update", id=m["id"], content="read me again")
     await stack.settle()
     assert await stack.projector.access_follower.wait_for(
-        (await stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq, 10, committed=True)
+        (await stack.nc.jetstream().stream_info("MNEME_ACCESS")).state.last_seq, 10, committed=True
+    )
     now = await stack.call("memory_get", id=m["id"])
     assert now["access_count"] >= 3 and now["accessed_at"] is not None
     then = await stack.call("memory_get", id=m["id"], as_of=m["seq"])

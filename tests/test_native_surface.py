@@ -23,6 +23,7 @@ import pytest
 from mcp import Client
 
 from services.gateway.server import build_server
+from services.gateway.toolkit import ContextPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -64,14 +65,23 @@ async def test_server_identity() -> None:
 
 # what each tool must be allowed to do (not in tools/list, so not in the snapshot), and its group
 INTENTS = {
-    "memory_search": ("read", "core"), "memory_add": ("write", "core"), "memory_get": ("read", "core"),
-    "memory_update": ("write", "core"), "memory_retire": ("write", "core"), "memory_list": ("read", "core"),
-    "memory_restore": ("write", "core"), "memory_move": ("write", "core"), "memory_stats": ("read", "core"),
+    "memory_search": ("read", "core"),
+    "memory_add": ("write", "core"),
+    "memory_get": ("read", "core"),
+    "memory_update": ("write", "core"),
+    "memory_retire": ("write", "core"),
+    "memory_list": ("read", "core"),
+    "memory_restore": ("write", "core"),
+    "memory_move": ("write", "core"),
+    "memory_stats": ("read", "core"),
     "memory_prune_expired": ("write", "core"),
-    "memory_history": ("read", "time"), "memory_diff": ("read", "time"),
-    "memory_verify": ("admin", "governance"), "memory_lock": ("admin", "governance"),
-    "memory_unlock": ("admin", "governance"), "audit_query": ("read", "audit"),
-}  # fmt: skip
+    "memory_history": ("read", "time"),
+    "memory_diff": ("read", "time"),
+    "memory_verify": ("admin", "governance"),
+    "memory_lock": ("admin", "governance"),
+    "memory_unlock": ("admin", "governance"),
+    "audit_query": ("read", "audit"),
+}
 
 BUDGET = 40_000  # bytes of compact JSON: what an agent carries in its context for the whole native tool list
 
@@ -104,8 +114,18 @@ def test_every_tool_acting_on_one_memory_requires_its_id() -> None:
             return snapshot((await c.list_tools()).tools)
 
     tools = {t["name"]: t["inputSchema"] for t in asyncio.run(listed())}
-    for name in ("memory_get", "memory_update", "memory_retire", "memory_restore", "memory_move", "memory_verify",
-                 "memory_lock", "memory_unlock", "memory_history", "memory_diff"):  # fmt: skip
+    for name in (
+        "memory_get",
+        "memory_update",
+        "memory_retire",
+        "memory_restore",
+        "memory_move",
+        "memory_verify",
+        "memory_lock",
+        "memory_unlock",
+        "memory_history",
+        "memory_diff",
+    ):
         assert "id" in tools[name]["required"], name
         assert not {"store", "path"} & set(tools[name]["properties"]), name
     assert tools["memory_search"]["required"] == ["query"] and tools["memory_add"]["required"] == ["content"]
@@ -119,9 +139,14 @@ def test_every_list_of_results_is_called_results() -> None:
 
     for spec in profiles.load("native").tools.specs:
         out = inspect.signature(spec.fn, eval_str=True).return_annotation
-        lists = [n for n, f in out.model_fields.items() if typing.get_origin(f.annotation) is list
-                 and isinstance(item := typing.get_args(f.annotation)[0], type) and issubclass(item, BaseModel)
-                 and n not in ("top_tags", "most_accessed", "changes", "history")]  # parts of one answer  # fmt: skip
+        lists = [
+            n
+            for n, f in out.model_fields.items()
+            if typing.get_origin(f.annotation) is list
+            and isinstance(item := typing.get_args(f.annotation)[0], type)
+            and issubclass(item, BaseModel)
+            and n not in ("top_tags", "most_accessed", "changes", "history")
+        ]  # parts of one answer
         assert lists in ([], ["results"]), (spec.name, lists)
 
 
@@ -143,7 +168,7 @@ def test_no_output_field_is_required_and_nullable() -> None:
             args = typing.get_args(f.annotation)
             if f.is_required() and (type(None) in args or f.annotation is Any):
                 bad.append(f"{model.__name__}.{name}")
-            for a in (f.annotation, *args, *(x for a in args for x in typing.get_args(a))):
+            for a in (f.annotation, *args, *(x for b in args for x in typing.get_args(b))):
                 if isinstance(a, type) and issubclass(a, BaseModel):
                     walk(a)
 
@@ -152,9 +177,14 @@ def test_no_output_field_is_required_and_nullable() -> None:
     assert len(seen) > 10 and not bad, bad
 
 
-@pytest.mark.parametrize(("groups", "expected"), [
-    (("core",), 10), (("core", "time"), 12), (("governance", "audit"), 4),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        (("core",), 10),
+        (("core", "time"), 12),
+        (("governance", "audit"), 4),
+    ],
+)
 async def test_operators_choose_the_groups_served(groups: tuple[str, ...], expected: int) -> None:
     from services.gateway.gateway import Gateway
 
@@ -166,7 +196,7 @@ async def test_operators_choose_the_groups_served(groups: tuple[str, ...], expec
 
 
 @pytest.mark.parametrize("policy", ["optional", "required"])
-async def test_the_context_argument_when_an_operator_asks_for_it(policy: str) -> None:
+async def test_the_context_argument_when_an_operator_asks_for_it(policy: ContextPolicy) -> None:
     from services.gateway.gateway import Gateway
 
     gw = Gateway.__new__(Gateway)
@@ -209,8 +239,7 @@ async def test_serve_with_chosen_groups_and_context_over_stdio(tmp_path: Path) -
         with pytest.raises(ToolFailure) as refused:
             result_of(await cs.call_tool("memory_add", {"content": "no context"}))
         assert refused.value.code == "INVALID_CONTEXT" and refused.value.field == "context"
-        added = result_of(await cs.call_tool("memory_add", {"content": "with context",
-                                                            "context": {"intent": "write"}}))  # fmt: skip
+        added = result_of(await cs.call_tool("memory_add", {"content": "with context", "context": {"intent": "write"}}))
         got = result_of(await cs.call_tool("memory_get", {"id": added["id"], "context": {"intent": "read"}}))
         assert got["content"] == "with context"
         with pytest.raises(ToolFailure) as unknown:

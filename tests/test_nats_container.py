@@ -42,7 +42,7 @@ def _container() -> Any:
         from testcontainers.community.nats import NatsContainer
     except ImportError:  # older layout
         try:
-            from testcontainers.nats import NatsContainer  # type: ignore[no-redef]
+            from testcontainers.nats import NatsContainer
         except ImportError:
             NatsContainer = None  # type: ignore[assignment,misc]
     started = time.monotonic()

@@ -7,6 +7,7 @@ projector's log consumer must come back after the restart.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         ]
         async with anyio.create_task_group() as tg:
             for tool, args in outage_calls:
-                tg.start_soon(lambda t=tool, a=args: _fails_fast(stack, t, **a))
+                tg.start_soon(functools.partial(_fails_fast, stack, tool, **args))
 
         # -- NATS comes back on the same port with the same store ----------------------------------
         revived = EmbeddedNats(nats_server.store_dir, port=port)
@@ -124,8 +125,7 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
         # read-your-writes after recovery: a new write is visible to the very next read. The read
         # may wait for the projector (PROJECTION_LAG is a clear, retryable answer), but it must
         # never claim the memory we were just told was written does not exist.
-        added = (await _until_ok(stack, deadline, "memory_add", content="written after", store="s",
-                                 path="post/one"))  # fmt: skip
+        added = await _until_ok(stack, deadline, "memory_add", content="written after", store="s", path="post/one")
         assert added["seq"] > pre["seq"]
         assert added["seq"] <= await stack.last_seq()
         read_deadline = time.monotonic() + RECOVER_WITHIN
@@ -152,8 +152,9 @@ async def test_calls_fail_fast_during_a_nats_outage_and_recover_after(
 
         # the write that failed during the outage is retried with the same request id: it takes
         # effect exactly once, whether or not the first attempt reached the log
-        await _until_ok(stack, read_deadline, "memory_add", content="written during the outage",
-                        request_id="outage-write-1")  # fmt: skip
+        await _until_ok(
+            stack, read_deadline, "memory_add", content="written during the outage", request_id="outage-write-1"
+        )
         page = await _until_ok(stack, read_deadline, "memory_list", limit=500)
         during = [m for m in page["results"] if m["content"] == "written during the outage"]
         assert len(during) == 1, f"the retried write exists {len(during)} times"

@@ -50,8 +50,15 @@ PROFILE = "agent-memory"
 GOLDEN = Path(__file__).parent / "golden" / "agent-memory.tools.json"
 UUID_V4 = r"^[a-f0-9]{8}-[a-f0-9]{4}-4[a-f0-9]{3}-[89ab][a-f0-9]{3}-[a-f0-9]{12}$"
 UNKNOWN_ID = "0b7c6a1e-2f3d-4e5f-8a9b-0c1d2e3f4a5b"  # well formed, never written
-CONTRACT_CODES = {"INVALID_INPUT", "NOT_FOUND", "STORAGE_ERROR", "PERMISSION_ERROR", "CORRUPTED_DATA",
-                  "LIMIT_EXCEEDED", "INTERNAL_ERROR"}  # fmt: skip
+CONTRACT_CODES = {
+    "INVALID_INPUT",
+    "NOT_FOUND",
+    "STORAGE_ERROR",
+    "PERMISSION_ERROR",
+    "CORRUPTED_DATA",
+    "LIMIT_EXCEEDED",
+    "INTERNAL_ERROR",
+}
 T = TypeVar("T")
 
 # -- the contract, as the seed document states it -------------------------------------------------------
@@ -59,62 +66,116 @@ _ID = {"type": "string", "pattern": UUID_V4}
 _TYPE = {"type": "string", "enum": ["core", "learning", "task"]}
 _LEVEL = {"type": "string", "enum": ["high", "medium", "low"]}
 CONTRACT_INPUTS: dict[str, dict[str, Any]] = {
-    "store_memory": {"required": ["type", "content"], "properties": {
-        "type": {**_TYPE, "description": "Type of memory to store"},
-        "content": {"type": "string", "description": "The memory content", "minLength": 1, "maxLength": 5000},
-        "category": {"type": "string", "description": "Optional category (e.g., 'preference', 'fact', 'pattern')",
-                     "maxLength": 50},
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 30},
-                 "description": "Optional tags for categorization", "maxItems": 10},
-        "importance": {**_LEVEL, "description": "Memory importance level", "default": "medium"},
-        "id": {**_ID, "description": "Memory ID for updates (omit for new memories)"},
-    }},
-    "query_memories": {"required": [], "properties": {
-        "type": {**_TYPE, "description": "Filter by memory type"},
-        "tags": {"type": "array", "items": {"type": "string"}, "description": "Filter by tags (AND logic)"},
-        "search": {"type": "string", "description": "Search text in memory content", "maxLength": 200},
-        "importance": {**_LEVEL, "description": "Filter by importance level"},
-        "category": {"type": "string", "description": "Filter by category"},
-        "archived": {"type": "boolean", "description": "Include archived memories", "default": False},
-        "limit": {"type": "integer", "description": "Maximum number of results", "minimum": 1, "maximum": 100,
-                  "default": 10},
-        "offset": {"type": "integer", "description": "Number of results to skip (for pagination)", "minimum": 0,
-                   "default": 0},
-        "sort_by": {"type": "string", "enum": ["created_at", "updated_at", "accessed_at", "importance",
-                                               "access_count"], "description": "Field to sort by",
-                    "default": "accessed_at"},
-        "sort_order": {"type": "string", "enum": ["asc", "desc"], "description": "Sort order", "default": "desc"},
-    }},
-    "update_memory": {"required": ["id"], "properties": {
-        "id": {**_ID, "description": "UUID of the memory to update"},
-        "content": {"type": "string", "description": "Updated content", "minLength": 1, "maxLength": 5000},
-        "category": {"type": "string", "maxLength": 50},
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 30}, "maxItems": 10},
-        "importance": _LEVEL,
-        "archived": {"type": "boolean", "description": "Archive or unarchive the memory"},
-    }},
-    "delete_memory": {"required": ["id"], "properties": {
-        "id": {**_ID, "description": "UUID of the memory to delete"},
-        "permanent": {"type": "boolean", "description": "If false (default), archives instead of deleting",
-                      "default": False},
-    }},
+    "store_memory": {
+        "required": ["type", "content"],
+        "properties": {
+            "type": {**_TYPE, "description": "Type of memory to store"},
+            "content": {"type": "string", "description": "The memory content", "minLength": 1, "maxLength": 5000},
+            "category": {
+                "type": "string",
+                "description": "Optional category (e.g., 'preference', 'fact', 'pattern')",
+                "maxLength": 50,
+            },
+            "tags": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 30},
+                "description": "Optional tags for categorization",
+                "maxItems": 10,
+            },
+            "importance": {**_LEVEL, "description": "Memory importance level", "default": "medium"},
+            "id": {**_ID, "description": "Memory ID for updates (omit for new memories)"},
+        },
+    },
+    "query_memories": {
+        "required": [],
+        "properties": {
+            "type": {**_TYPE, "description": "Filter by memory type"},
+            "tags": {"type": "array", "items": {"type": "string"}, "description": "Filter by tags (AND logic)"},
+            "search": {"type": "string", "description": "Search text in memory content", "maxLength": 200},
+            "importance": {**_LEVEL, "description": "Filter by importance level"},
+            "category": {"type": "string", "description": "Filter by category"},
+            "archived": {"type": "boolean", "description": "Include archived memories", "default": False},
+            "limit": {
+                "type": "integer",
+                "description": "Maximum number of results",
+                "minimum": 1,
+                "maximum": 100,
+                "default": 10,
+            },
+            "offset": {
+                "type": "integer",
+                "description": "Number of results to skip (for pagination)",
+                "minimum": 0,
+                "default": 0,
+            },
+            "sort_by": {
+                "type": "string",
+                "enum": ["created_at", "updated_at", "accessed_at", "importance", "access_count"],
+                "description": "Field to sort by",
+                "default": "accessed_at",
+            },
+            "sort_order": {"type": "string", "enum": ["asc", "desc"], "description": "Sort order", "default": "desc"},
+        },
+    },
+    "update_memory": {
+        "required": ["id"],
+        "properties": {
+            "id": {**_ID, "description": "UUID of the memory to update"},
+            "content": {"type": "string", "description": "Updated content", "minLength": 1, "maxLength": 5000},
+            "category": {"type": "string", "maxLength": 50},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 30}, "maxItems": 10},
+            "importance": _LEVEL,
+            "archived": {"type": "boolean", "description": "Archive or unarchive the memory"},
+        },
+    },
+    "delete_memory": {
+        "required": ["id"],
+        "properties": {
+            "id": {**_ID, "description": "UUID of the memory to delete"},
+            "permanent": {
+                "type": "boolean",
+                "description": "If false (default), archives instead of deleting",
+                "default": False,
+            },
+        },
+    },
     "get_memory_stats": {"required": [], "properties": {}},
-}  # fmt: skip
+}
 CONTRACT_OUTPUTS: dict[str, dict[str, str]] = {  # property -> JSON type
     "store_memory": {"id": "string", "created": "boolean", "memory": "object"},
-    "query_memories": {"memories": "array", "total": "integer", "limit": "integer", "offset": "integer",
-                       "has_more": "boolean"},
+    "query_memories": {
+        "memories": "array",
+        "total": "integer",
+        "limit": "integer",
+        "offset": "integer",
+        "has_more": "boolean",
+    },
     "update_memory": {"memory": "object", "updated_fields": "array"},
     "delete_memory": {"success": "boolean", "action": "string", "id": "string"},
-    "get_memory_stats": {"total_memories": "integer", "by_type": "object", "by_importance": "object",
-                         "archived_count": "integer", "total_storage_kb": "number", "oldest_memory": "string",
-                         "newest_memory": "string", "most_accessed": "object", "top_tags": "array"},
-}  # fmt: skip
-STORE_EXAMPLE = {"type": "core", "content": "User prefers pytest over unittest for Python testing",
-                 "category": "preference", "tags": ["python", "testing"], "importance": "high"}  # fmt: skip
+    "get_memory_stats": {
+        "total_memories": "integer",
+        "by_type": "object",
+        "by_importance": "object",
+        "archived_count": "integer",
+        "total_storage_kb": "number",
+        "oldest_memory": "string",
+        "newest_memory": "string",
+        "most_accessed": "object",
+        "top_tags": "array",
+    },
+}
+STORE_EXAMPLE = {
+    "type": "core",
+    "content": "User prefers pytest over unittest for Python testing",
+    "category": "preference",
+    "tags": ["python", "testing"],
+    "importance": "high",
+}
 QUERY_EXAMPLE = {"tags": ["python"], "importance": "high", "limit": 5, "sort_by": "accessed_at", "sort_order": "desc"}
-REGISTRATION = ("Store a new memory or update an existing one. Memories persist across sessions and help maintain "
-                "context.")  # the contract's "Tool Registration" example
+REGISTRATION = (
+    "Store a new memory or update an existing one. Memories persist across sessions and help maintain "
+    "context."
+)  # the contract's "Tool Registration" example
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -209,11 +270,14 @@ async def local(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
 
 
 @asynccontextmanager
-async def clients(stack: Stack, namespace: str, role: str = "agent", consistency: str = "gateway"
-                  ) -> AsyncIterator[tuple[Calls, Calls]]:  # fmt: skip
+async def clients(
+    stack: Stack, namespace: str, role: str = "agent", consistency: str = "gateway"
+) -> AsyncIterator[tuple[Calls, Calls]]:
     """(agent-memory, native) over one gateway acting in `namespace`."""
-    gw = make_gateway(stack.nc, GatewaySettings(agent_id=f"{role}-{namespace}", role=role, namespace=namespace,
-                                                consistency=consistency))  # type: ignore[arg-type]  # fmt: skip
+    gw = make_gateway(
+        stack.nc,
+        GatewaySettings(agent_id=f"{role}-{namespace}", role=role, namespace=namespace, consistency=consistency),
+    )
     async with Client(build_server(gw, profile=PROFILE)) as am, Client(build_server(gw)) as native:
         yield Calls(am), Calls(native)
     await gw.access.flush()
@@ -226,8 +290,13 @@ async def test_scenario_store_memory_example_usage(served: tuple[Calls, str]) ->
     assert got["created"] is True and re.fullmatch(UUID_V4, got["id"]) and got["memory"]["id"] == got["id"]
     m = got["memory"]
     assert {k: m[k] for k in ("type", "content", "category", "tags", "importance", "archived")} == {
-        "type": "core", "content": STORE_EXAMPLE["content"], "category": "preference", "tags": ["python", "testing"],
-        "importance": "high", "archived": False}  # fmt: skip
+        "type": "core",
+        "content": STORE_EXAMPLE["content"],
+        "category": "preference",
+        "tags": ["python", "testing"],
+        "importance": "high",
+        "archived": False,
+    }
     assert m["created_at"] == m["updated_at"] == m["accessed_at"] and m["access_count"] == 0
     # importance defaults to medium; category and tags are optional
     plain = (await call("store_memory", type="task", content="Rotate the staging TLS certificate"))["memory"]
@@ -239,18 +308,34 @@ async def test_scenario_store_memory_example_usage(served: tuple[Calls, str]) ->
 
 async def test_scenario_store_memory_updates_an_existing_memory(served: tuple[Calls, str]) -> None:
     call, _ = served
-    first = await call("store_memory", type="learning", content="The nightly build takes 40 minutes",
-                       category="ci", tags=["build", "nightly"], importance="low")  # fmt: skip
+    first = await call(
+        "store_memory",
+        type="learning",
+        content="The nightly build takes 40 minutes",
+        category="ci",
+        tags=["build", "nightly"],
+        importance="low",
+    )
     again = await call("store_memory", id=first["id"], type="core", content="The nightly build takes 25 minutes")
     assert again["created"] is False and again["id"] == first["id"]
     m = again["memory"]
     assert m["content"] == "The nightly build takes 25 minutes" and m["type"] == "core"
     assert m["category"] == "ci" and m["tags"] == ["build", "nightly"] and m["importance"] == "low"  # kept
     assert m["created_at"] == first["memory"]["created_at"] and m["updated_at"] > first["memory"]["updated_at"]
-    replaced = await call("store_memory", id=first["id"], type="core", content="The nightly build takes 25 minutes",
-                          category="builds", tags=[], importance="high")  # fmt: skip
+    replaced = await call(
+        "store_memory",
+        id=first["id"],
+        type="core",
+        content="The nightly build takes 25 minutes",
+        category="builds",
+        tags=[],
+        importance="high",
+    )
     assert {k: replaced["memory"][k] for k in ("category", "tags", "importance")} == {
-        "category": "builds", "tags": [], "importance": "high"}  # fmt: skip
+        "category": "builds",
+        "tags": [],
+        "importance": "high",
+    }
     page = await call("query_memories", search="nightly build")
     assert ids(page).count(first["id"]) == 1 and page["memories"][ids(page).index(first["id"])]["type"] == "core"
     assert (await call.fails("store_memory", id=UNKNOWN_ID, type="core", content="x"))["code"] == "NOT_FOUND"
@@ -260,8 +345,18 @@ async def test_scenario_store_memory_updates_an_existing_memory(served: tuple[Ca
 async def test_scenario_query_memories_example_usage(served: tuple[Calls, str]) -> None:
     call, _ = served
     words = ["dataclasses", "pathlib", "f-strings", "typing", "ruff", "pytest-fixtures"]
-    mine = [(await call("store_memory", type="core", content=f"Python style rule {i}: prefer {w}", tags=["python"],
-                        importance="high"))["id"] for i, w in enumerate(words)]  # fmt: skip
+    mine = [
+        (
+            await call(
+                "store_memory",
+                type="core",
+                content=f"Python style rule {i}: prefer {w}",
+                tags=["python"],
+                importance="high",
+            )
+        )["id"]
+        for i, w in enumerate(words)
+    ]
     low = (await call("store_memory", type="core", content="Python 2 is gone", tags=["python"], importance="low"))["id"]
     target = mine[1]
     await call("query_memories", search="pathlib")  # a read: the memory accessed most recently comes first
@@ -285,8 +380,11 @@ async def test_scenario_query_memories_filters_search_sort_and_pagination(served
     tag = "q-filters"
 
     async def put(type_: str, content: str, importance: str, category: str, *more: str) -> str:
-        return (await call("store_memory", type=type_, content=content, importance=importance, category=category,
-                           tags=[tag, *more]))["id"]  # fmt: skip
+        return (
+            await call(
+                "store_memory", type=type_, content=content, importance=importance, category=category, tags=[tag, *more]
+            )
+        )["id"]
 
     a = await put("core", "Deploys go through the blue green pipeline", "high", "process", "deploy")
     b = await put("learning", "Flaky tests usually come from shared temp directories", "medium", "testing", "flaky")
@@ -335,14 +433,23 @@ async def test_scenario_query_memories_filters_search_sort_and_pagination(served
 
 async def test_scenario_update_memory(served: tuple[Calls, str]) -> None:
     call, locked = served
-    mid = (await call("store_memory", type="learning", content="The API rate limit is 100 requests per minute",
-                      category="api", tags=["limits"], importance="medium"))["id"]  # fmt: skip
+    mid = (
+        await call(
+            "store_memory",
+            type="learning",
+            content="The API rate limit is 100 requests per minute",
+            category="api",
+            tags=["limits"],
+            importance="medium",
+        )
+    )["id"]
     up = await call("update_memory", id=mid, content="The API rate limit is 600 requests per minute", importance="high")
     assert sorted(up["updated_fields"]) == ["content", "importance"]
     assert up["memory"]["content"].endswith("600 requests per minute") and up["memory"]["importance"] == "high"
     assert up["memory"]["category"] == "api" and up["memory"]["tags"] == ["limits"]  # untouched
-    same = await call("update_memory", id=mid, content="The API rate limit is 600 requests per minute",
-                      importance="high")  # fmt: skip
+    same = await call(
+        "update_memory", id=mid, content="The API rate limit is 600 requests per minute", importance="high"
+    )
     assert same["updated_fields"] == []
     assert (await call("update_memory", id=mid, tags=["limits", "api"]))["updated_fields"] == ["tags"]
     cleared = await call("update_memory", id=mid, category="", tags=[])
@@ -359,14 +466,14 @@ async def test_scenario_update_memory(served: tuple[Calls, str]) -> None:
     # refusals, in the contract's format
     assert (await call.fails("update_memory", id=mid))["code"] == "INVALID_INPUT"
     assert (await call.fails("update_memory", id=UNKNOWN_ID, content="x"))["code"] == "NOT_FOUND"
-    assert (await call.fails("update_memory", id=locked, content="Release branches are cut on Fridays"))["code"] \
-        == "PERMISSION_ERROR"  # fmt: skip
+    assert (await call.fails("update_memory", id=locked, content="Release branches are cut on Fridays"))[
+        "code"
+    ] == "PERMISSION_ERROR"
 
 
 async def test_scenario_delete_memory(served: tuple[Calls, str]) -> None:
     call, locked = served
-    mid = (await call("store_memory", type="task", content="Clean up the obsolete feature flags",
-                      tags=["flags"]))["id"]  # fmt: skip
+    mid = (await call("store_memory", type="task", content="Clean up the obsolete feature flags", tags=["flags"]))["id"]
     assert await call("delete_memory", id=mid) == {"success": True, "action": "archived", "id": mid}
     assert mid not in ids(await call("query_memories", tags=["flags"]))
     assert mid in ids(await call("query_memories", tags=["flags"], archived=True))
@@ -383,18 +490,31 @@ async def test_scenario_delete_memory(served: tuple[Calls, str]) -> None:
 async def test_scenario_get_memory_stats(tmp_path: Path) -> None:
     async with agent_memory_server(tmp_path / "d") as call:
         empty = await call("get_memory_stats")
-        assert empty == {"total_memories": 0, "by_type": {"core": 0, "learning": 0, "task": 0},
-                         "by_importance": {"high": 0, "medium": 0, "low": 0}, "archived_count": 0,
-                         "total_storage_kb": 0.0, "oldest_memory": None, "newest_memory": None,
-                         "most_accessed": None, "top_tags": []}  # fmt: skip
+        assert empty == {
+            "total_memories": 0,
+            "by_type": {"core": 0, "learning": 0, "task": 0},
+            "by_importance": {"high": 0, "medium": 0, "low": 0},
+            "archived_count": 0,
+            "total_storage_kb": 0.0,
+            "oldest_memory": None,
+            "newest_memory": None,
+            "most_accessed": None,
+            "top_tags": [],
+        }
         stored = [
-            await call("store_memory", type="core", content="Use UTC everywhere", tags=["time", "style"],
-                       importance="high"),
+            await call(
+                "store_memory", type="core", content="Use UTC everywhere", tags=["time", "style"], importance="high"
+            ),
             await call("store_memory", type="core", content="Logs go to stderr", tags=["style"]),
-            await call("store_memory", type="learning", content="Docker layer caching needs a stable COPY order",
-                       tags=["docker", "style"], importance="low"),
+            await call(
+                "store_memory",
+                type="learning",
+                content="Docker layer caching needs a stable COPY order",
+                tags=["docker", "style"],
+                importance="low",
+            ),
             await call("store_memory", type="task", content="Remove the legacy cron job", tags=["ops"]),
-        ]  # fmt: skip
+        ]
         await call("delete_memory", id=stored[3]["id"])
         for _ in range(3):
             await call("query_memories", search="docker")
@@ -414,13 +534,16 @@ async def test_scenario_get_memory_stats(tmp_path: Path) -> None:
         assert stats["newest_memory"] == stored[3]["memory"]["created_at"]
         most = stats["most_accessed"]
         assert most["id"] == stored[2]["id"] and most["content"] == stored[2]["memory"]["content"]
-        assert stats["top_tags"] == [{"tag": "style", "count": 3}, {"tag": "docker", "count": 1},
-                                     {"tag": "time", "count": 1}]  # fmt: skip
+        assert stats["top_tags"] == [
+            {"tag": "style", "count": 3},
+            {"tag": "docker", "count": 1},
+            {"tag": "time", "count": 1},
+        ]
 
 
 async def test_scenario_error_responses(served: tuple[Calls, str]) -> None:
     call, locked = served
-    for tool, args in [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("store_memory", {"type": "episodic", "content": "x"}),
         ("store_memory", {"type": "core", "content": ""}),
         ("store_memory", {"type": "core", "content": "x" * 5001}),
@@ -429,11 +552,14 @@ async def test_scenario_error_responses(served: tuple[Calls, str]) -> None:
         ("delete_memory", {"id": UNKNOWN_ID.upper()}),
         ("query_memories", {"colour": "red"}),
         ("forget_everything", {}),
-    ]:
+    ]
+    for tool, args in cases:
         err = await call.fails(tool, **args)
         assert err["code"] == "INVALID_INPUT", (tool, args, err)
     assert await call.fails("update_memory", id=UNKNOWN_ID, content="x") == {
-        "code": "NOT_FOUND", "message": f"Memory not found: {UNKNOWN_ID}"}  # fmt: skip
+        "code": "NOT_FOUND",
+        "message": f"Memory not found: {UNKNOWN_ID}",
+    }
     denied = await call.fails("store_memory", id=locked, type="core", content="Release branches are cut on Fridays")
     assert denied["code"] == "PERMISSION_ERROR" and locked in denied["message"]
 
@@ -441,8 +567,13 @@ async def test_scenario_error_responses(served: tuple[Calls, str]) -> None:
 async def test_scenario_tool_registration(served: tuple[Calls, str]) -> None:
     call, _ = served
     listed = (await call.s.list_tools()).tools
-    assert [t.name for t in listed] == ["store_memory", "query_memories", "update_memory", "delete_memory",
-                                        "get_memory_stats"]  # fmt: skip
+    assert [t.name for t in listed] == [
+        "store_memory",
+        "query_memories",
+        "update_memory",
+        "delete_memory",
+        "get_memory_stats",
+    ]
     by_name = {t.name: t for t in listed}
     assert by_name["store_memory"].description.startswith(REGISTRATION)
     assert all(t.description and t.input_schema["type"] == "object" and t.output_schema for t in listed)
@@ -457,8 +588,10 @@ async def test_golden_tools_list(local: Stack) -> None:
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(now, indent=2, ensure_ascii=False) + "\n")
     assert GOLDEN.exists(), "no snapshot yet: run with MNEME_UPDATE_GOLDEN=1"
-    assert now == json.loads(GOLDEN.read_text()), "the agent-memory tool surface changed: if on purpose, " \
-        "regenerate tests/golden/agent-memory.tools.json with MNEME_UPDATE_GOLDEN=1 and check the diff in"  # fmt: skip
+    assert now == json.loads(GOLDEN.read_text()), (
+        "the agent-memory tool surface changed: if on purpose, "
+        "regenerate tests/golden/agent-memory.tools.json with MNEME_UPDATE_GOLDEN=1 and check the diff in"
+    )
 
 
 async def test_input_schemas_are_the_contracts(local: Stack) -> None:
@@ -548,8 +681,9 @@ INVALID = [  # (tool, arguments): each refused as INVALID_INPUT, nothing written
 
 
 @pytest.mark.parametrize(("tool", "args"), INVALID, ids=[f"{t}-{i}" for i, (t, _) in enumerate(INVALID)])
-async def test_invalid_inputs_are_refused_with_the_contracts_error(local: Stack, tool: str, args: dict[str, Any]
-                                                                  ) -> None:  # fmt: skip
+async def test_invalid_inputs_are_refused_with_the_contracts_error(
+    local: Stack, tool: str, args: dict[str, Any]
+) -> None:
     before = await local.last_seq()
     async with clients(local, "invalid") as (am, _):
         err = await am.fails(tool, **args)
@@ -558,10 +692,25 @@ async def test_invalid_inputs_are_refused_with_the_contracts_error(local: Stack,
 
 
 async def test_error_codes_are_only_the_contracts() -> None:
-    domain = ["INVALID_INPUT", "MEMORY_NOT_FOUND", "ALREADY_EXISTS", "INVALID_STATE", "MEMORY_LOCKED",
-              "WRITE_NOT_ALLOWED", "PERMISSION_ERROR", "SCOPE_VIOLATION", "INVALID_CONTEXT", "IDEMPOTENCY_KEY_REUSED",
-              "CONFLICT", "PROJECTION_LAG", "UNAVAILABLE", "EMBEDDING_MODEL_LOADING", "INTERNAL", "UNKNOWN_TOOL",
-              "SOMETHING_NEW"]  # fmt: skip
+    domain = [
+        "INVALID_INPUT",
+        "MEMORY_NOT_FOUND",
+        "ALREADY_EXISTS",
+        "INVALID_STATE",
+        "MEMORY_LOCKED",
+        "WRITE_NOT_ALLOWED",
+        "PERMISSION_ERROR",
+        "SCOPE_VIOLATION",
+        "INVALID_CONTEXT",
+        "IDEMPOTENCY_KEY_REUSED",
+        "CONFLICT",
+        "PROJECTION_LAG",
+        "UNAVAILABLE",
+        "EMBEDDING_MODEL_LOADING",
+        "INTERNAL",
+        "UNKNOWN_TOOL",
+        "SOMETHING_NEW",
+    ]
     for code in domain:
         err = json.loads(ERRORS.render(code, "what happened", "field", {"memory_id": "m"}))["error"]
         assert set(err) == {"code", "message"} and err["code"] in CONTRACT_CODES and err["message"] == "what happened"
@@ -574,16 +723,25 @@ async def test_error_codes_are_only_the_contracts() -> None:
 # -- behaviour over the one memory, in process -------------------------------------------------------------
 async def test_importance_levels_on_the_native_scale(local: Stack) -> None:
     async with clients(local, "levels") as (am, native):
-        stored = {lv: (await am("store_memory", type="core", content=f"level {lv}", importance=lv))["id"]
-                  for lv in ("high", "medium", "low")}  # fmt: skip
+        stored = {
+            lv: (await am("store_memory", type="core", content=f"level {lv}", importance=lv))["id"]
+            for lv in ("high", "medium", "low")
+        }
         for lv, mid in stored.items():
             assert (await native("memory_get", id=mid))["importance"] == {"high": 0.9, "medium": 0.5, "low": 0.2}[lv]
-        edges = {x: (await native("memory_add", content=f"native importance {x}", importance=x))["id"]
-                 for x in (0.0, 0.39, 0.4, 0.69, 0.7, 1.0)}  # fmt: skip
+        edges = {
+            x: (await native("memory_add", content=f"native importance {x}", importance=x))["id"]
+            for x in (0.0, 0.39, 0.4, 0.69, 0.7, 1.0)
+        }
         page = await am("query_memories", search="native importance", limit=100)
         assert {m["id"]: m["importance"] for m in page["memories"]} == {
-            edges[0.0]: "low", edges[0.39]: "low", edges[0.4]: "medium", edges[0.69]: "medium",
-            edges[0.7]: "high", edges[1.0]: "high"}  # fmt: skip
+            edges[0.0]: "low",
+            edges[0.39]: "low",
+            edges[0.4]: "medium",
+            edges[0.69]: "medium",
+            edges[0.7]: "high",
+            edges[1.0]: "high",
+        }
         for lv, want in (("high", {0.7, 1.0}), ("medium", {0.4, 0.69}), ("low", {0.0, 0.39})):
             got = await am("query_memories", search="native importance", importance=lv)
             assert set(ids(got)) == {edges[x] for x in want}, lv
@@ -614,8 +772,9 @@ async def test_search_text_matches_words_of_the_content(local: Stack) -> None:
 
 async def test_accessed_at_sort_counts_a_never_read_memory_as_read_when_created(local: Stack) -> None:
     async with clients(local, "accessed") as (am, _):
-        made = [(await am("store_memory", type="task", content=f"step {w}"))["id"]
-                for w in ("alpha", "bravo", "charlie")]  # fmt: skip
+        made = [
+            (await am("store_memory", type="task", content=f"step {w}"))["id"] for w in ("alpha", "bravo", "charlie")
+        ]
         page = await am("query_memories")
         assert ids(page) == made[::-1]  # never read: newest first
         assert [m["accessed_at"] for m in page["memories"]] == [m["created_at"] for m in page["memories"]]
@@ -635,13 +794,25 @@ async def test_cross_profile_native_reads_what_agent_memory_writes_and_back(loca
         stored = await am("store_memory", **STORE_EXAMPLE)
         got = await native("memory_get", id=stored["id"])
         assert (got["kind"], got["content"], got["category"], got["tags"], got["importance"], got["namespace"]) == (
-            "core", STORE_EXAMPLE["content"], "preference", ["python", "testing"], 0.9, "cross")  # fmt: skip
+            "core",
+            STORE_EXAMPLE["content"],
+            "preference",
+            ["python", "testing"],
+            0.9,
+            "cross",
+        )
         assert stored["id"] in [m["id"] for m in (await native("memory_list", kind="core"))["results"]]
         recalled = await native("memory_search", query="which test framework does the user prefer?", threshold=0.0)
         assert stored["id"] in [r["id"] for r in recalled["results"]]
         # the native surface writes; agent-memory reads, updates and counts it
-        fact = await native("memory_add", content="Grafana dashboards live in the ops repo", kind="fact",
-                            category="ops", tags=["Grafana"], importance=0.75)  # fmt: skip
+        fact = await native(
+            "memory_add",
+            content="Grafana dashboards live in the ops repo",
+            kind="fact",
+            category="ops",
+            tags=["Grafana"],
+            importance=0.75,
+        )
         page = await am("query_memories", search="grafana dashboards")
         assert ids(page) == [fact["id"]]
         m = page["memories"][0]
@@ -656,7 +827,10 @@ async def test_cross_profile_native_reads_what_agent_memory_writes_and_back(loca
         await native("memory_restore", id=fact["id"])
         assert (await am("get_memory_stats"))["by_type"] == {"core": 1, "learning": 0, "task": 0, "fact": 1}
         assert await am("delete_memory", id=fact["id"], permanent=True) == {
-            "success": True, "action": "deleted", "id": fact["id"]}  # fmt: skip
+            "success": True,
+            "action": "deleted",
+            "id": fact["id"],
+        }
         with pytest.raises(ToolFailure) as gone:
             await native("memory_get", id=fact["id"])
         assert gone.value.code == "MEMORY_NOT_FOUND"
@@ -664,14 +838,18 @@ async def test_cross_profile_native_reads_what_agent_memory_writes_and_back(loca
 
 async def test_a_memory_locked_natively_refuses_agent_memory_changes(local: Stack) -> None:
     # two gateways: the agent's reads wait for the head of the log (linearizable), so it sees the admin's writes
-    async with clients(local, "locked", role="admin") as (_, admin), \
-            clients(local, "locked", consistency="linearizable") as (am, _):  # fmt: skip
+    async with (
+        clients(local, "locked", role="admin") as (_, admin),
+        clients(local, "locked", consistency="linearizable") as (am, _),
+    ):
         mid = (await admin("memory_add", content="Production deploys need two approvals", kind="core"))["id"]
         await admin("memory_lock", id=mid, reason="policy")
-        for tool, args in (("update_memory", {"id": mid, "content": "one approval"}),
-                           ("update_memory", {"id": mid, "archived": True}),
-                           ("store_memory", {"id": mid, "type": "core", "content": "one approval"}),
-                           ("delete_memory", {"id": mid})):  # fmt: skip
+        for tool, args in (
+            ("update_memory", {"id": mid, "content": "one approval"}),
+            ("update_memory", {"id": mid, "archived": True}),
+            ("store_memory", {"id": mid, "type": "core", "content": "one approval"}),
+            ("delete_memory", {"id": mid}),
+        ):
             err = await am.fails(tool, **args)
             assert err["code"] == "PERMISSION_ERROR" and mid in err["message"], (tool, err)
         assert ids(await am("query_memories", search="approvals")) == [mid]  # still readable

@@ -16,7 +16,7 @@ import json
 import math
 import os
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +30,42 @@ from mneme.errors import InvalidInput
 from mneme.principals import Principal
 from services.gateway.profiles.cortex_support import StoreNotRegistered, parse_store_option, scope, store_namespace
 from services.gateway.server import build_server
-from tests.harness import Stack, serve_params, start_stack
+from tests.harness import Stack, hints_of, serve_params, start_stack
 
 pytestmark = pytest.mark.anyio
 
 GOLDEN = Path(__file__).parent / "golden" / "cortex.tools.json"
-TOOLS = ["add_memory", "get_memory", "update_memory", "remove_memory", "move_memory", "list_memories",
-         "prune_memories", "reindex_store", "cortex_get_recent_memories"]  # fmt: skip
+TOOLS = [
+    "add_memory",
+    "get_memory",
+    "update_memory",
+    "remove_memory",
+    "move_memory",
+    "list_memories",
+    "prune_memories",
+    "reindex_store",
+    "cortex_get_recent_memories",
+]
 INVALID_PARAMS, INVALID_REQUEST, INTERNAL_ERROR = -32602, -32600, -32603
 # The stdio server's registry: "" registers a store without a namespace (the default namespace).
 STORES = {
-    "notes": "", "team": "acme/team", "fresh": "", "prune": "", "noexpired": "", "broken": "",
-    "recent": "", "recent-cat": "", "recent-limit": "", "recent-few": "", "recent-empty": "", "recent-expired": "",
-    "recent-incl": "", "recent-stale": "",
-}  # fmt: skip
+    "notes": "",
+    "team": "acme/team",
+    "fresh": "",
+    "prune": "",
+    "noexpired": "",
+    "broken": "",
+    "recent": "",
+    "recent-cat": "",
+    "recent-limit": "",
+    "recent-few": "",
+    "recent-empty": "",
+    "recent-expired": "",
+    "recent-incl": "",
+    "recent-stale": "",
+}
 # Injected into the server's interpreter (sitecustomize): the reindex of store "broken" fails in the projector.
-FAULT = '''
+FAULT = """
 import os
 if os.environ.get("CORTEX_TEST_FAIL_REINDEX"):
     from mneme.errors import MnemeError
@@ -60,11 +80,11 @@ if os.environ.get("CORTEX_TEST_FAIL_REINDEX"):
         return _real(view, q)
 
     mq.HANDLERS[ReindexCategories] = _failing
-'''
+"""
 
 
 def days(n: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(days=n)).isoformat()
+    return (datetime.now(UTC) + timedelta(days=n)).isoformat()
 
 
 def when(value: str) -> datetime:
@@ -112,8 +132,13 @@ async def cx(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cortex]:
     (base / "inject").mkdir()
     (base / "inject" / "sitecustomize.py").write_text(FAULT)
     path = os.pathsep.join(p for p in (str(base / "inject"), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "MNEME_GATEWAY_PROFILE": "cortex", "MNEME_GATEWAY_STORES": json.dumps(STORES),
-           "CORTEX_TEST_FAIL_REINDEX": "broken", "PYTHONPATH": path}  # fmt: skip
+    env = {
+        **os.environ,
+        "MNEME_GATEWAY_PROFILE": "cortex",
+        "MNEME_GATEWAY_STORES": json.dumps(STORES),
+        "CORTEX_TEST_FAIL_REINDEX": "broken",
+        "PYTHONPATH": path,
+    }
     async with stdio_client(serve_params(base / "data", env=env)) as (r, w), ClientSession(r, w) as cs:
         await cs.initialize()
         yield Cortex(cs.call_tool)
@@ -141,20 +166,28 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tupl
 
 
 async def test_scenario_adding_a_memory(cx: Cortex) -> None:
-    assert await cx.text("add_memory", store="notes", path="add/plain", content="We deploy on Fridays") == \
-        "Memory created at add/plain"  # fmt: skip
+    assert (
+        await cx.text("add_memory", store="notes", path="add/plain", content="We deploy on Fridays")
+        == "Memory created at add/plain"
+    )
     got = await cx.data("get_memory", store="notes", path="add/plain")
     assert got["path"] == "add/plain" and got["content"] == "We deploy on Fridays"
 
 
 async def test_scenario_auto_create_store_on_first_write(cx: Cortex) -> None:
     # "fresh" is registered and has never been written: it is empty, and exists once written to
-    assert await cx.data("list_memories", store="fresh") == {"category": "all", "count": 0, "memories": [],
-                                                             "subcategories": []}  # fmt: skip
+    assert await cx.data("list_memories", store="fresh") == {
+        "category": "all",
+        "count": 0,
+        "memories": [],
+        "subcategories": [],
+    }
     empty = await cx.data("reindex_store", store="fresh")
     assert empty["categories"] == 0 and empty["memories"] == 0
-    assert await cx.text("add_memory", store="fresh", path="first/memory", content="the first") == \
-        "Memory created at first/memory"  # fmt: skip
+    assert (
+        await cx.text("add_memory", store="fresh", path="first/memory", content="the first")
+        == "Memory created at first/memory"
+    )
     assert (await cx.data("get_memory", store="fresh", path="first/memory"))["content"] == "the first"
     assert (await cx.data("reindex_store", store="fresh"))["memories"] == 1
 
@@ -167,13 +200,21 @@ async def test_scenario_auto_create_category(cx: Cortex) -> None:
     assert [m["path"] for m in listed["memories"]] == ["brand/new/idea"]
     assert {"path": "brand", "memory_count": 1} in (await cx.data("list_memories", store="notes"))["subcategories"]
     assert (await cx.data("list_memories", store="notes", category="brand"))["subcategories"] == [
-        {"path": "brand/new", "memory_count": 1}]
+        {"path": "brand/new", "memory_count": 1}
+    ]
 
 
 async def test_scenario_memory_with_optional_parameters(cx: Cortex) -> None:
     expiry = days(30)
-    await cx.text("add_memory", store="notes", path="add/optional", content="with metadata", tags=["infra", "db"],
-                  expires_at=expiry, citations=["docs/adr/001.md"])  # fmt: skip
+    await cx.text(
+        "add_memory",
+        store="notes",
+        path="add/optional",
+        content="with metadata",
+        tags=["infra", "db"],
+        expires_at=expiry,
+        citations=["docs/adr/001.md"],
+    )
     meta = (await cx.data("get_memory", store="notes", path="add/optional"))["metadata"]
     assert meta["tags"] == ["infra", "db"] and meta["citations"] == ["docs/adr/001.md"]
     assert when(meta["expires_at"]) == when(expiry)
@@ -205,18 +246,24 @@ async def test_scenario_memory_not_found(cx: Cortex) -> None:
 
 async def test_scenario_expired_memory_handling(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="get/expired", content="stale promo", expires_at=days(-1))
-    assert await cx.error("get_memory", store="notes", path="get/expired") == (INVALID_PARAMS,
-                                                                                "Memory expired: get/expired")
-    assert await cx.error("get_memory", store="notes", path="get/expired", include_expired=False) == \
-        (INVALID_PARAMS, "Memory expired: get/expired")  # fmt: skip
+    assert await cx.error("get_memory", store="notes", path="get/expired") == (
+        INVALID_PARAMS,
+        "Memory expired: get/expired",
+    )
+    assert await cx.error("get_memory", store="notes", path="get/expired", include_expired=False) == (
+        INVALID_PARAMS,
+        "Memory expired: get/expired",
+    )
     got = await cx.data("get_memory", store="notes", path="get/expired", include_expired=True)
-    assert got["content"] == "stale promo" and when(got["metadata"]["expires_at"]) < datetime.now(timezone.utc)
+    assert got["content"] == "stale promo" and when(got["metadata"]["expires_at"]) < datetime.now(UTC)
 
 
 async def test_scenario_response_includes_citations(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="get/cited", content="c", citations=["a.md:1", "b.md:2"])
-    assert (await cx.data("get_memory", store="notes", path="get/cited"))["metadata"]["citations"] == ["a.md:1",
-                                                                                                      "b.md:2"]
+    assert (await cx.data("get_memory", store="notes", path="get/cited"))["metadata"]["citations"] == [
+        "a.md:1",
+        "b.md:2",
+    ]
 
 
 async def test_scenario_response_for_memory_without_citations(cx: Cortex) -> None:
@@ -230,8 +277,10 @@ async def test_scenario_response_for_memory_without_citations(cx: Cortex) -> Non
 async def test_scenario_updating_content(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="upd/content", content="v1", tags=["keep"])
     before = (await cx.data("get_memory", store="notes", path="upd/content"))["metadata"]
-    assert await cx.text("update_memory", store="notes", path="upd/content", content="v2") == \
-        "Memory updated at upd/content"  # fmt: skip
+    assert (
+        await cx.text("update_memory", store="notes", path="upd/content", content="v2")
+        == "Memory updated at upd/content"
+    )
     after = await cx.data("get_memory", store="notes", path="upd/content")
     assert after["content"] == "v2" and after["metadata"]["tags"] == ["keep"]
     assert when(after["metadata"]["updated_at"]) > when(before["updated_at"])
@@ -281,14 +330,17 @@ async def test_scenario_removing_a_memory(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="rm/gone", content="to delete")
     assert await cx.text("remove_memory", store="notes", path="rm/gone") == "Memory removed at rm/gone"
     assert await cx.error("get_memory", store="notes", path="rm/gone") == (INVALID_PARAMS, "Memory not found: rm/gone")
-    assert "rm/gone" not in [m["path"] for m in (await cx.data("list_memories", store="notes", category="rm"))[
-        "memories"]]  # fmt: skip
+    assert "rm/gone" not in [
+        m["path"] for m in (await cx.data("list_memories", store="notes", category="rm"))["memories"]
+    ]
     await cx.text("add_memory", store="notes", path="rm/gone", content="the path is free again")
 
 
 async def test_scenario_removing_non_existent_memory(cx: Cortex) -> None:
-    assert await cx.error("remove_memory", store="notes", path="rm/never") == (INVALID_PARAMS,
-                                                                                "Memory not found: rm/never")
+    assert await cx.error("remove_memory", store="notes", path="rm/never") == (
+        INVALID_PARAMS,
+        "Memory not found: rm/never",
+    )
 
 
 # == Move memory tool ========================================================================================
@@ -296,8 +348,10 @@ async def test_scenario_removing_non_existent_memory(cx: Cortex) -> None:
 
 async def test_scenario_moving_a_memory(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="mv/draft", content="movable", citations=["m.md"])
-    assert await cx.text("move_memory", store="notes", from_path="mv/draft", to_path="mv/final/decided") == \
-        "Memory moved from mv/draft to mv/final/decided"  # fmt: skip
+    assert (
+        await cx.text("move_memory", store="notes", from_path="mv/draft", to_path="mv/final/decided")
+        == "Memory moved from mv/draft to mv/final/decided"
+    )
     got = await cx.data("get_memory", store="notes", path="mv/final/decided")
     assert got["content"] == "movable" and got["metadata"]["citations"] == ["m.md"]
     assert (await cx.error("get_memory", store="notes", path="mv/draft"))[1] == "Memory not found: mv/draft"
@@ -307,8 +361,10 @@ async def test_scenario_moving_a_memory(cx: Cortex) -> None:
 async def test_scenario_moving_to_existing_path(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="mv/a", content="a")
     await cx.text("add_memory", store="notes", path="mv/b", content="b")
-    assert await cx.error("move_memory", store="notes", from_path="mv/a", to_path="mv/b") == \
-        (INVALID_PARAMS, "Destination already exists: mv/b")  # fmt: skip
+    assert await cx.error("move_memory", store="notes", from_path="mv/a", to_path="mv/b") == (
+        INVALID_PARAMS,
+        "Destination already exists: mv/b",
+    )
     assert (await cx.data("get_memory", store="notes", path="mv/a"))["content"] == "a"  # nothing moved
     assert (await cx.data("get_memory", store="notes", path="mv/b"))["content"] == "b"
 
@@ -371,11 +427,12 @@ async def test_scenario_pruning_expired_memories(cx: Cortex) -> None:
     await cx.text("add_memory", store="prune", path="p/deep/old2", content="goes too", expires_at=days(-3))
     got = await cx.data("prune_memories", store="prune")
     assert got["pruned_count"] == 2 and [p["path"] for p in got["pruned"]] == ["p/deep/old2", "p/old1"]
-    assert all(when(p["expires_at"]) < datetime.now(timezone.utc) for p in got["pruned"])
+    assert all(when(p["expires_at"]) < datetime.now(UTC) for p in got["pruned"])
     listed = await cx.data("list_memories", store="prune", category="p", include_expired=True)
     assert [m["path"] for m in listed["memories"]] == ["p/live"]
-    assert (await cx.error("get_memory", store="prune", path="p/old1", include_expired=True))[1] == \
-        "Memory not found: p/old1"  # fmt: skip
+    assert (await cx.error("get_memory", store="prune", path="p/old1", include_expired=True))[
+        1
+    ] == "Memory not found: p/old1"
 
 
 async def test_scenario_no_expired_memories(cx: Cortex) -> None:
@@ -387,10 +444,16 @@ async def test_scenario_no_expired_memories(cx: Cortex) -> None:
 # == Required store parameter ================================================================================
 
 MINIMAL = {  # each tool's required arguments but `store`
-    "add_memory": {"path": "s/x", "content": "x"}, "get_memory": {"path": "s/x"}, "update_memory": {"path": "s/x"},
-    "remove_memory": {"path": "s/x"}, "move_memory": {"from_path": "s/x", "to_path": "s/y"}, "list_memories": {},
-    "prune_memories": {}, "reindex_store": {}, "cortex_get_recent_memories": {},
-}  # fmt: skip
+    "add_memory": {"path": "s/x", "content": "x"},
+    "get_memory": {"path": "s/x"},
+    "update_memory": {"path": "s/x"},
+    "remove_memory": {"path": "s/x"},
+    "move_memory": {"from_path": "s/x", "to_path": "s/y"},
+    "list_memories": {},
+    "prune_memories": {},
+    "reindex_store": {},
+    "cortex_get_recent_memories": {},
+}
 
 
 async def test_scenario_store_parameter_required(cx: Cortex) -> None:
@@ -423,13 +486,18 @@ async def test_scenario_add_memory_tool_delegates_to_creatememory(cx: Cortex) ->
     # the domain's create decides: tags normalized (lowercase, once), the path checked, uniqueness held
     res = await cx.raw("add_memory", store="notes", path="impl/created", content="x", tags=["API", "api", "Infra"])
     assert not res.is_error and res.content[0].text == "Memory created at impl/created"
-    assert res.structured_content == {"message": "Memory created at impl/created", "store": "notes",
-                                      "path": "impl/created"}  # fmt: skip
+    assert res.structured_content == {
+        "message": "Memory created at impl/created",
+        "store": "notes",
+        "path": "impl/created",
+    }
     assert (await cx.data("get_memory", store="notes", path="impl/created"))["metadata"]["tags"] == ["api", "infra"]
     code, msg = await cx.error("add_memory", store="notes", path="impl/../escape", content="x")
     assert code == INVALID_PARAMS and msg.startswith("path: ")
-    assert await cx.error("add_memory", store="notes", path="impl/created", content="twice") == \
-        (INVALID_PARAMS, "Memory already exists: impl/created")  # fmt: skip
+    assert await cx.error("add_memory", store="notes", path="impl/created", content="twice") == (
+        INVALID_PARAMS,
+        "Memory already exists: impl/created",
+    )
 
 
 async def test_scenario_get_memory_tool_delegates_to_getmemory(cx: Cortex) -> None:
@@ -442,15 +510,17 @@ async def test_scenario_get_memory_tool_delegates_to_getmemory(cx: Cortex) -> No
 
 async def test_scenario_domain_error_mapped_to_mcp_error(cx: Cortex) -> None:
     await cx.text("add_memory", store="notes", path="impl/mapped", content="x")
-    cases = [
+    cases: list[tuple[tuple[str, dict[str, Any]], str]] = [
         (("get_memory", {"store": "notes", "path": "impl/missing"}), "Memory not found: impl/missing"),
         (("add_memory", {"store": "notes", "path": "impl/bad*char", "content": "x"}), "path: "),
         (("add_memory", {"store": "notes", "path": "impl/t", "content": "x", "tags": ["x" * 65]}), "tags: "),
         (("update_memory", {"store": "notes", "path": "impl/mapped"}), "No updates provided."),
         (("move_memory", {"store": "notes", "from_path": "impl/mapped", "to_path": "impl/mapped/.."}), "to_path: "),
-        (("add_memory", {"store": "notes", "path": "impl/e", "content": "x", "expires_at": "soon"}),
-         "expires_at: Must be a valid ISO 8601 date string"),
-    ]  # fmt: skip
+        (
+            ("add_memory", {"store": "notes", "path": "impl/e", "content": "x", "expires_at": "soon"}),
+            "expires_at: Must be a valid ISO 8601 date string",
+        ),
+    ]
     for (tool, args), start in cases:
         code, msg = await cx.error(tool, **args)
         assert code == INVALID_PARAMS and msg.startswith(start), (tool, msg)
@@ -467,7 +537,9 @@ async def test_scenario_reindex_store_indexes(cx: Cortex) -> None:
     assert got["categories"] >= 3 and got["memories"] >= 2 and got["added"] == got["removed"] == 0
     # the rebuilt index answers as before
     assert (await cx.data("list_memories", store="notes", category="rx"))["subcategories"] == [
-        {"path": "rx/a", "memory_count": 1}, {"path": "rx/b", "memory_count": 1}]
+        {"path": "rx/a", "memory_count": 1},
+        {"path": "rx/b", "memory_count": 1},
+    ]
 
 
 async def test_scenario_store_not_found(cx: Cortex) -> None:
@@ -530,8 +602,10 @@ async def test_scenario_empty_store_or_category(cx: Cortex) -> None:
     # a category whose only memory was removed: it exists, and holds nothing
     await cx.text("add_memory", store="recent-empty", path="drained/only", content="x")
     await cx.text("remove_memory", store="recent-empty", path="drained/only")
-    assert await cx.data("cortex_get_recent_memories", store="recent-empty", category="drained") == \
-        {**empty, "category": "drained"}  # fmt: skip
+    assert await cx.data("cortex_get_recent_memories", store="recent-empty", category="drained") == {
+        **empty,
+        "category": "drained",
+    }
 
 
 async def test_scenario_non_existent_category(cx: Cortex) -> None:
@@ -574,8 +648,13 @@ async def test_scenario_response_format(cx: Cortex) -> None:
     assert set(got) == {"category", "count", "memories"} and got["category"] == "all" and got["count"] == 1
     entry = got["memories"][0]
     assert set(entry) == {"path", "content", "updated_at", "token_estimate", "tags"}
-    assert entry == {"path": "f/tagged", "content": "tagged one", "updated_at": entry["updated_at"],
-                     "token_estimate": math.ceil(len("tagged one") / 4), "tags": ["alpha", "beta"]}  # fmt: skip
+    assert entry == {
+        "path": "f/tagged",
+        "content": "tagged one",
+        "updated_at": entry["updated_at"],
+        "token_estimate": math.ceil(len("tagged one") / 4),
+        "tags": ["alpha", "beta"],
+    }
     when(entry["updated_at"])  # ISO 8601
 
 
@@ -596,8 +675,9 @@ async def test_golden_tools_list(shared: tuple[Stack, Cortex]) -> None:
     if os.environ.get("MNEME_UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(listed, indent=2, ensure_ascii=False) + "\n")
-    assert listed == json.loads(GOLDEN.read_text()), \
-        "the cortex tool surface changed: check it, then regenerate with MNEME_UPDATE_GOLDEN=1"  # fmt: skip
+    assert listed == json.loads(GOLDEN.read_text()), (
+        "the cortex tool surface changed: check it, then regenerate with MNEME_UPDATE_GOLDEN=1"
+    )
 
 
 async def test_the_listed_surface_is_the_contract(shared: tuple[Stack, Cortex]) -> None:
@@ -609,25 +689,46 @@ async def test_the_listed_surface_is_the_contract(shared: tuple[Stack, Cortex]) 
         assert "context" not in t.input_schema["properties"], name  # the contract has no context object
     required = {n: sorted(t.input_schema["required"]) for n, t in tools.items()}
     assert required == {
-        "add_memory": ["content", "path", "store"], "get_memory": ["path", "store"],
-        "update_memory": ["path", "store"], "remove_memory": ["path", "store"],
-        "move_memory": ["from_path", "store", "to_path"], "list_memories": ["store"], "prune_memories": ["store"],
-        "reindex_store": ["store"], "cortex_get_recent_memories": ["store"],
-    }  # fmt: skip
+        "add_memory": ["content", "path", "store"],
+        "get_memory": ["path", "store"],
+        "update_memory": ["path", "store"],
+        "remove_memory": ["path", "store"],
+        "move_memory": ["from_path", "store", "to_path"],
+        "list_memories": ["store"],
+        "prune_memories": ["store"],
+        "reindex_store": ["store"],
+        "cortex_get_recent_memories": ["store"],
+    }
     recent = tools["cortex_get_recent_memories"].input_schema["properties"]
     assert (recent["limit"]["default"], recent["limit"]["minimum"], recent["limit"]["maximum"]) == (5, 1, 100)
     assert recent["include_expired"]["default"] is False
     assert tools["update_memory"].input_schema["properties"]["clear_expiry"]["default"] is False
-    assert tools["get_memory"].annotations.read_only_hint and tools["remove_memory"].annotations.destructive_hint
-    assert tools["prune_memories"].annotations.destructive_hint and not tools["add_memory"].annotations.idempotent_hint
+    assert hints_of(tools["get_memory"]).read_only_hint and hints_of(tools["remove_memory"]).destructive_hint
+    assert hints_of(tools["prune_memories"]).destructive_hint and not hints_of(tools["add_memory"]).idempotent_hint
 
 
-EXAMPLES = [  # the contract's own examples (its scenarios), as arguments
+EXAMPLES: list[tuple[str, dict[str, Any]]] = [  # the contract's own examples (its scenarios), as arguments
     ("add_memory", {"store": "notes", "path": "ex/a", "content": "x"}),
-    ("add_memory", {"store": "notes", "path": "ex/b", "content": "x", "citations": ["src/core/types.ts:17",
-                                                                                    "https://docs.example.com"]}),
-    ("add_memory", {"store": "notes", "path": "ex/c", "content": "x", "tags": ["a"], "expires_at": "2030-01-01",
-                    "citations": ["c.md"]}),
+    (
+        "add_memory",
+        {
+            "store": "notes",
+            "path": "ex/b",
+            "content": "x",
+            "citations": ["src/core/types.ts:17", "https://docs.example.com"],
+        },
+    ),
+    (
+        "add_memory",
+        {
+            "store": "notes",
+            "path": "ex/c",
+            "content": "x",
+            "tags": ["a"],
+            "expires_at": "2030-01-01",
+            "citations": ["c.md"],
+        },
+    ),
     ("get_memory", {"store": "notes", "path": "ex/a", "include_expired": False}),
     ("update_memory", {"store": "notes", "path": "ex/a", "clear_expiry": True}),
     ("update_memory", {"store": "notes", "path": "ex/a", "citations": ["new/path.ts:5"]}),
@@ -642,7 +743,8 @@ EXAMPLES = [  # the contract's own examples (its scenarios), as arguments
     ("cortex_get_recent_memories", {"store": "notes"}),
     ("cortex_get_recent_memories", {"store": "notes", "limit": 10, "category": "ex", "include_expired": True}),
 ]
-INVALID = [  # what the contract rules out: a missing store, empty strings, the limit's bounds, wrong types
+INVALID: list[tuple[str, dict[str, Any], str]] = [  # what the contract rules out: a missing store, empty
+    # strings, the limit's bounds, wrong types
     ("add_memory", {"path": "ex/x", "content": "x"}, "store"),
     ("add_memory", {"store": "notes", "path": "ex/x", "content": ""}, "content"),
     ("add_memory", {"store": "notes", "path": "", "content": "x"}, "path"),
@@ -732,11 +834,19 @@ async def test_reindex_repairs_the_category_index_as_a_replay_would(shared: tupl
     cur.close()
     assert (await cortex.error("list_memories", store="kb", category="guides/setup"))[0] == INVALID_PARAMS
     got = await cortex.data("reindex_store", store="kb")
-    assert got == {"store": "kb", "path": "acme/kb/kb", "categories": 3, "added": 1, "removed": 1, "memories": 2,
-                   "warnings": []}  # fmt: skip
+    assert got == {
+        "store": "kb",
+        "path": "acme/kb/kb",
+        "categories": 3,
+        "added": 1,
+        "removed": 1,
+        "memories": 2,
+        "warnings": [],
+    }
     assert view.reader().execute(rows).fetchall() == before and view.canonical_digest() == digest
-    assert [m["path"] for m in (await cortex.data("list_memories", store="kb", category="guides/setup"))[
-        "memories"]] == ["guides/setup/linux"]  # fmt: skip
+    assert [
+        m["path"] for m in (await cortex.data("list_memories", store="kb", category="guides/setup"))["memories"]
+    ] == ["guides/setup/linux"]
     assert (await cortex.data("reindex_store", store="kb"))["added"] == 0  # nothing left to repair
 
 
@@ -745,8 +855,15 @@ async def test_reindex_repairs_the_category_index_as_a_replay_would(shared: tupl
 
 async def test_what_cortex_writes_the_native_surface_reads(shared: tuple[Stack, Cortex]) -> None:
     stack, cortex = shared
-    await cortex.text("add_memory", store="team", path="decisions/db", content="Postgres 16", tags=["db"],
-                      citations=["adr/7.md"], expires_at=days(90))  # fmt: skip
+    await cortex.text(
+        "add_memory",
+        store="team",
+        path="decisions/db",
+        content="Postgres 16",
+        tags=["db"],
+        citations=["adr/7.md"],
+        expires_at=days(90),
+    )
     native = await stack.call("memory_get", namespace="acme/team", id="team:decisions/db")
     assert native["content"] == "Postgres 16" and native["citations"] == ["adr/7.md"] and native["tags"] == ["db"]
     assert native["namespace"] == "acme/team" and native["store"] == "team" and native.get("expires_at") is not None
@@ -760,12 +877,19 @@ async def test_what_cortex_writes_the_native_surface_reads(shared: tuple[Stack, 
 
 async def test_what_the_native_surface_writes_cortex_reads(shared: tuple[Stack, Cortex]) -> None:
     stack, cortex = shared
-    a = await stack.call("memory_add", content="Ship on Tuesdays", store="notes", path="native/ship", tags=["Ops"],
-                         citations=["wiki/ship"])  # fmt: skip
+    a = await stack.call(
+        "memory_add",
+        content="Ship on Tuesdays",
+        store="notes",
+        path="native/ship",
+        tags=["Ops"],
+        citations=["wiki/ship"],
+    )
     got = await cortex.data("get_memory", store="notes", path="native/ship")
     assert got["content"] == "Ship on Tuesdays" and got["metadata"]["citations"] == ["wiki/ship"]
-    assert [m["path"] for m in (await cortex.data("list_memories", store="notes", category="native"))["memories"]] \
-        == ["native/ship"]  # fmt: skip
+    assert [m["path"] for m in (await cortex.data("list_memories", store="notes", category="native"))["memories"]] == [
+        "native/ship"
+    ]
     recent = await cortex.data("cortex_get_recent_memories", store="notes", category="native")
     assert recent["memories"][0]["content"] == "Ship on Tuesdays" and recent["memories"][0]["tags"] == ["ops"]
     # archived on the native surface (restorable there) is deleted for cortex; remove_memory frees its path
@@ -773,8 +897,10 @@ async def test_what_the_native_surface_writes_cortex_reads(shared: tuple[Stack, 
     assert (await cortex.error("get_memory", store="notes", path="native/ship"))[1] == "Memory not found: native/ship"
     assert (await cortex.data("list_memories", store="notes", category="native"))["count"] == 0
     assert (await cortex.error("update_memory", store="notes", path="native/ship", content="x"))[0] == INVALID_PARAMS
-    assert await cortex.error("add_memory", store="notes", path="native/ship", content="x") == \
-        (INVALID_PARAMS, "Memory already exists: native/ship")  # fmt: skip
+    assert await cortex.error("add_memory", store="notes", path="native/ship", content="x") == (
+        INVALID_PARAMS,
+        "Memory already exists: native/ship",
+    )
     await cortex.text("remove_memory", store="notes", path="native/ship")
     await cortex.text("add_memory", store="notes", path="native/ship", content="Ship on Wednesdays")
 
@@ -782,8 +908,11 @@ async def test_what_the_native_surface_writes_cortex_reads(shared: tuple[Stack, 
 async def test_a_registered_store_is_created_on_first_write(shared: tuple[Stack, Cortex]) -> None:
     stack, cortex = shared
     assert (await stack.call("memory_stats", store="later"))["stores"] == 0  # registered, not yet there
-    assert await cortex.data("cortex_get_recent_memories", store="later") == {"category": "all", "count": 0,
-                                                                              "memories": []}  # fmt: skip
+    assert await cortex.data("cortex_get_recent_memories", store="later") == {
+        "category": "all",
+        "count": 0,
+        "memories": [],
+    }
     await cortex.text("add_memory", store="later", path="first", content="the store begins")
     assert (await stack.call("memory_stats", store="later"))["stores"] == 1
 
@@ -799,8 +928,11 @@ async def test_a_locked_memory_refuses_a_cortex_agent(shared: tuple[Stack, Corte
         await stack.call("memory_lock", id=mid, reason="policy")
     finally:
         gw.principal = agent
-    for tool, args in (("update_memory", {"content": "force-push is fine"}), ("remove_memory", {}),
-                       ("move_memory", {"from_path": "locked/rule", "to_path": "locked/moved"})):  # fmt: skip
+    for tool, args in (
+        ("update_memory", {"content": "force-push is fine"}),
+        ("remove_memory", {}),
+        ("move_memory", {"from_path": "locked/rule", "to_path": "locked/moved"}),
+    ):
         where = {"path": "locked/rule"} if tool != "move_memory" else {}
         code, msg = await cortex.error(tool, store="notes", **where, **args)
         assert (code, msg) == (INVALID_REQUEST, "Memory is locked: locked/rule (only an admin can change it)"), tool

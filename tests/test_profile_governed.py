@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,13 @@ def repo() -> str:
 
 def ctx(repository: str, intent: str = "read", agent: str = AGENT, **over: Any) -> dict[str, Any]:
     """The contract's context object, complete, with a fresh request_id."""
-    c = {"agent_id": agent, "organization_id": ORG, "repository_id": repository, "intent": intent,
-         "request_id": f"req-{uuid.uuid4().hex[:12]}"}  # fmt: skip
+    c = {
+        "agent_id": agent,
+        "organization_id": ORG,
+        "repository_id": repository,
+        "intent": intent,
+        "request_id": f"req-{uuid.uuid4().hex[:12]}",
+    }
     c.update(over)
     return c
 
@@ -79,8 +84,9 @@ class Session:
 
     # the governed tools, with the context of this session's principal
     async def write(self, repository: str, content: str, type: str = "fact", **args: Any) -> dict[str, Any]:
-        return await self("memory-write", content=content, type=type, context=ctx(repository, "write", self.agent),
-                          **args)  # fmt: skip
+        return await self(
+            "memory-write", content=content, type=type, context=ctx(repository, "write", self.agent), **args
+        )
 
     async def search(self, repository: str, query: str, **args: Any) -> dict[str, Any]:
         return await self("memory-search", query=query, context=ctx(repository, "read", self.agent), **args)
@@ -97,8 +103,9 @@ class World:
     native_agent: Session  # native surface, the AI agent
     tools: list[Any]
 
-    async def trail(self, memory_id: str | None, expect: int, *, request_id: str | None = None,
-                    **filters: Any) -> list[dict[str, Any]]:  # fmt: skip
+    async def trail(
+        self, memory_id: str | None, expect: int, *, request_id: str | None = None, **filters: Any
+    ) -> list[dict[str, Any]]:
         """Audit records (native audit_query as the admin) of a memory, or by other filters, once `expect` of
         them are there and one of them has `request_id` (reads and refusals reach the trail a moment after
         the call answers)."""
@@ -108,7 +115,8 @@ class World:
         for _ in range(100):
             page = await self.native("audit_query", **args)
             if len(page["results"]) >= expect and (
-                    request_id is None or any(x["request_id"] == request_id for x in page["results"])):
+                request_id is None or any(x["request_id"] == request_id for x in page["results"])
+            ):
                 return page["results"]
             await asyncio.sleep(0.1)
         raise AssertionError(f"the trail for {args} has {page['results']}, expected {expect} records")
@@ -120,10 +128,20 @@ def _env(**settings: str) -> dict[str, str]:
     return base | {f"MNEME_GATEWAY_{k.upper()}": v for k, v in settings.items()}
 
 
-AGENT_ENV = {"agent_id": AGENT, "role": "agent", "organization": ORG,
-             "namespaces": json.dumps([f"{ORG}/{r}" for r in REPOS]), "namespace": f"{ORG}/{REPOS[0]}"}  # fmt: skip
-ADMIN_ENV = {"agent_id": ADMIN, "role": "admin", "organization": ORG, "namespaces": json.dumps([f"{ORG}/*"]),
-             "namespace": f"{ORG}/{REPOS[0]}"}  # fmt: skip
+AGENT_ENV = {
+    "agent_id": AGENT,
+    "role": "agent",
+    "organization": ORG,
+    "namespaces": json.dumps([f"{ORG}/{r}" for r in REPOS]),
+    "namespace": f"{ORG}/{REPOS[0]}",
+}
+ADMIN_ENV = {
+    "agent_id": ADMIN,
+    "role": "admin",
+    "organization": ORG,
+    "namespaces": json.dumps([f"{ORG}/*"]),
+    "namespace": f"{ORG}/{REPOS[0]}",
+}
 
 
 @pytest.fixture(scope="module")
@@ -135,19 +153,26 @@ def anyio_backend() -> str:  # module scope, so the shared servers below can be 
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     data = tmp_path_factory.mktemp("governed") / "d"
     async with AsyncExitStack() as es:
-        r, w = await es.enter_async_context(stdio_client(serve_params(data, env=_env(profile="governed",
-                                                                                     **AGENT_ENV))))  # fmt: skip
+        r, w = await es.enter_async_context(stdio_client(serve_params(data, env=_env(profile="governed", **AGENT_ENV))))
         agent = await es.enter_async_context(ClientSession(r, w))
         await agent.initialize()
         url = (data / "nats" / "client-url").read_text().split()[1]
         sessions = []
-        for env in (_env(profile="governed", **ADMIN_ENV), _env(profile="native", **ADMIN_ENV),
-                    _env(profile="native", **AGENT_ENV)):  # fmt: skip
+        for env in (
+            _env(profile="governed", **ADMIN_ENV),
+            _env(profile="native", **ADMIN_ENV),
+            _env(profile="native", **AGENT_ENV),
+        ):
             r, w = await es.enter_async_context(stdio_client(gateway_params(url, env=env)))
             sessions.append(await es.enter_async_context(ClientSession(r, w)))
         await asyncio.gather(*(s.initialize() for s in sessions))
-        world = World(Session(agent), Session(sessions[0], ADMIN), Session(sessions[1], ADMIN),
-                      Session(sessions[2]), (await agent.list_tools()).tools)  # fmt: skip
+        world = World(
+            Session(agent),
+            Session(sessions[0], ADMIN),
+            Session(sessions[1], ADMIN),
+            Session(sessions[2]),
+            (await agent.list_tools()).tools,
+        )
         for _ in range(300):  # the embedding model loads in the background at start
             try:
                 await world.agent.search(REPOS[0], "warm up")
@@ -162,10 +187,16 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
 
 
 def surface(tools: list[Any]) -> list[dict[str, Any]]:
-    return [{"name": t.name, "description": t.description, "inputSchema": t.input_schema,
-             "outputSchema": t.output_schema,
-             "annotations": t.annotations.model_dump(mode="json", by_alias=True, exclude_none=True)}
-            for t in tools]  # fmt: skip
+    return [
+        {
+            "name": t.name,
+            "description": t.description,
+            "inputSchema": t.input_schema,
+            "outputSchema": t.output_schema,
+            "annotations": t.annotations.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        for t in tools
+    ]
 
 
 async def test_tools_list_matches_the_golden_snapshot(world: World) -> None:
@@ -177,7 +208,8 @@ async def test_tools_list_matches_the_golden_snapshot(world: World) -> None:
         GOLDEN.write_text(json.dumps(now, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     assert GOLDEN.exists(), f"no snapshot: run with MNEME_UPDATE_GOLDEN=1 to write {GOLDEN}"
     assert json.loads(GOLDEN.read_text()) == json.loads(json.dumps(now)), (
-        "the governed surface changed: if that is intended, rerun with MNEME_UPDATE_GOLDEN=1 and review the diff")
+        "the governed surface changed: if that is intended, rerun with MNEME_UPDATE_GOLDEN=1 and review the diff"
+    )
 
 
 async def test_tool_names_are_the_contracts_dots_and_dashes_included(world: World) -> None:
@@ -194,32 +226,49 @@ async def test_the_contracts_examples_fit_its_schemas_and_its_invalid_inputs_are
     schema = {t.name: t.input_schema for t in world.tools}
     repository = REPOS[0]
     examples = {  # each tool with its required fields (section 2) and the common context (section 1)
-        "memory-write": {"content": "Payments are retried three times", "type": "decision",
-                         "context": ctx(repository, "write")},
-        "memory-search": {"query": "payment retries", "limit": 10, "type_filter": "decision",
-                          "context": ctx(repository)},
+        "memory-write": {
+            "content": "Payments are retried three times",
+            "type": "decision",
+            "context": ctx(repository, "write"),
+        },
+        "memory-search": {
+            "query": "payment retries",
+            "limit": 10,
+            "type_filter": "decision",
+            "context": ctx(repository),
+        },
         "memory.read": {"memory_id": str(uuid.uuid4()), "context": ctx(repository)},
         "memory.lock": {"memory_id": str(uuid.uuid4()), "context": ctx(repository, "admin", ADMIN)},
-        "memory.deprecate": {"memory_id": str(uuid.uuid4()), "reason": "replaced by the new policy",
-                             "context": ctx(repository, "write")},
-    }  # fmt: skip
+        "memory.deprecate": {
+            "memory_id": str(uuid.uuid4()),
+            "reason": "replaced by the new policy",
+            "context": ctx(repository, "write"),
+        },
+    }
     for name, args in examples.items():
         jsonschema.validate(args, schema[name])
-    invalid = [  # the limits and enums the contract states, the fields it requires
+    invalid: list[tuple[str, dict[str, Any], str, str]] = [  # the contract's limits and enums, its required fields
         ("memory-search", {"query": "x", "limit": 11, "context": ctx(repository)}, "INVALID_INPUT", "limit"),
         ("memory-search", {"query": "x", "limit": 0, "context": ctx(repository)}, "INVALID_INPUT", "limit"),
         ("memory-search", {"context": ctx(repository)}, "INVALID_INPUT", "query"),
-        ("memory-search", {"query": "x", "context": ctx(repository, "delete")}, "INVALID_CONTEXT",
-         "context.intent"),
+        ("memory-search", {"query": "x", "context": ctx(repository, "delete")}, "INVALID_CONTEXT", "context.intent"),
         ("memory-search", {"query": "x"}, "INVALID_CONTEXT", "context"),
         ("memory-write", {"type": "fact", "context": ctx(repository, "write")}, "INVALID_INPUT", "content"),
         ("memory-write", {"content": "x", "context": ctx(repository, "write")}, "INVALID_INPUT", "type"),
-        ("memory-write", {"content": "", "type": "fact", "context": ctx(repository, "write")}, "INVALID_INPUT",
-         "content"),
+        (
+            "memory-write",
+            {"content": "", "type": "fact", "context": ctx(repository, "write")},
+            "INVALID_INPUT",
+            "content",
+        ),
         ("memory.read", {"context": ctx(repository)}, "INVALID_INPUT", "memory_id"),
-        ("memory.deprecate", {"memory_id": str(uuid.uuid4()), "context": ctx(repository, "write")},
-         "INVALID_INPUT", "reason"),
-    ]  # fmt: skip
+        (
+            "memory.deprecate",
+            {"memory_id": str(uuid.uuid4()), "context": ctx(repository, "write")},
+            "INVALID_INPUT",
+            "reason",
+        ),
+    ]
     for name, args, code, field in invalid:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(args, schema[name])
@@ -231,18 +280,30 @@ async def test_the_contracts_examples_fit_its_schemas_and_its_invalid_inputs_are
 
 
 def test_every_domain_refusal_renders_as_one_of_the_five_codes() -> None:
-    shown = {code: json.loads(ERRORS.render(code, "m", "id"))["error"] for code in (
-        "INVALID_CONTEXT", "SCOPE_VIOLATION", "WRITE_NOT_ALLOWED", "MEMORY_LOCKED", "MEMORY_NOT_FOUND",
-        "PERMISSION_ERROR", "IDEMPOTENCY_KEY_REUSED")}  # fmt: skip
+    shown = {
+        code: json.loads(ERRORS.render(code, "m", "id"))["error"]
+        for code in (
+            "INVALID_CONTEXT",
+            "SCOPE_VIOLATION",
+            "WRITE_NOT_ALLOWED",
+            "MEMORY_LOCKED",
+            "MEMORY_NOT_FOUND",
+            "PERMISSION_ERROR",
+            "IDEMPOTENCY_KEY_REUSED",
+        )
+    }
     assert {c: e["code"] for c, e in shown.items()} == {
-        "INVALID_CONTEXT": "INVALID_CONTEXT", "SCOPE_VIOLATION": "SCOPE_VIOLATION",
-        "WRITE_NOT_ALLOWED": "WRITE_NOT_ALLOWED", "MEMORY_LOCKED": "MEMORY_LOCKED",
-        "MEMORY_NOT_FOUND": "MEMORY_NOT_FOUND", "PERMISSION_ERROR": "WRITE_NOT_ALLOWED",
-        "IDEMPOTENCY_KEY_REUSED": "INVALID_CONTEXT"}  # fmt: skip
+        "INVALID_CONTEXT": "INVALID_CONTEXT",
+        "SCOPE_VIOLATION": "SCOPE_VIOLATION",
+        "WRITE_NOT_ALLOWED": "WRITE_NOT_ALLOWED",
+        "MEMORY_LOCKED": "MEMORY_LOCKED",
+        "MEMORY_NOT_FOUND": "MEMORY_NOT_FOUND",
+        "PERMISSION_ERROR": "WRITE_NOT_ALLOWED",
+        "IDEMPOTENCY_KEY_REUSED": "INVALID_CONTEXT",
+    }
     assert shown["MEMORY_LOCKED"]["field"] == "memory_id"  # the domain's `id` as the contract names it
     assert json.loads(ERRORS.render("INVALID_INPUT", "m", "context.intent"))["error"]["code"] == "INVALID_CONTEXT"
-    assert "details" not in json.loads(ERRORS.render("IDEMPOTENCY_KEY_REUSED", "m", "request_id",
-                                                     {"seq": 7}))["error"]  # fmt: skip
+    assert "details" not in json.loads(ERRORS.render("IDEMPOTENCY_KEY_REUSED", "m", "request_id", {"seq": 7}))["error"]
 
 
 # -- 1. Common Request Context ------------------------------------------------------------------------------------
@@ -251,23 +312,35 @@ def test_every_domain_refusal_renders_as_one_of_the_five_codes() -> None:
 async def test_scenario_common_request_context_is_mandatory_on_every_call(world: World) -> None:
     r = repo()
     mid = (await world.agent.write(r, "The API gateway is Kong"))["memory_id"]
-    calls = {"memory-write": {"content": "x", "type": "fact"}, "memory-search": {"query": "gateway"},
-             "memory.read": {"memory_id": mid}, "memory.lock": {"memory_id": mid},
-             "memory.deprecate": {"memory_id": mid, "reason": "obsolete"}}  # fmt: skip
+    calls = {
+        "memory-write": {"content": "x", "type": "fact"},
+        "memory-search": {"query": "gateway"},
+        "memory.read": {"memory_id": mid},
+        "memory.lock": {"memory_id": mid},
+        "memory.deprecate": {"memory_id": mid, "reason": "obsolete"},
+    }
     for tool, args in calls.items():
         await world.agent.fails(tool, "INVALID_CONTEXT", "context", **args)
         without_agent = {k: v for k, v in ctx(r, "admin").items() if k != "agent_id"}
         await world.agent.fails(tool, "INVALID_CONTEXT", "context.agent_id", context=without_agent, **args)
     # checked against the principal of the session: another agent's id, another organization
-    await world.agent.fails("memory-search", "SCOPE_VIOLATION", "context.agent_id", query="gateway",
-                            context=ctx(r, agent="someone-else"))  # fmt: skip
-    await world.agent.fails("memory-search", "SCOPE_VIOLATION", "context.organization_id", query="gateway",
-                            context=ctx(r, organization_id=str(uuid.uuid4())))  # fmt: skip
+    await world.agent.fails(
+        "memory-search", "SCOPE_VIOLATION", "context.agent_id", query="gateway", context=ctx(r, agent="someone-else")
+    )
+    await world.agent.fails(
+        "memory-search",
+        "SCOPE_VIOLATION",
+        "context.organization_id",
+        query="gateway",
+        context=ctx(r, organization_id=str(uuid.uuid4())),
+    )
     # intent classifies the action: read does not allow a write, write not an admin action
-    await world.agent.fails("memory-write", "INVALID_CONTEXT", "context.intent", content="x", type="fact",
-                            context=ctx(r, "read"))  # fmt: skip
-    await world.admin.fails("memory.lock", "INVALID_CONTEXT", "context.intent", memory_id=mid,
-                            context=ctx(r, "write", ADMIN))  # fmt: skip
+    await world.agent.fails(
+        "memory-write", "INVALID_CONTEXT", "context.intent", content="x", type="fact", context=ctx(r, "read")
+    )
+    await world.admin.fails(
+        "memory.lock", "INVALID_CONTEXT", "context.intent", memory_id=mid, context=ctx(r, "write", ADMIN)
+    )
     # no refused call wrote anything
     listed = await world.native("memory_list", namespace=f"{ORG}/{r}", detail="full")
     assert [(m["id"], m["version"], m["locked"]) for m in listed["results"]] == [(mid, 1, False)]
@@ -290,11 +363,19 @@ async def test_scenario_memory_write_stores_a_new_fact_unverified_as_v1_with_a_c
     created = [x for x in trail if x["action"] == "memory_created"]
     assert [(x["agent_id"], x["request_id"], x["outcome"]) for x in created] == [(AGENT, c["request_id"], "ok")]
     # a retry of the same request (same request_id) is applied once
-    assert await world.agent("memory-write", content="Orders ship from the Rotterdam warehouse", type="fact",
-                             context=c) == got  # fmt: skip
+    assert (
+        await world.agent("memory-write", content="Orders ship from the Rotterdam warehouse", type="fact", context=c)
+        == got
+    )
     # the same request_id for another request is an invalid context
-    await world.agent.fails("memory-write", "INVALID_CONTEXT", "context.request_id", content="Orders ship from Hamburg",
-                            type="fact", context=c)  # fmt: skip
+    await world.agent.fails(
+        "memory-write",
+        "INVALID_CONTEXT",
+        "context.request_id",
+        content="Orders ship from Hamburg",
+        type="fact",
+        context=c,
+    )
     assert (await world.native("memory_list", namespace=f"{ORG}/{r}"))["total"] == 1
 
 
@@ -313,13 +394,26 @@ async def test_scenario_memory_write_validation_ai_may_not_write_business_rule_o
 ) -> None:
     r = repo()
     for protected in ("business_rule", "system_constraint"):
-        e = await world.agent.fails("memory-write", "WRITE_NOT_ALLOWED", "type", content="Refunds need approval",
-                                    type=protected, context=ctx(r, "write"))  # fmt: skip
+        e = await world.agent.fails(
+            "memory-write",
+            "WRITE_NOT_ALLOWED",
+            "type",
+            content="Refunds need approval",
+            type=protected,
+            context=ctx(r, "write"),
+        )
         assert protected in e["message"]
     # nor turn its own memory into one
     mid = (await world.agent.write(r, "Refunds need approval"))["memory_id"]
-    await world.agent.fails("memory-write", "WRITE_NOT_ALLOWED", "type", content="Refunds need approval",
-                            type="business_rule", memory_id=mid, context=ctx(r, "write"))  # fmt: skip
+    await world.agent.fails(
+        "memory-write",
+        "WRITE_NOT_ALLOWED",
+        "type",
+        content="Refunds need approval",
+        type="business_rule",
+        memory_id=mid,
+        context=ctx(r, "write"),
+    )
     # a human admin may
     rule = await world.admin.write(r, "Refunds above 500 EUR need a manager's approval", type="business_rule")
     assert rule["status"] == "verified"
@@ -334,11 +428,22 @@ async def test_scenario_memory_write_forbidden_editing_a_locked_memory(world: Wo
     edited = await world.agent.write(r, "The build uses Gradle 8.5", memory_id=mid)
     assert (edited["memory_id"], edited["version"], edited["status"]) == (mid, 2, "unverified")
     await world.admin("memory.lock", memory_id=mid, context=ctx(r, "admin", ADMIN))
-    await world.agent.fails("memory-write", "MEMORY_LOCKED", "memory_id", content="The build uses Maven",
-                            type="fact", memory_id=mid, context=ctx(r, "write"))  # fmt: skip
+    await world.agent.fails(
+        "memory-write",
+        "MEMORY_LOCKED",
+        "memory_id",
+        content="The build uses Maven",
+        type="fact",
+        memory_id=mid,
+        context=ctx(r, "write"),
+    )
     got = await world.agent.read(r, mid)
-    assert (got["content"], got["version"], got["status"], got["locked"]) == ("The build uses Gradle 8.5", 3,
-                                                                              "locked", True)  # fmt: skip
+    assert (got["content"], got["version"], got["status"], got["locked"]) == (
+        "The build uses Gradle 8.5",
+        3,
+        "locked",
+        True,
+    )
     # locked means immutable for AI; a human admin still edits it, and it stays locked
     by_admin = await world.admin.write(r, "The build uses Gradle 9", memory_id=mid)
     assert (by_admin["version"], by_admin["status"]) == (4, "locked")
@@ -355,8 +460,13 @@ async def test_scenario_memory_search_returns_relevant_memories_with_content_sta
     lunch = await world.agent.write(r, "Lunch is served at noon on Fridays")
     got = await world.agent.search(r, "which database do we use")
     assert got["count"] == len(got["memories"]) >= 1
-    assert got["memories"][0] == {"memory_id": db["memory_id"], "content": "The team prefers PostgreSQL for new "
-                                  "services", "type": "decision", "status": "unverified", "scope_origin": "repository"}
+    assert got["memories"][0] == {
+        "memory_id": db["memory_id"],
+        "content": "The team prefers PostgreSQL for new services",
+        "type": "decision",
+        "status": "unverified",
+        "scope_origin": "repository",
+    }
     assert lunch["memory_id"] not in [m["memory_id"] for m in got["memories"]]  # not relevant: not returned
 
 
@@ -379,18 +489,21 @@ async def test_scenario_memory_search_limit_defaults_to_5_and_maximum_results_is
     assert (await world.agent.search(r, "the cache node restarted", limit=10))["count"] == 10
     assert (await world.agent.search(r, "the cache node restarted", limit=1))["count"] == 1
     for too_many in (11, 50):
-        await world.agent.fails("memory-search", "INVALID_INPUT", "limit", query="the cache node restarted",
-                                limit=too_many, context=ctx(r))  # fmt: skip
+        await world.agent.fails(
+            "memory-search", "INVALID_INPUT", "limit", query="the cache node restarted", limit=too_many, context=ctx(r)
+        )
 
 
 async def test_scenario_memory_search_must_carry_a_valid_repository_id(world: World) -> None:
     r = repo()
     no_repo = {k: v for k, v in ctx(r).items() if k != "repository_id"}
     await world.agent.fails("memory-search", "INVALID_CONTEXT", "context.repository_id", query="x", context=no_repo)
-    await world.agent.fails("memory-search", "INVALID_CONTEXT", "context.repository_id", query="x",
-                            context=ctx("../" + r))  # fmt: skip
-    await world.agent.fails("memory-search", "SCOPE_VIOLATION", "context.repository_id", query="x",
-                            context=ctx(FOREIGN))  # fmt: skip
+    await world.agent.fails(
+        "memory-search", "INVALID_CONTEXT", "context.repository_id", query="x", context=ctx("../" + r)
+    )
+    await world.agent.fails(
+        "memory-search", "SCOPE_VIOLATION", "context.repository_id", query="x", context=ctx(FOREIGN)
+    )
     mid = (await world.agent.write(r, "Error budgets are reviewed monthly"))["memory_id"]
     assert (await world.agent.search(r, "error budgets"))["memories"][0]["memory_id"] == mid
 
@@ -414,18 +527,30 @@ async def test_scenario_memory_read_returns_the_full_memory_with_its_latest_vers
     mid = (await world.agent.write(r, "Invoices go out on the 1st", type="decision"))["memory_id"]
     await world.agent.write(r, "Invoices go out on the 2nd", type="decision", memory_id=mid)
     await world.admin("memory.lock", memory_id=mid, context=ctx(r, "admin", ADMIN))
-    await world.admin("memory.deprecate", memory_id=mid, reason="billing moved to Stripe",
-                      context=ctx(r, "write", ADMIN))  # fmt: skip
+    await world.admin(
+        "memory.deprecate", memory_id=mid, reason="billing moved to Stripe", context=ctx(r, "write", ADMIN)
+    )
     got = await world.agent.read(r, mid)
     assert got == {
-        "memory_id": mid, "content": "Invoices go out on the 2nd", "type": "decision", "status": "deprecated",
-        "scope_origin": "repository", "version": 4, "verified": False, "locked": True, "tags": [],
-        "deprecated_reason": "billing moved to Stripe", "created_by": AGENT, "updated_by": ADMIN,
-        "history": [{"version": 4, "action": "deprecated", "agent_id": ADMIN},
-                    {"version": 3, "action": "locked", "agent_id": ADMIN},
-                    {"version": 2, "action": "updated", "agent_id": AGENT},
-                    {"version": 1, "action": "created", "agent_id": AGENT}],
-    }  # fmt: skip
+        "memory_id": mid,
+        "content": "Invoices go out on the 2nd",
+        "type": "decision",
+        "status": "deprecated",
+        "scope_origin": "repository",
+        "version": 4,
+        "verified": False,
+        "locked": True,
+        "tags": [],
+        "deprecated_reason": "billing moved to Stripe",
+        "created_by": AGENT,
+        "updated_by": ADMIN,
+        "history": [
+            {"version": 4, "action": "deprecated", "agent_id": ADMIN},
+            {"version": 3, "action": "locked", "agent_id": ADMIN},
+            {"version": 2, "action": "updated", "agent_id": AGENT},
+            {"version": 1, "action": "created", "agent_id": AGENT},
+        ],
+    }
     for i in range(3):  # the latest versions: at most five
         await world.admin.write(r, f"Invoices go out on day {i + 3}", type="decision", memory_id=mid)
     history = (await world.agent.read(r, mid))["history"]
@@ -439,7 +564,7 @@ async def test_scenario_memory_read_returns_the_full_memory_with_its_latest_vers
 async def test_scenario_memory_lock_by_a_human_admin_confirms_status_locked_and_timestamp(world: World) -> None:
     r = repo()
     mid = (await world.agent.write(r, "The public API is versioned in the URL"))["memory_id"]
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     got = await world.admin("memory.lock", memory_id=mid, context=ctx(r, "admin", ADMIN))
     assert set(got) == {"memory_id", "status", "locked_at", "version"}
     assert (got["memory_id"], got["status"], got["version"]) == (mid, "locked", 2)
@@ -460,12 +585,15 @@ async def test_scenario_memory_lock_forbidden_when_an_ai_agent_calls_it(world: W
     got = await world.agent.read(r, mid)
     assert (got["locked"], got["version"], got["status"]) == (False, 1, "unverified")
     # both attempts are in the trail; the one refused inside the tool names the memory
-    denied = [x for x in await world.trail(mid, 2, request_id=as_admin["request_id"])
-              if x["action"] == "denied:memory.lock"]
+    denied = [
+        x for x in await world.trail(mid, 2, request_id=as_admin["request_id"]) if x["action"] == "denied:memory.lock"
+    ]
     assert [(x["agent_id"], x["request_id"], x["code"]) for x in denied] == [
-        (AGENT, as_admin["request_id"], "PERMISSION_ERROR")]
-    records = await world.trail(None, 1, request_id=as_writer["request_id"], agent_id=AGENT,
-                                action="denied:memory.lock", limit=1000)  # fmt: skip
+        (AGENT, as_admin["request_id"], "PERMISSION_ERROR")
+    ]
+    records = await world.trail(
+        None, 1, request_id=as_writer["request_id"], agent_id=AGENT, action="denied:memory.lock", limit=1000
+    )
     by_request = {x["request_id"]: x["code"] for x in records}
     assert by_request.get(as_writer["request_id"]) == "INVALID_CONTEXT", records
 
@@ -477,25 +605,32 @@ async def test_scenario_memory_deprecate_changes_the_status_to_deprecated_with_i
     r = repo()
     old = (await world.agent.write(r, "Deploys go through Jenkins"))["memory_id"]
     new = (await world.agent.write(r, "Deploys go through GitHub Actions"))["memory_id"]
-    got = await world.agent("memory.deprecate", memory_id=old, reason=" moved to GitHub Actions ",
-                            context=ctx(r, "write"))  # fmt: skip
+    got = await world.agent(
+        "memory.deprecate", memory_id=old, reason=" moved to GitHub Actions ", context=ctx(r, "write")
+    )
     assert got == {"memory_id": old, "status": "deprecated", "reason": "moved to GitHub Actions", "version": 2}
     read = await world.agent.read(r, old)
-    assert (read["status"], read["deprecated_reason"], read["content"]) == ("deprecated", "moved to GitHub Actions",
-                                                                             "Deploys go through Jenkins")  # fmt: skip
+    assert (read["status"], read["deprecated_reason"], read["content"]) == (
+        "deprecated",
+        "moved to GitHub Actions",
+        "Deploys go through Jenkins",
+    )
     # still found, marked, and ranked below what still holds
     found = await world.agent.search(r, "Deploys go through")
     assert [(m["memory_id"], m["status"]) for m in found["memories"][:2]] == [(new, "unverified"), (old, "deprecated")]
     # the reason is required
     await world.agent.fails("memory.deprecate", "INVALID_INPUT", "reason", memory_id=new, context=ctx(r, "write"))
-    await world.agent.fails("memory.deprecate", "INVALID_INPUT", "reason", memory_id=new, reason="   ",
-                            context=ctx(r, "write"))  # fmt: skip
+    await world.agent.fails(
+        "memory.deprecate", "INVALID_INPUT", "reason", memory_id=new, reason="   ", context=ctx(r, "write")
+    )
     # a locked memory is not the AI's to deprecate; a human admin may
     await world.admin("memory.lock", memory_id=new, context=ctx(r, "admin", ADMIN))
-    await world.agent.fails("memory.deprecate", "MEMORY_LOCKED", "memory_id", memory_id=new, reason="stale",
-                            context=ctx(r, "write"))  # fmt: skip
-    by_admin = await world.admin("memory.deprecate", memory_id=new, reason="moved to Argo CD",
-                                 context=ctx(r, "write", ADMIN))  # fmt: skip
+    await world.agent.fails(
+        "memory.deprecate", "MEMORY_LOCKED", "memory_id", memory_id=new, reason="stale", context=ctx(r, "write")
+    )
+    by_admin = await world.admin(
+        "memory.deprecate", memory_id=new, reason="moved to Argo CD", context=ctx(r, "write", ADMIN)
+    )
     assert (by_admin["status"], by_admin["version"]) == ("deprecated", 3)
 
 
@@ -505,10 +640,12 @@ async def test_scenario_memory_deprecate_changes_the_status_to_deprecated_with_i
 async def test_scenario_scope_validation_repository_id_must_match_the_session(world: World) -> None:
     r = repo()
     mid = (await world.agent.write(r, "Logs are kept 30 days"))["memory_id"]
-    for tool, args, intent in (("memory-write", {"content": "x", "type": "fact"}, "write"),
-                               ("memory-search", {"query": "logs"}, "read"),
-                               ("memory.read", {"memory_id": mid}, "read"),
-                               ("memory.deprecate", {"memory_id": mid, "reason": "x"}, "write")):  # fmt: skip
+    for tool, args, intent in (
+        ("memory-write", {"content": "x", "type": "fact"}, "write"),
+        ("memory-search", {"query": "logs"}, "read"),
+        ("memory.read", {"memory_id": mid}, "read"),
+        ("memory.deprecate", {"memory_id": mid, "reason": "x"}, "write"),
+    ):
         await world.agent.fails(tool, "SCOPE_VIOLATION", "context.repository_id", context=ctx(FOREIGN, intent), **args)
     # the admin's session is bound to the whole organization
     assert (await world.admin.write(FOREIGN, "The foreign repository has its own logs"))["version"] == 1
@@ -521,39 +658,77 @@ async def test_scenario_no_cross_repo_reads(world: World) -> None:
     await world.agent.fails("memory.read", "MEMORY_NOT_FOUND", None, memory_id=in_b, context=ctx(a))
     assert in_b not in [m["memory_id"] for m in (await world.agent.search(a, "iOS 17"))["memories"]]
     assert [m["memory_id"] for m in (await world.agent.search(b, "iOS 17"))["memories"]] == [in_b]
-    await world.agent.fails("memory.deprecate", "MEMORY_NOT_FOUND", None, memory_id=in_b, reason="x",
-                            context=ctx(a, "write"))  # fmt: skip
-    await world.agent.fails("memory-write", "MEMORY_NOT_FOUND", None, content="hijack", type="fact", memory_id=in_b,
-                            context=ctx(a, "write"))  # fmt: skip
+    await world.agent.fails(
+        "memory.deprecate", "MEMORY_NOT_FOUND", None, memory_id=in_b, reason="x", context=ctx(a, "write")
+    )
+    await world.agent.fails(
+        "memory-write", "MEMORY_NOT_FOUND", None, content="hijack", type="fact", memory_id=in_b, context=ctx(a, "write")
+    )
     assert (await world.agent.read(b, in_b))["version"] == 1
     # a repository outside the session: refused, and nothing of it leaks
     secret = (await world.admin.write(FOREIGN, "Roadmap: sunset the legacy billing service"))["memory_id"]
-    await world.agent.fails("memory.read", "SCOPE_VIOLATION", "context.repository_id", memory_id=secret,
-                            context=ctx(FOREIGN))  # fmt: skip
+    await world.agent.fails(
+        "memory.read", "SCOPE_VIOLATION", "context.repository_id", memory_id=secret, context=ctx(FOREIGN)
+    )
     e = await world.agent.fails("memory.read", "MEMORY_NOT_FOUND", None, memory_id=secret, context=ctx(a))
     assert "Roadmap" not in e["message"] and FOREIGN not in e["message"]
 
 
 async def test_scenario_system_scope_is_reachable_only_through_read_and_search(world: World) -> None:
-    rule = await world.native("memory_add", namespace=f"{ORG}/_system", kind="business_rule",
-                              content="Every production deploy needs two approvals")  # fmt: skip
+    rule = await world.native(
+        "memory_add",
+        namespace=f"{ORG}/_system",
+        kind="business_rule",
+        content="Every production deploy needs two approvals",
+    )
     r = repo()
     got = await world.agent.read(r, rule["id"])
     assert (got["scope_origin"], got["status"], got["type"]) == ("organization", "verified", "business_rule")
     found = await world.agent.search(r, "production deploy approvals")
-    assert {"memory_id": rule["id"], "content": "Every production deploy needs two approvals",
-            "type": "business_rule", "status": "verified", "scope_origin": "organization"} in found["memories"]
+    assert {
+        "memory_id": rule["id"],
+        "content": "Every production deploy needs two approvals",
+        "type": "business_rule",
+        "status": "verified",
+        "scope_origin": "organization",
+    } in found["memories"]
     # no system-level writes through this surface, not even by a human admin
-    await world.admin.fails("memory-write", "SCOPE_VIOLATION", "context.repository_id", content="x", type="fact",
-                            context=ctx("_system", "write", ADMIN))  # fmt: skip
-    await world.admin.fails("memory.lock", "SCOPE_VIOLATION", "memory_id", memory_id=rule["id"],
-                            context=ctx(r, "admin", ADMIN))  # fmt: skip
-    await world.admin.fails("memory.deprecate", "SCOPE_VIOLATION", "memory_id", memory_id=rule["id"], reason="x",
-                            context=ctx(r, "write", ADMIN))  # fmt: skip
-    await world.agent.fails("memory-write", "SCOPE_VIOLATION", "memory_id", content="x", type="fact",
-                            memory_id=rule["id"], context=ctx(r, "write"))  # fmt: skip
-    await world.agent.fails("memory-write", "SCOPE_VIOLATION", "context.repository_id", content="x", type="fact",
-                            context=ctx("_system", "write"))  # fmt: skip
+    await world.admin.fails(
+        "memory-write",
+        "SCOPE_VIOLATION",
+        "context.repository_id",
+        content="x",
+        type="fact",
+        context=ctx("_system", "write", ADMIN),
+    )
+    await world.admin.fails(
+        "memory.lock", "SCOPE_VIOLATION", "memory_id", memory_id=rule["id"], context=ctx(r, "admin", ADMIN)
+    )
+    await world.admin.fails(
+        "memory.deprecate",
+        "SCOPE_VIOLATION",
+        "memory_id",
+        memory_id=rule["id"],
+        reason="x",
+        context=ctx(r, "write", ADMIN),
+    )
+    await world.agent.fails(
+        "memory-write",
+        "SCOPE_VIOLATION",
+        "memory_id",
+        content="x",
+        type="fact",
+        memory_id=rule["id"],
+        context=ctx(r, "write"),
+    )
+    await world.agent.fails(
+        "memory-write",
+        "SCOPE_VIOLATION",
+        "context.repository_id",
+        content="x",
+        type="fact",
+        context=ctx("_system", "write"),
+    )
     assert (await world.agent.read(r, rule["id"]))["version"] == 1
 
 
@@ -565,24 +740,34 @@ async def test_scenario_maximum_results_is_10_records(world: World) -> None:
     for i in range(11):
         await world.agent.write(r, f"Service {i} exposes a health endpoint at /healthz")
     assert (await world.agent.search(r, "health endpoint", limit=10))["count"] == 10
-    await world.agent.fails("memory-search", "INVALID_INPUT", "limit", query="health endpoint", limit=11,
-                            context=ctx(r))  # fmt: skip
+    await world.agent.fails(
+        "memory-search", "INVALID_INPUT", "limit", query="health endpoint", limit=11, context=ctx(r)
+    )
 
 
 async def test_scenario_ordering_priority_exact_then_semantic_in_the_repository_then_organization_rules(
     world: World,
 ) -> None:
     r = repo()
-    rule = (await world.native("memory_add", namespace=f"{ORG}/_system", kind="business_rule",
-                               content="Organization rule: rotate the database credentials before every audit"))["id"]
-    semantic = (await world.agent.write(r, "Database passwords must be changed regularly by the platform team"))
-    exact = (await world.agent.write(r, "Ops note: rotate the database credentials every 90 days"))
-    found = [m["memory_id"] for m in (await world.agent.search(r, "rotate the database credentials",
-                                                               limit=10))["memories"]]  # fmt: skip
+    rule = (
+        await world.native(
+            "memory_add",
+            namespace=f"{ORG}/_system",
+            kind="business_rule",
+            content="Organization rule: rotate the database credentials before every audit",
+        )
+    )["id"]
+    semantic = await world.agent.write(r, "Database passwords must be changed regularly by the platform team")
+    exact = await world.agent.write(r, "Ops note: rotate the database credentials every 90 days")
+    found = [
+        m["memory_id"] for m in (await world.agent.search(r, "rotate the database credentials", limit=10))["memories"]
+    ]
     assert found[:2] == [exact["memory_id"], semantic["memory_id"]], found
     assert rule in found[2:], found  # the rule contains the query, and still comes after the repository
-    origins = [m["scope_origin"] for m in (await world.agent.search(r, "rotate the database credentials",
-                                                                    limit=10))["memories"]]  # fmt: skip
+    origins = [
+        m["scope_origin"]
+        for m in (await world.agent.search(r, "rotate the database credentials", limit=10))["memories"]
+    ]
     assert origins == sorted(origins, key=["repository", "organization"].index)
 
 
@@ -612,13 +797,26 @@ async def test_scenario_error_code_contract_each_of_the_five_codes(world: World)
     mid = (await world.agent.write(r, "Secrets live in Vault"))["memory_id"]
     await world.admin("memory.lock", memory_id=mid, context=ctx(r, "admin", ADMIN))
     await world.agent.fails("memory-search", "INVALID_CONTEXT", "context", query="Vault")
-    await world.agent.fails("memory-search", "INVALID_CONTEXT", "context.agent_id", query="Vault",
-                            context={"repository_id": r, "organization_id": ORG, "intent": "read", "request_id": "x1"})
+    await world.agent.fails(
+        "memory-search",
+        "INVALID_CONTEXT",
+        "context.agent_id",
+        query="Vault",
+        context={"repository_id": r, "organization_id": ORG, "intent": "read", "request_id": "x1"},
+    )
     await world.agent.fails("memory-search", "SCOPE_VIOLATION", None, query="Vault", context=ctx(FOREIGN))
-    await world.agent.fails("memory-write", "WRITE_NOT_ALLOWED", "type", content="x", type="business_rule",
-                            context=ctx(r, "write"))  # fmt: skip
-    await world.agent.fails("memory-write", "MEMORY_LOCKED", "memory_id", content="Secrets live in AWS", type="fact",
-                            memory_id=mid, context=ctx(r, "write"))  # fmt: skip
+    await world.agent.fails(
+        "memory-write", "WRITE_NOT_ALLOWED", "type", content="x", type="business_rule", context=ctx(r, "write")
+    )
+    await world.agent.fails(
+        "memory-write",
+        "MEMORY_LOCKED",
+        "memory_id",
+        content="Secrets live in AWS",
+        type="fact",
+        memory_id=mid,
+        context=ctx(r, "write"),
+    )
     for unknown in (str(uuid.uuid4()), "not-a-memory-id"):
         e = await world.agent.fails("memory.read", "MEMORY_NOT_FOUND", None, memory_id=unknown, context=ctx(r))
         assert unknown in e["message"]
@@ -645,7 +843,7 @@ async def test_scenario_no_inference_content_is_stored_exactly_as_written(world:
     assert (await world.agent.read(r, mid))["content"] == content
     assert (await world.native("memory_get", id=mid, namespace=f"{ORG}/{r}"))["content"] == content
     found = await world.agent.search(r, "Mixed CASE")
-    assert [(m["memory_id"], m["content"], m["type"]) for m in found["memories"]][0] == (mid, content, "decision")
+    assert next((m["memory_id"], m["content"], m["type"]) for m in found["memories"]) == (mid, content, "decision")
 
 
 async def test_scenario_transparency_every_action_leaves_an_audit_trail_linking_agent_id_and_memory_id(
@@ -660,8 +858,9 @@ async def test_scenario_transparency_every_action_leaves_an_audit_trail_linking_
     al = ctx(r, "admin", ADMIN)
     await world.admin("memory.lock", memory_id=mid, context=al)
     ce = ctx(r, "write")
-    await world.agent.fails("memory-write", "MEMORY_LOCKED", None, content="Traces go to Jaeger", type="fact",
-                            memory_id=mid, context=ce)  # fmt: skip
+    await world.agent.fails(
+        "memory-write", "MEMORY_LOCKED", None, content="Traces go to Jaeger", type="fact", memory_id=mid, context=ce
+    )
     ad = ctx(r, "write", ADMIN)
     await world.admin("memory.deprecate", memory_id=mid, reason="moved to Jaeger", context=ad)
     trail = await world.trail(mid, 7)
@@ -679,7 +878,11 @@ async def test_scenario_transparency_every_action_leaves_an_audit_trail_linking_
     await world.agent.fails("memory.read", "MEMORY_NOT_FOUND", None, memory_id=ghost, context=cg)
     [missing] = await world.trail(ghost, 1)
     assert (missing["action"], missing["agent_id"], missing["request_id"], missing["code"]) == (
-        "denied:memory.read", AGENT, cg["request_id"], "MEMORY_NOT_FOUND")
+        "denied:memory.read",
+        AGENT,
+        cg["request_id"],
+        "MEMORY_NOT_FOUND",
+    )
 
 
 # -- one memory under every profile ----------------------------------------------------------------------------
@@ -693,14 +896,24 @@ async def test_cross_profile_native_reads_what_governed_writes_and_governed_read
     mid = (await world.agent.write(r, "Customer data stays in the EU region", type="decision"))["memory_id"]
     got = await world.native_agent("memory_get", id=mid, namespace=ns)
     assert (got["content"], got["kind"], got["verification"], got["created_by"], got["namespace"]) == (
-        "Customer data stays in the EU region", "decision", "unverified", AGENT, ns)
+        "Customer data stays in the EU region",
+        "decision",
+        "unverified",
+        AGENT,
+        ns,
+    )
     recalled = await world.native_agent("memory_search", query="where is customer data stored", namespace=ns)
     assert recalled["results"][0]["id"] == mid
-    added = await world.native_agent("memory_add", namespace=ns, content="Backups are kept for 35 days", kind="fact",
-                                     tags=["ops"])  # fmt: skip
+    added = await world.native_agent(
+        "memory_add", namespace=ns, content="Backups are kept for 35 days", kind="fact", tags=["ops"]
+    )
     read = await world.agent.read(r, added["id"])
-    assert (read["content"], read["type"], read["status"], read["tags"]) == ("Backups are kept for 35 days", "fact",
-                                                                             "unverified", ["ops"])  # fmt: skip
+    assert (read["content"], read["type"], read["status"], read["tags"]) == (
+        "Backups are kept for 35 days",
+        "fact",
+        "unverified",
+        ["ops"],
+    )
     found = await world.agent.search(r, "Backups are kept")
     assert found["memories"][0]["memory_id"] == added["id"]
     assert {m["id"] for m in (await world.native_agent("memory_list", namespace=ns))["results"]} == {mid, added["id"]}
@@ -711,9 +924,11 @@ async def test_cross_profile_a_memory_locked_through_governed_refuses_a_native_a
     ns = f"{ORG}/{r}"
     mid = (await world.agent.write(r, "The CDN is Fastly"))["memory_id"]
     await world.admin("memory.lock", memory_id=mid, context=ctx(r, "admin", ADMIN))
-    for tool, args in (("memory_update", {"content": "The CDN is Cloudflare"}),
-                       ("memory_retire", {"mode": "deprecate", "reason": "x"}),
-                       ("memory_retire", {"mode": "archive"})):  # fmt: skip
+    for tool, args in (
+        ("memory_update", {"content": "The CDN is Cloudflare"}),
+        ("memory_retire", {"mode": "deprecate", "reason": "x"}),
+        ("memory_retire", {"mode": "archive"}),
+    ):
         with pytest.raises(ToolFailure) as err:
             await world.native_agent(tool, id=mid, namespace=ns, **args)
         assert err.value.code == "MEMORY_LOCKED", err.value.error

@@ -52,8 +52,13 @@ TOOLS = ["store_memory", "search_memories", "list_recent_memories", "update_memo
 CATEGORIES = ["preference", "restriction", "fact", "skill", "relationship", "goal", "history", "context"]
 BAD = "INVALID_PARAMETER"
 ENTRY = {"id", "content", "subject", "category", "tags", "confidence", "created_at"}  # the response format's memory
-EXAMPLE = {"content": "Emma is lactose intolerant", "subject": "Emma", "category": "restriction",
-           "tags": ["dietary", "health"], "confidence": 1.0}  # fmt: skip
+EXAMPLE = {
+    "content": "Emma is lactose intolerant",
+    "subject": "Emma",
+    "category": "restriction",
+    "tags": ["dietary", "health"],
+    "confidence": 1.0,
+}
 SEARCH_EXAMPLE = {"query": "dietary restrictions for the family", "category_filter": "restriction", "limit": 10}
 
 
@@ -114,8 +119,12 @@ class Served:
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     data_dir = tmp_path_factory.mktemp("memento-serve") / "d"
-    env = {**os.environ, "MNEME_GATEWAY_PROFILE": "memento", "MNEME_GATEWAY_AGENT_ID": "family-assistant",
-           "MNEME_GATEWAY_NAMESPACE": "family"}  # fmt: skip
+    env = {
+        **os.environ,
+        "MNEME_GATEWAY_PROFILE": "memento",
+        "MNEME_GATEWAY_AGENT_ID": "family-assistant",
+        "MNEME_GATEWAY_NAMESPACE": "family",
+    }
     async with stdio_client(serve_params(data_dir, env=env)) as (r, w), ClientSession(r, w) as cs:
         await cs.initialize()
         s = Session(cs)
@@ -133,8 +142,13 @@ async def test_scenario_store_memory_example_usage(served: Served) -> None:
     # confidence defaults to 1.0 (an explicitly stated fact); tags are optional; an inferred fact is lower
     plain = await s("store_memory", content="Emma plays the violin", subject="Emma", category="skill")
     assert plain["confidence"] == 1.0 and plain["tags"] == []
-    inferred = await s("store_memory", content="Emma probably likes classical music", subject="Emma",
-                       category="preference", confidence=0.6)  # fmt: skip
+    inferred = await s(
+        "store_memory",
+        content="Emma probably likes classical music",
+        subject="Emma",
+        category="preference",
+        confidence=0.6,
+    )
     assert inferred["confidence"] == 0.6
 
 
@@ -143,8 +157,13 @@ async def test_scenario_search_memories_example_usage(served: Served) -> None:
     response format; unrelated memories of the same category stay out."""
     s = served.s
     emma = await s("store_memory", **EXAMPLE)
-    await s("store_memory", content="Grandpa Joe can no longer drive at night", subject="Joe", category="restriction",
-            tags=["driving"])  # fmt: skip
+    await s(
+        "store_memory",
+        content="Grandpa Joe can no longer drive at night",
+        subject="Joe",
+        category="restriction",
+        tags=["driving"],
+    )
     got = await s("search_memories", **SEARCH_EXAMPLE)
     hits = {m["content"]: m for m in got["memories"]}
     assert set(got) == {"memories"} and "Emma is lactose intolerant" in hits
@@ -173,8 +192,7 @@ async def test_scenario_list_recent_memories(served: Served) -> None:
 
 async def test_scenario_update_memory_when_information_changes(served: Served) -> None:
     s = served.s
-    m = await s("store_memory", content="Gordon drives a blue Volvo", subject="Gordon", category="fact",
-                tags=["car"])  # fmt: skip
+    m = await s("store_memory", content="Gordon drives a blue Volvo", subject="Gordon", category="fact", tags=["car"])
     up = await s("update_memory", memory_id=m["id"], new_content="Gordon drives a red Tesla", reason="sold the Volvo")
     assert up["id"] == m["id"] and up["content"] == "Gordon drives a red Tesla" and up["updated"] is True
     assert up["outdated"] is False and up["reason"] == "sold the Volvo" and up["tags"] == ["car"]
@@ -187,15 +205,22 @@ async def test_scenario_update_memory_when_information_changes(served: Served) -
 async def test_scenario_update_memory_mark_outdated(served: Served) -> None:
     """'marks a memory as outdated': it leaves search and the recent list, with its reason kept."""
     s = served.s
-    m = await s("store_memory", content="Antonia is training for the Boston marathon", subject="Antonia",
-                category="goal", tags=["running"])  # fmt: skip
-    assert "Antonia is training for the Boston marathon" in await s.contents("search_memories",
-                                                                            query="Antonia's running goals")
+    m = await s(
+        "store_memory",
+        content="Antonia is training for the Boston marathon",
+        subject="Antonia",
+        category="goal",
+        tags=["running"],
+    )
+    assert "Antonia is training for the Boston marathon" in await s.contents(
+        "search_memories", query="Antonia's running goals"
+    )
     out = await s("update_memory", memory_id=m["id"], mark_outdated=True, reason="she ran it in April")
     assert out["outdated"] is True and out["updated"] is True and out["reason"] == "she ran it in April"
     assert out["content"] == "Antonia is training for the Boston marathon"  # outdated, not rewritten
     assert "Antonia is training for the Boston marathon" not in await s.contents(
-        "search_memories", query="Antonia's running goals", threshold=0.0)
+        "search_memories", query="Antonia's running goals", threshold=0.0
+    )
     assert m["id"] not in [x["id"] for x in (await s("list_recent_memories", limit=50))["memories"]]
     again = await s("update_memory", memory_id=m["id"], mark_outdated=True)
     assert again["updated"] is False and again["outdated"] is True
@@ -206,8 +231,9 @@ async def test_scenario_get_memory_stats_response_format(served: Served) -> None
     before = await s("get_memory_stats")
     assert set(before) == {"total_memories", "by_category", "by_subject", "oldest_memory", "newest_memory"}
     assert set(before["by_category"]) == set(CATEGORIES)  # every category, zeros included
-    await s("store_memory", content="Jake is learning calculus", subject="Jake", category="skill",
-            tags=["math", "calculus"])  # fmt: skip
+    await s(
+        "store_memory", content="Jake is learning calculus", subject="Jake", category="skill", tags=["math", "calculus"]
+    )
     await s("store_memory", content="Jake wants to study physics", subject="jake", category="goal")
     after = await s("get_memory_stats")
     assert after["total_memories"] == before["total_memories"] + 2
@@ -246,10 +272,16 @@ async def test_scenario_error_handling_invalid_parameter(served: Served) -> None
 async def test_scenario_store_when_users_correct_previous_information(served: Served) -> None:
     """The user corrects a fact: the old memory is marked outdated and the correction stored as its successor."""
     s = served.s
-    old = await s("store_memory", content="Emma's birthday is on May 3", subject="Emma", category="fact",
-                  tags=["birthday"])  # fmt: skip
-    fixed = await s("update_memory", memory_id=old["id"], mark_outdated=True,
-                    new_content="Emma's birthday is on May 13", reason="the user corrected the date")  # fmt: skip
+    old = await s(
+        "store_memory", content="Emma's birthday is on May 3", subject="Emma", category="fact", tags=["birthday"]
+    )
+    fixed = await s(
+        "update_memory",
+        memory_id=old["id"],
+        mark_outdated=True,
+        new_content="Emma's birthday is on May 13",
+        reason="the user corrected the date",
+    )
     assert fixed["outdated"] is True and fixed["superseded_by"] not in (None, old["id"])
     found = await s("search_memories", query="When is Emma's birthday?", subject_filter="Emma")
     hit = {m["content"]: m for m in found["memories"]}
@@ -260,8 +292,13 @@ async def test_scenario_store_when_users_correct_previous_information(served: Se
 
 async def test_scenario_store_conclusions_from_successful_interactions(served: Served) -> None:
     s = served.s
-    await s("store_memory", content="This meal plan worked well: taco night with dairy-free cheese", subject="Family",
-            category="history", tags=["meal-plan", "food"])  # fmt: skip
+    await s(
+        "store_memory",
+        content="This meal plan worked well: taco night with dairy-free cheese",
+        subject="Family",
+        category="history",
+        tags=["meal-plan", "food"],
+    )
     found = await s.contents("search_memories", query="which meal plans worked well before")
     assert "This meal plan worked well: taco night with dairy-free cheese" in found
 
@@ -269,10 +306,16 @@ async def test_scenario_store_conclusions_from_successful_interactions(served: S
 async def test_scenario_search_before_making_recommendations(served: Served) -> None:
     """'Before making recommendations that depend on preferences or restrictions' / 'when personalizing'."""
     s = served.s
-    await s("store_memory", content="Antonia prefers spicy food", subject="Antonia", category="preference",
-            tags=["food"])  # fmt: skip
-    await s("store_memory", content="Antonia is allergic to shellfish", subject="Antonia", category="restriction",
-            tags=["food", "allergy"])  # fmt: skip
+    await s(
+        "store_memory", content="Antonia prefers spicy food", subject="Antonia", category="preference", tags=["food"]
+    )
+    await s(
+        "store_memory",
+        content="Antonia is allergic to shellfish",
+        subject="Antonia",
+        category="restriction",
+        tags=["food", "allergy"],
+    )
     await s("store_memory", content="Antonia speaks fluent Spanish", subject="Antonia", category="skill")
     found = await s.contents("search_memories", query="What food should I cook for Antonia?", subject_filter="Antonia")
     assert {"Antonia prefers spicy food", "Antonia is allergic to shellfish"} <= set(found)
@@ -281,8 +324,13 @@ async def test_scenario_search_before_making_recommendations(served: Served) -> 
 
 async def test_scenario_search_when_users_ask_do_you_remember(served: Served) -> None:
     s = served.s
-    await s("store_memory", content="Liam is allergic to peanuts", subject="Liam", category="restriction",
-            tags=["food", "allergy"])  # fmt: skip
+    await s(
+        "store_memory",
+        content="Liam is allergic to peanuts",
+        subject="Liam",
+        category="restriction",
+        tags=["food", "allergy"],
+    )
     found = await s.contents("search_memories", query="Do you remember Liam's allergy?")
     assert found and found[0] == "Liam is allergic to peanuts"
     assert await s.contents("search_memories", query="Do you remember the wifi password?") == []
@@ -291,8 +339,7 @@ async def test_scenario_search_when_users_ask_do_you_remember(served: Served) ->
 async def test_scenario_idempotency_identical_content_stored_twice(served: Served) -> None:
     s = served.s
     first = await s("store_memory", content="Noah is Liam's best friend", subject="Noah", category="relationship")
-    second = await s("store_memory", content="  noah is liam's best   friend ", subject="noah",
-                     category="relationship")  # fmt: skip
+    second = await s("store_memory", content="  noah is liam's best   friend ", subject="noah", category="relationship")
     assert second["id"] == first["id"] and second["duplicate"] is True and first["duplicate"] is False
     assert (await s("get_memory_stats", subject_filter="Noah"))["total_memories"] == 1
 
@@ -328,8 +375,9 @@ async def test_scenario_privacy_no_sharing_between_user_sessions(served: Served)
         assert (await other("get_memory_stats"))["total_memories"] == 0
         err = await other.fails("update_memory", memory_id=mine["id"], new_content="stolen")
         assert err.code == "MEMORY_NOT_FOUND"
-        theirs = await other("store_memory", content="Olivia's PIN hint is her cat's name", subject="Olivia",
-                             category="fact")  # fmt: skip
+        theirs = await other(
+            "store_memory", content="Olivia's PIN hint is her cat's name", subject="Olivia", category="fact"
+        )
         assert theirs["id"] != mine["id"] and theirs["duplicate"] is False
     found = await s("search_memories", query="Olivia's PIN hint")
     assert [m["id"] for m in found["memories"]] == [mine["id"]]
@@ -370,9 +418,12 @@ def test_input_schemas_are_the_contracts() -> None:
     store = tools["store_memory"]["inputSchema"]
     assert store["required"] == ["content", "subject", "category"]
     assert store["properties"]["category"]["enum"] == CATEGORIES
-    assert store["properties"]["tags"] == {"type": "array", "items": {"type": "string"}, "title": "Tags",
-                                           "description": "Optional tags for additional categorization (e.g., "
-                                           "['food', 'allergy'], ['math', 'calculus'])"}  # fmt: skip
+    assert store["properties"]["tags"] == {
+        "type": "array",
+        "items": {"type": "string"},
+        "title": "Tags",
+        "description": "Optional tags for additional categorization (e.g., ['food', 'allergy'], ['math', 'calculus'])",
+    }
     conf = store["properties"]["confidence"]
     assert (conf["type"], conf["minimum"], conf["maximum"], conf["default"]) == ("number", 0, 1, 1.0)
     search = tools["search_memories"]["inputSchema"]
@@ -381,9 +432,11 @@ def test_input_schemas_are_the_contracts() -> None:
     assert (lim["type"], lim["minimum"], lim["maximum"], lim["default"]) == ("integer", 1, 20, 5)
     assert (thr["type"], thr["minimum"], thr["maximum"], thr["default"]) == ("number", 0, 1, 0.7)
     assert search["properties"]["category_filter"]["enum"] == CATEGORIES
-    assert search["properties"]["subject_filter"] == {"type": "string", "title": "Subject Filter",
-                                                      "description": "Optional: Filter results to memories about a "
-                                                      "specific subject"}  # fmt: skip
+    assert search["properties"]["subject_filter"] == {
+        "type": "string",
+        "title": "Subject Filter",
+        "description": "Optional: Filter results to memories about a specific subject",
+    }
     recent = tools["list_recent_memories"]["inputSchema"]
     lim = recent["properties"]["limit"]
     assert (lim["minimum"], lim["maximum"], lim["default"]) == (1, 50, 10) and "required" not in recent
@@ -447,8 +500,12 @@ class World:
 
     async def user(self, *, role: str = "agent", namespace: str | None = None) -> User:
         ns = namespace or f"u-{uuid.uuid4().hex[:10]}"
-        gw = make_gateway(self.stack.nc, GatewaySettings(agent_id=f"{role}-{uuid.uuid4().hex[:6]}", role=role,
-                                                         namespace=ns, consistency="linearizable"))  # fmt: skip
+        gw = make_gateway(
+            self.stack.nc,
+            GatewaySettings(
+                agent_id=f"{role}-{uuid.uuid4().hex[:6]}", role=role, namespace=ns, consistency="linearizable"
+            ),
+        )
         self.es.push_async_callback(gw.access.flush)
         memento = await self.es.enter_async_context(Client(build_server(gw, profile="memento")))
         native = await self.es.enter_async_context(Client(build_server(gw)))
@@ -487,8 +544,11 @@ FAMILY = [
 ]
 # (query, arguments, memories it must find at the contract's default threshold)
 RELEVANT = [
-    ("dietary restrictions for the family", {"category_filter": "restriction", "limit": 10},
-     {"Emma is lactose intolerant", "Gordon is vegetarian", "Liam is allergic to peanuts"}),
+    (
+        "dietary restrictions for the family",
+        {"category_filter": "restriction", "limit": 10},
+        {"Emma is lactose intolerant", "Gordon is vegetarian", "Liam is allergic to peanuts"},
+    ),
     ("dietary restrictions for the family", {}, {"Emma is lactose intolerant", "Gordon is vegetarian"}),
     ("food allergies", {}, {"Liam is allergic to peanuts"}),
     ("Do you remember Emma's allergy?", {}, {"Emma is lactose intolerant"}),
@@ -498,8 +558,14 @@ RELEVANT = [
     ("Antonia's goals", {}, {"Antonia's goal is to run a marathon"}),
     ("Where does the family live?", {}, {"The family lives in Seattle"}),
 ]
-UNRELATED = ["weather forecast tomorrow", "car maintenance schedule", "hobbies", "quarterly tax filing deadline",
-             "how to reset the wifi router", "favorite movie genre"]  # fmt: skip
+UNRELATED = [
+    "weather forecast tomorrow",
+    "car maintenance schedule",
+    "hobbies",
+    "quarterly tax filing deadline",
+    "how to reset the wifi router",
+    "favorite movie genre",
+]
 
 
 @pytest.fixture(scope="module")
@@ -510,11 +576,12 @@ async def family(world: World) -> User:
     return u
 
 
-@pytest.mark.parametrize(("query", "args", "expected"), RELEVANT,
-                         ids=[f"{i}-{q}" for i, (q, _, _) in enumerate(RELEVANT)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("query", "args", "expected"), RELEVANT, ids=[f"{i}-{q}" for i, (q, _, _) in enumerate(RELEVANT)]
+)
 async def test_the_examples_memories_score_at_least_the_default_threshold(
     family: User, query: str, args: dict[str, Any], expected: set[str]
-) -> None:  # fmt: skip
+) -> None:
     got = await family.memento("search_memories", query=query, **args)
     found = {m["content"]: m["relevance_score"] for m in got["memories"]}
     assert expected <= set(found), (query, found)
@@ -573,14 +640,27 @@ async def test_search_filters_limit_and_identical_content(world: World) -> None:
 
 async def test_store_again_with_other_labels_updates_the_first(world: World) -> None:
     u = await world.user()
-    a = await u.memento("store_memory", content="Emma is lactose intolerant", subject="Emma", category="fact",
-                        tags=["dietary"], confidence=0.6)  # fmt: skip
-    b = await u.memento("store_memory", content="Emma is lactose intolerant", subject="emma", category="restriction",
-                        tags=["Health"])  # fmt: skip
+    a = await u.memento(
+        "store_memory",
+        content="Emma is lactose intolerant",
+        subject="Emma",
+        category="fact",
+        tags=["dietary"],
+        confidence=0.6,
+    )
+    b = await u.memento(
+        "store_memory", content="Emma is lactose intolerant", subject="emma", category="restriction", tags=["Health"]
+    )
     assert b["id"] == a["id"] and b["duplicate"] is True
     assert (b["category"], b["tags"], b["confidence"]) == ("restriction", ["dietary", "health"], 1.0)
-    c = await u.memento("store_memory", content="Emma is lactose intolerant", subject="Emma", category="fact",
-                        tags=["dietary"], confidence=0.6)  # the first call, replayed: latest labels again
+    c = await u.memento(
+        "store_memory",
+        content="Emma is lactose intolerant",
+        subject="Emma",
+        category="fact",
+        tags=["dietary"],
+        confidence=0.6,
+    )  # the first call, replayed: latest labels again
     assert c["id"] == a["id"] and (c["category"], c["confidence"]) == ("fact", 0.6)
     history = await u.native("memory_history", id=a["id"])
     assert len(history["results"]) == 3  # created, relabelled, relabelled back: nothing duplicated
@@ -593,8 +673,9 @@ async def test_a_retired_fact_stored_again_is_a_new_memory(world: World) -> None
     await u.memento("update_memory", memory_id=a["id"], mark_outdated=True, reason="he takes the bus now")
     b = await u.memento("store_memory", content="Liam walks to school", subject="Liam", category="context")
     assert b["id"] != a["id"] and b["duplicate"] is False
-    assert (await u.memento("store_memory", content="Liam walks to school", subject="Liam",
-                            category="context"))["id"] == b["id"]  # fmt: skip
+    assert (await u.memento("store_memory", content="Liam walks to school", subject="Liam", category="context"))[
+        "id"
+    ] == b["id"]
     await u.native("memory_retire", id=b["id"], mode="delete")
     c = await u.memento("store_memory", content="Liam walks to school", subject="Liam", category="context")
     assert c["id"] not in (a["id"], b["id"]) and c["duplicate"] is False
@@ -608,8 +689,9 @@ async def test_a_retired_fact_stored_again_is_a_new_memory(world: World) -> None
 async def test_subject_spelling_first_stored_wins(world: World) -> None:
     u = await world.user()
     await u.native("memory_add", content="Jean-Luc likes tea", subject="  jean-luc   PICARD ")
-    first = await u.memento("store_memory", content="Jean-Luc commands a starship", subject="JEAN-LUC PICARD",
-                            category="fact")  # fmt: skip
+    first = await u.memento(
+        "store_memory", content="Jean-Luc commands a starship", subject="JEAN-LUC PICARD", category="fact"
+    )
     assert first["subject"] == "jean-luc PICARD"  # the native memory came first, spelled as it was
     m = await u.memento("store_memory", content="Deanna is an empath", subject="DEANNA  TROI", category="skill")
     mixed = await u.memento("store_memory", content="McCoy is a doctor", subject="McCoy", category="fact")
@@ -643,10 +725,12 @@ async def test_update_memory_details(world: World) -> None:
 
 async def test_errors_map_onto_the_contracts_codes(world: World) -> None:
     u = await world.user()
-    for args, named in (({"content": " ", "subject": "Emma", "category": "fact"}, "content"),
-                        ({"content": "x", "subject": "  ", "category": "fact"}, "subject"),
-                        ({"content": "x", "subject": "Emma", "category": "fact", "tags": ["ok", " "]}, "tags"),
-                        ({"content": "x", "subject": "Emma", "category": "fact", "colour": "red"}, "colour")):
+    for args, named in (
+        ({"content": " ", "subject": "Emma", "category": "fact"}, "content"),
+        ({"content": "x", "subject": "  ", "category": "fact"}, "subject"),
+        ({"content": "x", "subject": "Emma", "category": "fact", "tags": ["ok", " "]}, "tags"),
+        ({"content": "x", "subject": "Emma", "category": "fact", "colour": "red"}, "colour"),
+    ):
         err = await u.memento.fails("store_memory", **args)
         assert err.code == BAD and set(err.error) == {"code", "message"} and named in err.error["message"]
     err = await u.memento.fails("forget_everything")
@@ -656,11 +740,17 @@ async def test_errors_map_onto_the_contracts_codes(world: World) -> None:
     assert ok["tags"] == []
     assert (await u.memento("list_recent_memories", subject_filter=None))["memories"][0]["id"] == ok["id"]
     # the other domain codes, as the style renders them
-    for domain, contract in (("MEMORY_LOCKED", BAD), ("SCOPE_VIOLATION", BAD), ("PERMISSION_ERROR", BAD),
-                             ("CONFLICT", "STORAGE_ERROR"), ("UNAVAILABLE", "STORAGE_ERROR"),
-                             ("PROJECTION_LAG", "STORAGE_ERROR"), ("INTERNAL", "STORAGE_ERROR"),
-                             ("EMBEDDING_MODEL_LOADING", "EMBEDDING_ERROR"),
-                             ("EMBEDDING_MODEL_UNAVAILABLE", "EMBEDDING_ERROR")):  # fmt: skip
+    for domain, contract in (
+        ("MEMORY_LOCKED", BAD),
+        ("SCOPE_VIOLATION", BAD),
+        ("PERMISSION_ERROR", BAD),
+        ("CONFLICT", "STORAGE_ERROR"),
+        ("UNAVAILABLE", "STORAGE_ERROR"),
+        ("PROJECTION_LAG", "STORAGE_ERROR"),
+        ("INTERNAL", "STORAGE_ERROR"),
+        ("EMBEDDING_MODEL_LOADING", "EMBEDDING_ERROR"),
+        ("EMBEDDING_MODEL_UNAVAILABLE", "EMBEDDING_ERROR"),
+    ):
         rendered = json.loads(ERRORS.render(domain, "why", "field", {"k": 1}))
         assert rendered == {"error": {"code": contract, "message": "why"}}
 
@@ -670,11 +760,14 @@ async def test_a_locked_memory_refuses_memento_updates(world: World) -> None:
     with the contract's INVALID_PARAMETER, and nothing is written (no successor stored either)."""
     u = await world.user()
     admin = await world.user(role="admin", namespace=u.namespace)
-    m = await u.memento("store_memory", content="Emma's school is Lincoln Elementary", subject="Emma",
-                        category="context")  # fmt: skip
+    m = await u.memento(
+        "store_memory", content="Emma's school is Lincoln Elementary", subject="Emma", category="context"
+    )
     await admin.native("memory_lock", id=m["id"], reason="verified by a parent")
-    for args in ({"new_content": "Emma's school is Roosevelt"},
-                 {"mark_outdated": True, "new_content": "Emma's school is Roosevelt"}):  # fmt: skip
+    for args in (
+        {"new_content": "Emma's school is Roosevelt"},
+        {"mark_outdated": True, "new_content": "Emma's school is Roosevelt"},
+    ):
         err = await u.memento.fails("update_memory", memory_id=m["id"], **args)
         assert err.code == BAD and "locked" in err.error["message"], err.error
     assert await u.memento.contents("list_recent_memories") == ["Emma's school is Lincoln Elementary"]
@@ -686,15 +779,25 @@ async def test_cross_profile_memento_writes_native_reads_and_back(world: World) 
     m = await u.memento("store_memory", **EXAMPLE)
     got = await u.native("memory_get", id=m["id"])
     assert (got["namespace"], got["content"], got["subject"], got["category"]) == (
-        u.namespace, "Emma is lactose intolerant", "Emma", "restriction")
+        u.namespace,
+        "Emma is lactose intolerant",
+        "Emma",
+        "restriction",
+    )
     assert (got["kind"], got["tags"], got["confidence"]) == ("fact", ["dietary", "health"], 1.0)
     listed = await u.native("memory_list", subject="emma", category="restriction")
     assert [x["id"] for x in listed["results"]] == [m["id"]]
     recalled = await u.native("memory_search", query="is Emma lactose intolerant?")
     assert recalled["results"][0]["id"] == m["id"]
     # and back: what the native surface writes, memento reads (kind and category as they were given)
-    n = await u.native("memory_add", content="Emma is afraid of dogs", subject="emma", category="restriction",
-                       tags=["pets"], kind="note")  # fmt: skip
+    n = await u.native(
+        "memory_add",
+        content="Emma is afraid of dogs",
+        subject="emma",
+        category="restriction",
+        tags=["pets"],
+        kind="note",
+    )
     found = await u.memento("search_memories", query="Do you remember what Emma is afraid of?")
     assert found["memories"][0]["id"] == n["id"] and found["memories"][0]["subject"] == "emma"
     assert [x["id"] for x in (await u.memento("list_recent_memories"))["memories"]] == [n["id"], m["id"]]

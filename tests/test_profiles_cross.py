@@ -36,7 +36,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -48,29 +47,52 @@ from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.server import build_server
-from tests.harness import (MNEME, ToolFailure, free_port, nats_pid, result_of, start_stack, wait_dead,  # fmt: skip
-                           wait_listening)
+from tests.harness import (
+    MNEME,
+    ToolFailure,
+    free_port,
+    nats_pid,
+    result_of,
+    start_stack,
+    wait_dead,
+    wait_listening,
+)
 
 pytestmark = pytest.mark.anyio
 
 NS = "acme/web"
-EMMA = {"content": "Emma is lactose intolerant", "subject": "Emma", "category": "restriction",
-        "tags": ["dietary", "health"]}  # fmt: skip
+EMMA = {
+    "content": "Emma is lactose intolerant",
+    "subject": "Emma",
+    "category": "restriction",
+    "tags": ["dietary", "health"],
+}
 MEMENTO_TOOLS = {"store_memory", "search_memories", "list_recent_memories", "update_memory", "get_memory_stats"}
 AGENT_MEMORY_TOOLS = {"store_memory", "query_memories", "update_memory", "delete_memory", "get_memory_stats"}
 
 
 def agent_settings(**over: Any) -> GatewaySettings:
     """The agent `ann` of organization acme, bound to acme/web (its default namespace), with cortex store kb there."""
-    base: dict[str, Any] = {"agent_id": "ann", "role": "agent", "organization": "acme", "namespace": NS,
-                            "namespaces": [NS], "stores": {"kb": NS}}  # fmt: skip
+    base: dict[str, Any] = {
+        "agent_id": "ann",
+        "role": "agent",
+        "organization": "acme",
+        "namespace": NS,
+        "namespaces": [NS],
+        "stores": {"kb": NS},
+    }
     return GatewaySettings(**(base | over))
 
 
 def governed_context(agent_id: str, intent: str, request_id: str) -> dict[str, str]:
     """The governed contract's mandatory context for acme/web."""
-    return {"agent_id": agent_id, "organization_id": "acme", "repository_id": "web", "intent": intent,
-            "request_id": request_id}  # fmt: skip
+    return {
+        "agent_id": agent_id,
+        "organization_id": "acme",
+        "repository_id": "web",
+        "intent": intent,
+        "request_id": request_id,
+    }
 
 
 class Surface:
@@ -114,18 +136,23 @@ async def clients() -> AsyncIterator[AsyncExitStack]:
 
 async def test_a_memento_memory_is_found_by_agent_memory_native_and_governed(
     tmp_path: Path, nats_server: EmbeddedNats
-) -> None:  # fmt: skip
+) -> None:
     """One principal (ann, default namespace acme/web, cortex store kb -> acme/web), five surfaces over one
     gateway. Other memories are written through agent-memory and cortex first, so that finding the memento
     memory is a real search, not the only row in the namespace."""
     stack = await start_stack(tmp_path / "data", nats_server, agent_settings(), vectors=True)
     try:
         async with clients() as es:
-            memento, agent_memory, cortex, governed = await surfaces(es, stack.gateway, "memento", "agent-memory",
-                                                                     "cortex", "governed")  # fmt: skip
+            memento, agent_memory, cortex, governed = await surfaces(
+                es, stack.gateway, "memento", "agent-memory", "cortex", "governed"
+            )
             native = Surface(stack.client)
-            other = await agent_memory("store_memory", type="learning", content="The user prefers pytest over "
-                                       "unittest for testing", tags=["python"])  # fmt: skip
+            other = await agent_memory(
+                "store_memory",
+                type="learning",
+                content="The user prefers pytest over unittest for testing",
+                tags=["python"],
+            )
             await cortex("add_memory", store="kb", path="infra/database", content="Production runs PostgreSQL 16")
             m = await memento("store_memory", **EMMA)
             assert m["duplicate"] is False and m["subject"] == "Emma"
@@ -147,7 +174,12 @@ async def test_a_memento_memory_is_found_by_agent_memory_native_and_governed(
             # native: memory_get by id (default namespace, and naming it), memory_search ranks it first
             got = await native("memory_get", id=m["id"])
             assert (got["namespace"], got["content"], got["subject"], got["category"], got["kind"]) == (
-                NS, EMMA["content"], "Emma", "restriction", "fact")  # fmt: skip
+                NS,
+                EMMA["content"],
+                "Emma",
+                "restriction",
+                "fact",
+            )
             assert (got["created_by"], got["version"]) == ("ann", 1)
             assert (await native("memory_get", id=m["id"], namespace=NS))["id"] == m["id"]
             recalled = await native("memory_search", query="is Emma lactose intolerant?", detail="full")
@@ -158,8 +190,9 @@ async def test_a_memento_memory_is_found_by_agent_memory_native_and_governed(
             read = await governed("memory.read", memory_id=m["id"], context=governed_context("ann", "read", "g-r1"))
             assert (read["memory_id"], read["content"], read["type"]) == (m["id"], EMMA["content"], "fact")
             assert (read["scope_origin"], read["status"], read["created_by"]) == ("repository", "unverified", "ann")
-            searched = await governed("memory-search", query="lactose intolerant",
-                                      context=governed_context("ann", "read", "g-s1"))  # fmt: skip
+            searched = await governed(
+                "memory-search", query="lactose intolerant", context=governed_context("ann", "read", "g-s1")
+            )
             assert searched["memories"][0]["memory_id"] == m["id"], searched
             assert searched["memories"][0]["scope_origin"] == "repository"
 
@@ -175,7 +208,7 @@ async def test_a_memento_memory_is_found_by_agent_memory_native_and_governed(
 
 async def test_a_governed_lock_refuses_an_agents_update_on_every_profile(
     tmp_path: Path, nats_server: EmbeddedNats
-) -> None:  # fmt: skip
+) -> None:
     """ann (agent) and dana (admin, acme/*) are two gateways on the stack's NATS, both with store kb -> acme/web.
     The memory is made through cortex (so that cortex can address it by store + path), and its id read through
     the native memory_get by store:path: the same memory on every surface."""
@@ -184,8 +217,9 @@ async def test_a_governed_lock_refuses_an_agents_update_on_every_profile(
     try:
         async with clients() as es:
             es.push_async_callback(admin_gw.access.flush)
-            cortex, agent_memory, memento, governed = await surfaces(es, stack.gateway, "cortex", "agent-memory",
-                                                                     "memento", "governed")  # fmt: skip
+            cortex, agent_memory, memento, governed = await surfaces(
+                es, stack.gateway, "cortex", "agent-memory", "memento", "governed"
+            )
             native = Surface(stack.client)
             admin_governed, admin_cortex = await surfaces(es, admin_gw, "governed", "cortex")
             admin_native = Surface(await es.enter_async_context(Client(build_server(admin_gw))))
@@ -201,37 +235,49 @@ async def test_a_governed_lock_refuses_an_agents_update_on_every_profile(
             assert up["updated"] is True and up["content"] == "v4 through memento"
             assert (await native("memory_get", id=mid))["version"] == 4
 
-            locked = await admin_governed("memory.lock", memory_id=mid,
-                                          context=governed_context("dana", "admin", "lock-1"))  # fmt: skip
+            locked = await admin_governed(
+                "memory.lock", memory_id=mid, context=governed_context("dana", "admin", "lock-1")
+            )
             assert (locked["memory_id"], locked["status"], locked["version"]) == (mid, "locked", 5)
             head = await stack.last_seq()
 
             # cortex: McpError(InvalidRequest), {"error": {"code": -32600, "message": "MCP error -32600: ..."}}
             err = await cortex.fails("update_memory", store="kb", path=path, content="ann edits through cortex")
-            assert err.error == {"code": -32600, "message": f"MCP error -32600: Memory is locked: {path} (only an "
-                                 "admin can change it)"}, err.error  # fmt: skip
+            assert err.error == {
+                "code": -32600,
+                "message": f"MCP error -32600: Memory is locked: {path} (only an admin can change it)",
+            }, err.error
             err = await cortex.fails("update_memory", store="kb", path=path, tags=["retagged"])
             assert err.error["code"] == -32600 and "locked" in err.error["message"], err.error
 
             # agent-memory: {"error": {"code": "PERMISSION_ERROR", "message": ...}}, nothing else in it
-            for tool, args in (("update_memory", {"id": mid, "content": "ann edits through agent-memory"}),
-                               ("update_memory", {"id": mid, "importance": "high"}),
-                               ("store_memory", {"id": mid, "type": "core", "content": "ann's store as update"})):
+            for tool, args in (
+                ("update_memory", {"id": mid, "content": "ann edits through agent-memory"}),
+                ("update_memory", {"id": mid, "importance": "high"}),
+                ("store_memory", {"id": mid, "type": "core", "content": "ann's store as update"}),
+            ):
                 err = await agent_memory.fails(tool, **args)
                 assert set(err.error) == {"code", "message"} and err.code == "PERMISSION_ERROR", (tool, err.error)
                 assert "locked" in err.error["message"], err.error
 
             # memento: {"error": {"code": "INVALID_PARAMETER", "message": ...}} (its five codes have no refusal)
-            for args in ({"new_content": "ann edits through memento"},
-                         {"mark_outdated": True, "reason": "ann thinks it is stale"},
-                         {"mark_outdated": True, "new_content": "a successor", "reason": "replaced"}):  # fmt: skip
+            for args in (
+                {"new_content": "ann edits through memento"},
+                {"mark_outdated": True, "reason": "ann thinks it is stale"},
+                {"mark_outdated": True, "new_content": "a successor", "reason": "replaced"},
+            ):
                 err = await memento.fails("update_memory", memory_id=mid, **args)
                 assert set(err.error) == {"code", "message"} and err.code == "INVALID_PARAMETER", (args, err.error)
                 assert "locked" in err.error["message"], err.error
 
             # governed itself, for reference: its own MEMORY_LOCKED
-            err = await governed.fails("memory-write", memory_id=mid, content="ann edits through governed",
-                                       type="decision", context=governed_context("ann", "write", "w-1"))  # fmt: skip
+            err = await governed.fails(
+                "memory-write",
+                memory_id=mid,
+                content="ann edits through governed",
+                type="decision",
+                context=governed_context("ann", "write", "w-1"),
+            )
             assert err.code == "MEMORY_LOCKED", err.error
 
             # nothing was written: no event, no successor, the memory as the admin left it (read through the
@@ -239,16 +285,22 @@ async def test_a_governed_lock_refuses_an_agents_update_on_every_profile(
             assert await stack.last_seq() == head
             got = await admin_native("memory_get", id=mid)
             assert (got["content"], got["version"], got["locked"], got["updated_by"]) == (
-                "v4 through memento", 5, True, "dana")  # fmt: skip
+                "v4 through memento",
+                5,
+                True,
+                "dana",
+            )
             assert (await admin_native("memory_list"))["total"] == 1
             # ...and every refusal is in the audit trail as ann's MEMORY_LOCKED
             await stack.gateway.access.flush()
             await stack.settle()
             denied = stack.trail.con.execute(
                 "SELECT action FROM audit_trail WHERE outcome = 'denied' AND agent_id = 'ann' AND code = "
-                "'MEMORY_LOCKED' ORDER BY trail_seq").fetchall()  # fmt: skip
-            assert sorted(a for (a,) in denied) == sorted(["denied:update_memory"] * 7
-                                                          + ["denied:store_memory", "denied:memory-write"]), denied
+                "'MEMORY_LOCKED' ORDER BY trail_seq"
+            ).fetchall()
+            assert sorted(a for (a,) in denied) == sorted(
+                ["denied:update_memory"] * 7 + ["denied:store_memory", "denied:memory-write"]
+            ), denied
 
             # the lock binds agents only: the admin still edits it through cortex, and it stays locked
             await admin_cortex("update_memory", store="kb", path=path, content="v6 by the admin")
@@ -265,7 +317,6 @@ GUS_TOKEN = "cross-token-gus-80aa7d"
 PATHS = {name: profiles.http_path(name) for name in ("native", "memento", "agent-memory")}
 
 
-
 @asynccontextmanager
 async def as_token(url: str, token: str) -> AsyncIterator[Surface]:
     """An MCP client whose every HTTP request carries `Authorization: Bearer <token>`."""
@@ -278,19 +329,37 @@ async def as_token(url: str, token: str) -> AsyncIterator[Surface]:
 
 async def test_http_serves_two_profiles_at_once_over_one_memory(tmp_path: Path) -> None:
     principals = tmp_path / "principals.json"
-    principals.write_text(json.dumps({"principals": [
-        {"token_sha256": hash_token(ANN_TOKEN), "agent_id": "ann", "role": "agent", "organization": "acme",
-         "namespaces": [NS], "default_namespace": NS},
-        {"token_sha256": hash_token(GUS_TOKEN), "agent_id": "gus", "role": "agent", "organization": "globex",
-         "namespaces": ["globex/web"], "default_namespace": "globex/web"},
-    ]}))  # fmt: skip
+    principals.write_text(
+        json.dumps(
+            {
+                "principals": [
+                    {
+                        "token_sha256": hash_token(ANN_TOKEN),
+                        "agent_id": "ann",
+                        "role": "agent",
+                        "organization": "acme",
+                        "namespaces": [NS],
+                        "default_namespace": NS,
+                    },
+                    {
+                        "token_sha256": hash_token(GUS_TOKEN),
+                        "agent_id": "gus",
+                        "role": "agent",
+                        "organization": "globex",
+                        "namespaces": ["globex/web"],
+                        "default_namespace": "globex/web",
+                    },
+                ]
+            }
+        )
+    )
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
     env["MNEME_GATEWAY_PRINCIPALS_FILE"] = str(principals)
     argv = [MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--transport", "http", "--host", "127.0.0.1",
             "--port", str(port)]  # fmt: skip
     # a long-running server child, stopped at the end
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: ASYNC220
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_listening(proc, port)
@@ -341,16 +410,24 @@ async def test_http_serves_two_profiles_at_once_over_one_memory(tmp_path: Path) 
             assert (got["namespace"], got["created_by"], got["subject"]) == (NS, "ann", "Emma")
 
             # -- and the other way: agent-memory writes, memento and native read it ------------------------
-            a = await agent_memory("store_memory", type="learning", content="The user prefers pytest for testing",
-                                   importance="high", tags=["python"])  # fmt: skip
+            a = await agent_memory(
+                "store_memory",
+                type="learning",
+                content="The user prefers pytest for testing",
+                importance="high",
+                tags=["python"],
+            )
             assert a["created"] is True
             recent = await memento("list_recent_memories")
             assert [x["id"] for x in recent["memories"]] == [a["memory"]["id"], m["id"]], recent
             got = await native("memory_get", id=a["memory"]["id"])
             assert (got["namespace"], got["created_by"], got["kind"], got["importance"]) == (NS, "ann", "learning", 0.9)
             # an update through memento is seen by agent-memory
-            await memento("update_memory", memory_id=a["memory"]["id"], new_content="The user prefers pytest, "
-                          "with coverage, for testing")  # fmt: skip
+            await memento(
+                "update_memory",
+                memory_id=a["memory"]["id"],
+                new_content="The user prefers pytest, with coverage, for testing",
+            )
             found = await agent_memory("query_memories", search="coverage")
             assert [x["id"] for x in found["memories"]] == [a["memory"]["id"]], found
 

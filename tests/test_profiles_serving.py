@@ -19,11 +19,15 @@ from tests.harness import MNEME, free_port, wait_listening
 pytestmark = pytest.mark.anyio
 
 
-
 def test_an_unknown_profile_is_refused_before_anything_starts(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    res = subprocess.run([MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--profile", "bogus"],
-                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)  # fmt: skip
+    res = subprocess.run(
+        [MNEME, "serve", "--data-dir", str(tmp_path / "d"), "--profile", "bogus"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode != 0 and "bogus" in res.stderr and "native" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "d").exists()
     assert time.monotonic() - t0 < 10

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from nats.aio.client import Client as NATS
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
@@ -36,15 +37,20 @@ N_EVENTS = 10_000
 
 def start_projector(url: str, data: Path, *extra: str, batch: int = 5000) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MNEME_PROJECTOR_BATCH_MAX": str(batch)}
-    return subprocess.Popen([MNEME, "projector", "--nats-url", url, "--data-dir", str(data), *extra], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [MNEME, "projector", "--nats-url", url, "--data-dir", str(data), *extra],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
-async def wait_serving(nc, target: int, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+async def wait_serving(nc: NATS, target: int, timeout: float = 60) -> None:
     """A projector joins the query group only once caught up; then its applied_seq is checked."""
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    q = encoder.encode(MemoryStats(namespace="ns0", now=datetime.now(timezone.utc), min_seq=target))
+    q = encoder.encode(MemoryStats(namespace="ns0", now=datetime.now(UTC), min_seq=target))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -114,8 +120,9 @@ async def test_sigkill_mid_fold_then_restart_equals_uninterrupted(tmp_path: Path
 
         # Delete the file and rebuild it from the log with the CLI: identical tables.
         (data / "projector.duckdb").unlink()
-        out = subprocess.run([MNEME, "rebuild", "--nats-url", url, "--data-dir", str(data)], capture_output=True,
-                             timeout=120, check=True)  # fmt: skip
+        out = subprocess.run(
+            [MNEME, "rebuild", "--nats-url", url, "--data-dir", str(data)], capture_output=True, timeout=120, check=True
+        )
         assert json.loads(out.stdout.splitlines()[-1])["digest"] == recovered
         assert digest_of(data / "projector.duckdb") == recovered
 
@@ -134,8 +141,18 @@ async def test_sigkill_mid_fold_then_restart_equals_uninterrupted(tmp_path: Path
 async def test_rebuild_from_the_log_equals_the_live_projection(stack: Stack, tmp_path: Path) -> None:
     ids = []
     for i in range(30):
-        ids.append((await stack.call("memory_add", content=f"fact {i}", store="s", path=f"c{i % 3}/m{i}",
-                                     tags=[f"t{i % 4}"], metadata={"i": i}))["id"])  # fmt: skip
+        ids.append(
+            (
+                await stack.call(
+                    "memory_add",
+                    content=f"fact {i}",
+                    store="s",
+                    path=f"c{i % 3}/m{i}",
+                    tags=[f"t{i % 4}"],
+                    metadata={"i": i},
+                )
+            )["id"]
+        )
     for mid in ids[:10]:
         await stack.call("memory_update", id=mid, content="changed", citations=["x:1"])
     await stack.call("memory_move", id=ids[10], to_path="moved/m10")

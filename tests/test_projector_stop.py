@@ -40,6 +40,7 @@ async def test_stop_does_not_wait_for_a_backlogs_embeddings(tmp_path: Path, nats
         for i in range(n):
             await stack.call("memory_add", content=f"backlog memory number {i} about zebra {i * 7919 % 1000}")
         head = await stack.last_seq()
+        assert stack.projector.vector_follower is not None
         assert stack.projector.vector_follower.committed < head  # the vectors are behind: 12 s of embedding left
     finally:
         t0 = time.monotonic()
@@ -51,13 +52,15 @@ async def test_stop_does_not_wait_for_a_backlogs_embeddings(tmp_path: Path, nats
     assert await asyncio.to_thread(shared_model().wait, 60)
     again = await start_stack(data, nats_server, vectors=open_vectors(data, shared_model()))
     try:
+        assert again.projector.vector_follower is not None and again.projector.gen.vectors is not None
         assert await again.projector.vector_follower.wait_for(head, 120, committed=True)
         deadline = time.monotonic() + 60
         while again.projector.gen.vectors.pending_dense and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert again.projector.gen.vectors.pending_dense == 0
-        found = await again.call("memory_search", query=f"backlog memory number {n - 1} about zebra", limit=5,
-                                 threshold=0)  # fmt: skip
+        found = await again.call(
+            "memory_search", query=f"backlog memory number {n - 1} about zebra", limit=5, threshold=0
+        )
         assert any(r["content"].startswith(f"backlog memory number {n - 1} ") for r in found["results"]), found
     finally:
         await again.close()

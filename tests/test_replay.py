@@ -75,24 +75,43 @@ async def populate(stack: Stack, ns: str, n: int = 12) -> list[str]:
     ids = []
     for i in range(n):
         text = f"quokka fact {i} about topic {i % 3}: Jürgen in Zürich 🚀 東京"  # non-ASCII in every digest
-        ids.append((await stack.call("memory_add", namespace=ns, content=text,
-                                     store="kb", path=f"c{i % 3}/m{i}", tags=[f"t{i % 2}"], importance=0.1 * (i % 10),
-                                     metadata={"i": i, "città": "Zürich ☕"}))["id"])  # fmt: skip
+        ids.append(
+            (
+                await stack.call(
+                    "memory_add",
+                    namespace=ns,
+                    content=text,
+                    store="kb",
+                    path=f"c{i % 3}/m{i}",
+                    tags=[f"t{i % 2}"],
+                    importance=0.1 * (i % 10),
+                    metadata={"i": i, "città": "Zürich ☕"},
+                )
+            )["id"]
+        )
     for mid in ids[: n // 2]:
-        await stack.call("memory_update", id=mid, namespace=ns, content=f"quokka changed {mid[:8]} — naïve café",
-                         citations=["x:1"])  # fmt: skip
+        await stack.call(
+            "memory_update", id=mid, namespace=ns, content=f"quokka changed {mid[:8]} — naïve café", citations=["x:1"]
+        )
     await stack.call("memory_move", id=ids[1], namespace=ns, to_path="moved/m1")
     await stack.call("memory_retire", id=ids[2], namespace=ns, mode="archive")
     await stack.call("memory_restore", id=ids[2], namespace=ns)
     await stack.call("memory_retire", id=ids[3], namespace=ns, mode="archive")
     await stack.call("memory_retire", id=ids[4], namespace=ns, mode="deprecate", reason="old")
-    await stack.call("memory_retire", id=ids[5], namespace=ns, mode="invalidate", reason="replaced",
-                     superseded_by=ids[6])  # fmt: skip
+    await stack.call(
+        "memory_retire", id=ids[5], namespace=ns, mode="invalidate", reason="replaced", superseded_by=ids[6]
+    )
     await stack.call("memory_retire", id=ids[7], namespace=ns, mode="delete")
-    ids.append((await stack.call("memory_add", namespace=ns, content="quokka recreated", store="kb",
-                                 path="c1/m7"))["id"])  # fmt: skip
-    await stack.call("memory_add", namespace=ns, content="quokka without a path", kind="fact",
-                     expires_at=(datetime.now(UTC) + timedelta(days=1)).isoformat())  # fmt: skip
+    ids.append(
+        (await stack.call("memory_add", namespace=ns, content="quokka recreated", store="kb", path="c1/m7"))["id"]
+    )
+    await stack.call(
+        "memory_add",
+        namespace=ns,
+        content="quokka without a path",
+        kind="fact",
+        expires_at=(datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    )
     return ids
 
 
@@ -126,7 +145,7 @@ def digest_of(path: Path) -> dict[str, str]:
 
 async def test_replaying_twice_gives_identical_digests_equal_to_the_live_projection(
     stack: Stack, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     await populate(stack, "replay/det")
     await populate(stack, "replay/det2", n=8)
     head = await settled(stack)  # nothing is written from here on
@@ -137,8 +156,13 @@ async def test_replaying_twice_gives_identical_digests_equal_to_the_live_project
     one = await replay(core, ps, output=tmp_path / "one", use_snapshots=False)
     two = await replay(core, ps, output=tmp_path / "two", use_snapshots=False)
     for r in (one, two):
-        assert (r["target_seq"], r["head_seq"], r["resumed_from"], r["snapshot_seq"], r["events"]) == \
-            (head, head, 0, None, head)  # fmt: skip
+        assert (r["target_seq"], r["head_seq"], r["resumed_from"], r["snapshot_seq"], r["events"]) == (
+            head,
+            head,
+            0,
+            None,
+            head,
+        )
         assert r["verify"]["ok"], r["verify"]
         assert r["model"] == MODEL
     assert one["digest"] == two["digest"] == live
@@ -152,8 +176,9 @@ async def test_replaying_twice_gives_identical_digests_equal_to_the_live_project
     # (without a vector index, to keep it quick)
     three = await replay(core, NO_VECTORS, swap=False, use_snapshots=False)
     assert Path(three["path"]) == core.data_dir / "projections" / "building"
-    assert three["digest"] == live and three["verify"] == {k: live_report[k] for k in
-                                                           ("memories", "versions", "ok", "problems")}  # fmt: skip
+    assert three["digest"] == live and three["verify"] == {
+        k: live_report[k] for k in ("memories", "versions", "ok", "problems")
+    }
     four = await replay(core, NO_VECTORS, swap=False, use_snapshots=False)
     assert (four["resumed_from"], four["events"], four["digest"]) == (head, 0, live)
     # a build left with other settings (no vector index) is not resumed: it is started afresh
@@ -168,14 +193,20 @@ async def test_replaying_twice_gives_identical_digests_equal_to_the_live_project
 
 
 def rows_of(out: Path) -> dict[str, tuple[Any, ...]]:
-    return {r[0]: tuple(r[1:]) for r in table(out / "projector.duckdb",
-                                               "SELECT id, version, content, store, path, status, last_seq FROM memories")}  # fmt: skip
+    return {
+        r[0]: tuple(r[1:])
+        for r in table(
+            out / "projector.duckdb", "SELECT id, version, content, store, path, status, last_seq FROM memories"
+        )
+    }
 
 
 def listed_rows(page: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     """A memory_list page (detail="full") as rows of the memories table."""
-    return {m["id"]: (m["version"], m["content"], m.get("store"), m.get("path"), m["status"], m["seq"])
-            for m in page["results"]}  # fmt: skip
+    return {
+        m["id"]: (m["version"], m["content"], m.get("store"), m.get("path"), m["status"], m["seq"])
+        for m in page["results"]
+    }
 
 
 async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, nats_server: EmbeddedNats) -> None:
@@ -185,22 +216,23 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
         marks: list[int] = []
         ids = []
         for i in range(4):
-            ids.append((await stack.call("memory_add", namespace=ns, content=f"quokka {i}", store="s",
-                                         path=f"p/{i}"))["id"])  # fmt: skip
+            ids.append(
+                (await stack.call("memory_add", namespace=ns, content=f"quokka {i}", store="s", path=f"p/{i}"))["id"]
+            )
             await stack.call("memory_update", id=ids[0], namespace=ns, content=f"quokka zero v{i + 2}")
             if i == 1:
                 await stack.call("memory_move", id=ids[1], namespace=ns, to_path="q/1")
             if i == 2:
                 await stack.call("memory_retire", id=ids[1], namespace=ns, mode="delete")
-                await stack.call("memory_add", namespace=ns, content="quokka at the freed path", store="s",
-                                 path="q/1")  # fmt: skip
+                await stack.call("memory_add", namespace=ns, content="quokka at the freed path", store="s", path="q/1")
             marks.append(await stack.last_seq())
             await asyncio.sleep(0.05)  # a gap in record time after each mark
         core = core_of(stack)
 
         async def as_of(at: int | str) -> dict[str, Any]:
-            return await stack.call("memory_list", namespace=ns, status="any", include_expired=True, limit=500,
-                                    as_of=at, detail="full")  # fmt: skip
+            return await stack.call(
+                "memory_list", namespace=ns, status="any", include_expired=True, limit=500, as_of=at, detail="full"
+            )
 
         for k, mark in enumerate(marks[:3]):
             want = await as_of(mark)
@@ -210,8 +242,9 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
             got = rows_of(tmp_path / f"seq{k}")
             assert got == listed_rows(want) and len(got) == want["total"], k
             # every version up to the mark, none after
-            assert table(tmp_path / f"seq{k}" / "projector.duckdb", "SELECT max(seq), count(*) FROM memory_versions") \
-                == [(mark, mark)]  # fmt: skip
+            assert table(
+                tmp_path / f"seq{k}" / "projector.duckdb", "SELECT max(seq), count(*) FROM memory_versions"
+            ) == [(mark, mark)]
 
             # by time: a moment inside the gap after the mark
             t = datetime.fromisoformat(want["as_of"]["time"]) + timedelta(milliseconds=20)
@@ -236,9 +269,10 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
         head = await stack.last_seq()
         with pytest.raises(Refused, match=rf"--upto: sequence {10**9} is beyond the head of the log \({head}\)"):
             await replay(core, NO_VECTORS, upto=str(10**9), output=tmp_path / "past")
-        with pytest.raises(Refused, match="--upto: .* is in the future"):
-            await replay(core, NO_VECTORS, upto=(datetime.now(UTC) + timedelta(hours=1)).isoformat(),
-                         output=tmp_path / "future")  # fmt: skip
+        with pytest.raises(Refused, match=r"--upto: .* is in the future"):
+            await replay(
+                core, NO_VECTORS, upto=(datetime.now(UTC) + timedelta(hours=1)).isoformat(), output=tmp_path / "future"
+            )
         with pytest.raises(Refused, match="--upto"):
             await replay(core, NO_VECTORS, upto="yesterday", output=tmp_path / "bad")
         assert not any((tmp_path / d).exists() for d in ("past", "future", "bad"))
@@ -248,7 +282,7 @@ async def test_replay_up_to_a_sequence_or_a_time_equals_as_of(tmp_path: Path, na
 
 async def test_replay_up_to_the_reported_time_of_a_sequence_includes_it(
     tmp_path: Path, nats_server: EmbeddedNats
-) -> None:  # fmt: skip
+) -> None:
     stack = await start_stack(tmp_path / "data", nats_server)
     try:
         seqs = [(await stack.call("memory_add", namespace="replay/t", content=f"quokka {i}"))["seq"] for i in range(16)]
@@ -378,20 +412,31 @@ class Progress:
 
 
 def start_replay(url: str, data: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([MNEME, "replay", "--data-dir", str(data), "--nats-url", url], env={**os.environ, **env},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [MNEME, "replay", "--data-dir", str(data), "--nats-url", url],
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def finish_replay(url: str, data: Path, env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run([MNEME, "replay", "--data-dir", str(data), "--nats-url", url], env={**os.environ, **env},
-                         stdin=subprocess.DEVNULL, capture_output=True, timeout=180, check=False)  # fmt: skip
+    out = subprocess.run(
+        [MNEME, "replay", "--data-dir", str(data), "--nats-url", url],
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
 async def test_sigkill_during_replay_then_run_again_resumes_and_equals_a_clean_replay(
     tmp_path: Path, nats_server: EmbeddedNats
-) -> None:  # fmt: skip
+) -> None:
     url = nats_server.url or ""
     nc = await connect(url, "test")
     try:
@@ -404,7 +449,7 @@ async def test_sigkill_during_replay_then_run_again_resumes_and_equals_a_clean_r
     building = data / "projections" / "building"
 
     killed_at = 0
-    for attempt in range(6):
+    for attempt in range(6):  # noqa: B007 - counted after the loop
         proc = start_replay(url, data, env)
         progress = Progress(proc)
         deadline = time.monotonic() + 60
@@ -432,8 +477,12 @@ async def test_sigkill_during_replay_then_run_again_resumes_and_equals_a_clean_r
     assert gen.name.startswith("gen-") and projection_dir(CoreSettings(data_dir=data)) == gen
     assert not building.exists()
 
-    clean = await replay(CoreSettings(data_dir=tmp_path / "clean", nats_url=url), NO_VECTORS,
-                         output=tmp_path / "clean-out", use_snapshots=False)  # fmt: skip
+    clean = await replay(
+        CoreSettings(data_dir=tmp_path / "clean", nats_url=url),
+        NO_VECTORS,
+        output=tmp_path / "clean-out",
+        use_snapshots=False,
+    )
     assert clean["events"] == N_BIG
     assert result["digest"] == clean["digest"] == digest_of(gen / "projector.duckdb")
 
@@ -490,8 +539,9 @@ async def test_sigkill_during_a_replay_with_vectors_then_resume(tmp_path: Path, 
     v = result["verify"]
     assert v["ok"] and v["vector_checkpoint"] == n and v["versions"] == n, v
 
-    clean = await replay(CoreSettings(data_dir=data, nats_url=url), ProjectorSettings(), output=tmp_path / "clean",
-                         use_snapshots=False)  # fmt: skip
+    clean = await replay(
+        CoreSettings(data_dir=data, nats_url=url), ProjectorSettings(), output=tmp_path / "clean", use_snapshots=False
+    )
     assert clean["digest"] == result["digest"]
     assert clean["verify"] == v
 
@@ -518,7 +568,8 @@ async def test_replay_starts_from_a_snapshot_and_skips_a_corrupted_one(stack: St
     # the second one through the command line, from the running projector
     proc = await asyncio.create_subprocess_exec(MNEME, "snapshot", "--data-dir", str(core.data_dir), "--nats-url",
                                                 stack.url, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+                                                stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     m2 = json.loads(out.splitlines()[-1])
@@ -567,16 +618,32 @@ async def test_a_schema_1_move_is_upcast_live_and_in_a_replay(tmp_path: Path, na
     stack = await start_stack(tmp_path / "data", nats_server)
     try:
         ns = "acme/research"
-        a = await stack.call("memory_add", namespace=ns, content="Use NATS JetStream as the event log",
-                             store="main", path="projects/mneme/decisions/event-log")  # fmt: skip
+        a = await stack.call(
+            "memory_add",
+            namespace=ns,
+            content="Use NATS JetStream as the event log",
+            store="main",
+            path="projects/mneme/decisions/event-log",
+        )
         mid = a["id"]
         # the shape of tests/corpus/events_v1.jsonl: "memory_moved" without to_store, schema_version 1
-        raw = {"event_id": str(uuid.uuid4()), "schema_version": 1, "namespace": ns, "aggregate_id": mid,
-               "occurred_at": "2025-03-14T09:04:53.589793Z", "actor": {"agent_id": "agent-alpha", "role": "agent"},
-               "request_id": "req-0004", "correlation_id": None,
-               "event": {"type": "memory_moved", "memory_id": mid, "version": 2,
-                         "from_path": "projects/mneme/decisions/event-log",
-                         "to_path": "projects/mneme/adr/0001-event-log"}}  # fmt: skip
+        raw = {
+            "event_id": str(uuid.uuid4()),
+            "schema_version": 1,
+            "namespace": ns,
+            "aggregate_id": mid,
+            "occurred_at": "2025-03-14T09:04:53.589793Z",
+            "actor": {"agent_id": "agent-alpha", "role": "agent"},
+            "request_id": "req-0004",
+            "correlation_id": None,
+            "event": {
+                "type": "memory_moved",
+                "memory_id": mid,
+                "version": 2,
+                "from_path": "projects/mneme/decisions/event-log",
+                "to_path": "projects/mneme/adr/0001-event-log",
+            },
+        }
         ack = await stack.nc.jetstream().publish(S.memory_subject(ns, "main", mid), json.dumps(raw).encode())
         assert ack.seq == a["seq"] + 1
         assert await stack.projector.follower.wait_for(ack.seq, 10, committed=True)
@@ -587,11 +654,12 @@ async def test_a_schema_1_move_is_upcast_live_and_in_a_replay(tmp_path: Path, na
         with pytest.raises(ToolFailure):
             await stack.call("memory_get", namespace=ns, id="main:projects/mneme/decisions/event-log")
         h = await stack.call("memory_history", id=mid, namespace=ns)
-        assert [(v["version"], v["event"], v["seq"], v["agent_id"], v["request_id"], v["changed"])
-                for v in h["results"]] == [
+        assert [
+            (v["version"], v["event"], v["seq"], v["agent_id"], v["request_id"], v["changed"]) for v in h["results"]
+        ] == [
             (1, "memory_created", a["seq"], "local-agent", h["results"][0]["request_id"], ["created"]),
             (2, "memory_moved", ack.seq, "agent-alpha", "req-0004", ["path"]),
-        ]  # fmt: skip
+        ]
         # the next write decides on the upcast state (version 3)
         up = await stack.call("memory_update", id=mid, namespace=ns, content="Use NATS JetStream as the event log.")
         assert (up["version"], up["path"]) == (3, "projects/mneme/adr/0001-event-log")
@@ -602,14 +670,18 @@ async def test_a_schema_1_move_is_upcast_live_and_in_a_replay(tmp_path: Path, na
         assert r["verify"]["ok"] and r["verify"]["points"] == head, r["verify"]
         assert r["digest"] == stack.projector.view.canonical_digest()
         db = tmp_path / "out" / "projector.duckdb"
-        assert table(db, f"SELECT store, path, version FROM memories WHERE id = '{mid}'") == \
-            [("main", "projects/mneme/adr/0001-event-log", 3)]  # fmt: skip
-        assert table(db, f"SELECT version, event_type, store, path, seq, seq_to FROM memory_versions WHERE id = "
-                         f"'{mid}' ORDER BY version") == [
+        assert table(db, f"SELECT store, path, version FROM memories WHERE id = '{mid}'") == [
+            ("main", "projects/mneme/adr/0001-event-log", 3)
+        ]
+        assert table(
+            db,
+            f"SELECT version, event_type, store, path, seq, seq_to FROM memory_versions WHERE id = "
+            f"'{mid}' ORDER BY version",
+        ) == [
             (1, "memory_created", "main", "projects/mneme/decisions/event-log", a["seq"], ack.seq),
             (2, "memory_moved", "main", "projects/mneme/adr/0001-event-log", ack.seq, head),
             (3, "memory_updated", "main", "projects/mneme/adr/0001-event-log", head, None),
-        ]  # fmt: skip
+        ]
         # as_of the upcast move, through the gateway
         then = await stack.call("memory_get", id=mid, namespace=ns, as_of=ack.seq)
         assert (then["path"], then["version"]) == ("projects/mneme/adr/0001-event-log", 2)
@@ -625,15 +697,17 @@ async def test_replay_with_another_model_re_embeds_and_serves_it_after_a_restart
     ns = "replay/model"
     a = await stack.call("memory_add", namespace=ns, content="The user drinks green tea every morning")
     await stack.call("memory_add", namespace=ns, content="The build server runs on Fridays")
-    before = await stack.call("memory_search", mode="semantic", namespace=ns, query="favourite morning drink", limit=1,
-                              detail="full")  # fmt: skip
+    before = await stack.call(
+        "memory_search", mode="semantic", namespace=ns, query="favourite morning drink", limit=1, detail="full"
+    )
     assert before["model"] == "paraphrase-MiniLM-L3-v2"
     core = core_of(stack)
     result = await replay(core, ProjectorSettings(), model="minilm-l6-int8")
     assert result["verify"]["ok"] and result["model"] == "minilm-l6-int8" and result["swap"]["live"], result
     assert result["embedded"] >= 2  # nothing of this model was cached: it ran
-    after = await stack.call("memory_search", mode="semantic", namespace=ns, query="favourite morning drink", limit=1,
-                             detail="full")  # no sleep  # fmt: skip
+    after = await stack.call(
+        "memory_search", mode="semantic", namespace=ns, query="favourite morning drink", limit=1, detail="full"
+    )  # no sleep
     assert after["model"] == "all-MiniLM-L6-v2-int8" and after["results"][0]["id"] == a["id"], after
     assert serving_settings(core, ProjectorSettings()).embedding_model == "minilm-l6-int8"
     assert (projection_dir(core) / "vectors-minilm-l6-int8").is_dir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -35,7 +35,7 @@ EVENT_CLASSES = typing.get_args(AnyEvent)
 COMMAND_CLASSES = typing.get_args(AnyCommand)
 MEM_FULL = "3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b"
 MEM_MIN = "7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6"
-UTC = timezone.utc
+UTC = UTC
 
 
 def _lines(path: Path = CORPUS) -> list[bytes]:
@@ -46,8 +46,10 @@ def _decoded() -> list[Envelope]:
     return [decode_envelope(ln) for ln in _lines()]
 
 
-def _tag(cls: type) -> str:
-    return cls.__struct_config__.tag
+def _tag(cls: type[msgspec.Struct]) -> str:
+    tag = cls.__struct_config__.tag
+    assert isinstance(tag, str), cls
+    return tag
 
 
 def _assert_utc(dt: object) -> None:
@@ -71,7 +73,7 @@ def test_every_event_class_has_a_schema_version() -> None:
 
 
 @pytest.mark.parametrize("cls", EVENT_CLASSES + COMMAND_CLASSES, ids=lambda c: c.__name__)
-def test_events_and_commands_are_frozen_and_keyword_only(cls: type) -> None:
+def test_events_and_commands_are_frozen_and_keyword_only(cls: type[msgspec.Struct]) -> None:
     assert cls.__struct_config__.frozen
     params = inspect.signature(cls).parameters.values()
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params), cls.__name__
@@ -224,6 +226,7 @@ def test_an_old_writer_that_sent_only_required_fields_still_decodes() -> None:
     }
     env = decode_envelope(json.dumps(minimal).encode())
     assert env.correlation_id is None and env.actor.role == "agent"
+    assert isinstance(env.event, MemoryCreated)
     assert env.event.tags == () and env.event.kind == "note" and env.event.store is None
 
 
@@ -281,16 +284,23 @@ def test_a_schema_1_move_is_upcast_and_replays_into_the_same_store() -> None:
             state = evolve(state, e, i)
             if e.event_id == env.event_id:
                 break
-    assert state is not None and state.store == _decoded()[0].event.store  # (the store it was created in)
+    created = _decoded()[0].event
+    assert isinstance(created, MemoryCreated)
+    assert state is not None and state.store == created.store  # (the store it was created in)
     assert state.path == env.event.to_path
 
 
 def test_upcasting_is_not_on_the_fast_path() -> None:
     from schemas import upcast
 
-    calls = []
+    calls: list[upcast.Raw] = []
     orig = upcast.upcast
-    upcast.upcast = lambda raw: calls.append(raw) or orig(raw)  # type: ignore[assignment]
+
+    def spy(env: upcast.Raw) -> upcast.Raw | None:
+        calls.append(env)
+        return orig(env)
+
+    upcast.upcast = spy
     try:
         for line in _lines(LATEST):
             decode_envelope(line)
@@ -298,7 +308,7 @@ def test_upcasting_is_not_on_the_fast_path() -> None:
         decode_envelope(next(ln for ln in _lines(CORPUS) if b'"type":"memory_moved"' in ln))
         assert len(calls) == 1
     finally:
-        upcast.upcast = orig  # type: ignore[assignment]
+        upcast.upcast = orig
 
 
 def test_an_unknown_tag_is_still_an_error() -> None:

@@ -36,7 +36,7 @@ from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from schemas.commands import CreateMemory
 from schemas.events import Actor
-from schemas.queries import SearchMemories
+from schemas.queries import SearchMemories, SearchMode
 from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
@@ -48,7 +48,11 @@ from tests.harness import Stack, ToolFailure, open_vectors, result_of, shared_mo
 
 pytestmark = pytest.mark.anyio
 
-MODES = ("semantic", "keyword", "hybrid")  # memory_search's modes (the old memory_search, _keyword and recall)
+MODES: tuple[SearchMode, ...] = (
+    "semantic",
+    "keyword",
+    "hybrid",
+)  # memory_search's modes (the old memory_search, _keyword and recall)
 
 
 # -- callers and the shared stack ------------------------------------------------------------------
@@ -208,16 +212,19 @@ async def test_paraphrased_queries_find_their_fact_and_keywords_find_exact_and_s
         # the score is the share of the query's words the memory holds: all of them
         assert got["results"][0]["score"] >= 0.9 and got["results"][0]["keyword_score"] > 0, got["results"][0]
     # half the (equally rare) words: about half the score, whatever else the namespace holds
-    got = {by_id[r["id"]]: r["score"] for r in (await world.alice.search("keyword", query="pytest argon2",
-                                                                          namespace=ns))["results"]}  # fmt: skip
+    got = {
+        by_id[r["id"]]: r["score"]
+        for r in (await world.alice.search("keyword", query="pytest argon2", namespace=ns))["results"]
+    }
     assert set(got) == {"pytest", "pw"} and all(0.35 < x < 0.65 for x in got.values()), got
     # keyword search is no semantic search: a paraphrase without a shared word finds nothing
     got = await world.alice.search("keyword", query="dietary restrictions for the family", namespace=ns)
     assert got["results"] == []
     # results carry the memory and the scores of the mode (every field with detail="full"; the score is
     # rounded to 4 places, the semantic score is not)
-    sem = await world.alice.search("semantic", query="what kind of pet does Sarah own", namespace=ns, limit=1,
-                                   detail="full")  # fmt: skip
+    sem = await world.alice.search(
+        "semantic", query="what kind of pet does Sarah own", namespace=ns, limit=1, detail="full"
+    )
     (hit,) = sem["results"]
     assert hit["content"] == CORPUS["cat"] and hit["namespace"] == ns and hit["match"] == "scope"
     assert hit["score"] == pytest.approx(hit["semantic_score"], abs=1e-4) and hit["demoted"] is False
@@ -332,12 +339,13 @@ async def filter_corpus(world: World) -> FilterCorpus:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: FilterCorpus, mode: str) -> None:
+async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: FilterCorpus, mode: SearchMode) -> None:
     fc = filter_corpus
     for f in FILTER_CASES:
         # threshold 0 (every candidate passes) and a generous limit: the result is exactly the filter's set
-        got = await world.alice.search(mode, query="zebra memo", namespace=fc.ns, threshold=0.0, limit=100,
-                                       detail="full", **f)  # fmt: skip
+        got = await world.alice.search(
+            mode, query="zebra memo", namespace=fc.ns, threshold=0.0, limit=100, detail="full", **f
+        )
         keys = fc.keys([r["id"] for r in got["results"]])
         assert keys == expected(FILTER_SPECS, f), (mode, f, sorted(keys))
         # demoted exactly when not active; in order of score
@@ -354,9 +362,17 @@ async def test_filters_are_honoured_by_every_mode(world: World, filter_corpus: F
         scores = [r["score"] for r in got["results"]]
         assert scores == sorted(scores, reverse=True), (mode, f)
         # the same filter with the tier order (an option of the projector's query): the demoted last
-        args = {k: tuple(x) if k == "tags" else x for k, x in f.items()}
-        q = SearchMemories(namespace=fc.ns, now=datetime.now(UTC), mode=mode, query="zebra memo", threshold=0.0,
-                           limit=100, order="tiers", **args)  # type: ignore[arg-type]  # fmt: skip
+        args: dict[str, Any] = {k: tuple(x) if k == "tags" else x for k, x in f.items()}
+        q = SearchMemories(
+            namespace=fc.ns,
+            now=datetime.now(UTC),
+            mode=mode,
+            query="zebra memo",
+            threshold=0.0,
+            limit=100,
+            order="tiers",
+            **args,
+        )
         tiered = world.stack.projector.searcher.search(q).hits  # type: ignore[union-attr]
         assert {h.memory.id for h in tiered} == {r["id"] for r in got["results"]}, (mode, f)
         flags = [(h.group, h.demoted) for h in tiered]
@@ -370,8 +386,10 @@ async def test_deprecation_scales_the_score_down_instead_of_ranking_below_every_
     await add(world.alice, ns, "The cafeteria serves lunch at noon")
     await world.alice("memory_retire", id=old, namespace=ns, mode="deprecate", reason="we upgraded")
     for mode in MODES:
-        for query, exact in (("All services must run on Python 3.9", True),  # the deprecated memory, verbatim
-                             ("every service must run on Python 3.9", False)):  # fmt: skip
+        for query, exact in (
+            ("All services must run on Python 3.9", True),  # the deprecated memory, verbatim
+            ("every service must run on Python 3.9", False),
+        ):
             got = (await world.alice.search(mode, query=query, namespace=ns, threshold=0.0, detail="full"))["results"]
             by = {r["id"]: r for r in got}
             assert old in by and new in by, (mode, query, got)
@@ -384,8 +402,9 @@ async def test_deprecation_scales_the_score_down_instead_of_ranking_below_every_
                 want = (min(1.0, o["semantic_score"] + 0.1) if exact else o["semantic_score"]) * 0.7
                 assert o["score"] == pytest.approx(want, abs=1e-4), o
                 assert by[new]["score"] == pytest.approx(by[new]["semantic_score"], abs=1e-4)
-        active = await world.alice.search(mode, query="every service must run on Python 3.9", namespace=ns,
-                                          threshold=0.0, status="active")  # fmt: skip
+        active = await world.alice.search(
+            mode, query="every service must run on Python 3.9", namespace=ns, threshold=0.0, status="active"
+        )
         assert old not in [r["id"] for r in active["results"]] and new in [r["id"] for r in active["results"]]
 
 
@@ -393,26 +412,42 @@ async def test_a_deprecated_memory_that_answers_the_question_stays_within_the_li
     """Issue 9: deprecation was a tier below every active memory, so with limit=3 a deprecated memory that
     answers the question exactly fell out behind three loosely related active ones."""
     ns = fresh()
-    for content in ("The staging database runs PostgreSQL 15", "Backups of the production database run nightly",
-                    "The database team meets on Thursdays", "Database migrations are written with Alembic"):
+    for content in (
+        "The staging database runs PostgreSQL 15",
+        "Backups of the production database run nightly",
+        "The database team meets on Thursdays",
+        "Database migrations are written with Alembic",
+    ):
         await add(world.alice, ns, content)
     answer = await add(world.alice, ns, "The production database password rotates every 90 days")
     await world.alice("memory_retire", id=answer, namespace=ns, mode="deprecate", reason="moving to a secrets manager")
     for mode in MODES:
-        got = (await world.alice.search(mode, query="how often does the production database password rotate?",
-                                        namespace=ns, limit=3, detail="full"))["results"]  # fmt: skip
+        got = (
+            await world.alice.search(
+                mode,
+                query="how often does the production database password rotate?",
+                namespace=ns,
+                limit=3,
+                detail="full",
+            )
+        )["results"]
         assert answer in [r["id"] for r in got], (mode, [(r["content"], r["score"]) for r in got])
         assert got[0]["id"] == answer and got[0]["demoted"] is True, (mode, got[0])
 
 
 async def test_memories_whose_valid_time_ended_are_demoted(world: World) -> None:
     ns = fresh()
-    ended = await add(world.alice, ns, "The London office uses the guest wifi network called Lobby",
-                      valid_until=(datetime.now(UTC) - timedelta(hours=1)).isoformat())  # fmt: skip
+    ended = await add(
+        world.alice,
+        ns,
+        "The London office uses the guest wifi network called Lobby",
+        valid_until=(datetime.now(UTC) - timedelta(hours=1)).isoformat(),
+    )
     current = await add(world.alice, ns, "The London office guest wifi network is called Atrium")
     for mode in MODES:
-        got = (await world.alice.search(mode, query="London office guest wifi network", namespace=ns,
-                                        detail="full"))["results"]  # fmt: skip
+        got = (await world.alice.search(mode, query="London office guest wifi network", namespace=ns, detail="full"))[
+            "results"
+        ]
         assert [(r["id"], r["demoted"]) for r in got] == [(current, False), (ended, True)], (mode, got)
 
 
@@ -438,15 +473,17 @@ async def test_threshold_is_honoured_and_the_default_reported(world: World) -> N
     for content in CORPUS.values():
         await add(world.alice, ns, content)
     for mode in MODES:
-        got = await world.alice.search(mode, query="the user's time zone and city", namespace=ns, limit=100,
-                                       detail="full")  # fmt: skip
+        got = await world.alice.search(
+            mode, query="the user's time zone and city", namespace=ns, limit=100, detail="full"
+        )
         assert got["threshold"] == DEFAULT_THRESHOLD[mode] and got["mode"] == mode
         assert all(r["score"] >= got["threshold"] for r in got["results"])
         assert got["results"], mode
         scores = [r["score"] for r in got["results"]]
         for t in (0.3, 0.5, 0.75, 1.0):
-            cut = await world.alice.search(mode, query="the user's time zone and city", namespace=ns, limit=100,
-                                           threshold=t, detail="full")  # fmt: skip
+            cut = await world.alice.search(
+                mode, query="the user's time zone and city", namespace=ns, limit=100, threshold=t, detail="full"
+            )
             assert cut["threshold"] == t
             assert all(r["score"] >= t for r in cut["results"]), (mode, t, cut["results"])
             # the same ranking, cut at the threshold (no exact matches here, one group)
@@ -456,8 +493,9 @@ async def test_threshold_is_honoured_and_the_default_reported(world: World) -> N
     default = await world.alice("memory_search", query="the user's time zone and city", namespace=ns, detail="full")
     assert (default["mode"], default["threshold"]) == ("hybrid", DEFAULT_THRESHOLD["hybrid"]), default
     # nothing in the corpus is about volcanoes: a strict semantic threshold returns nothing
-    strict = await world.alice.search("semantic", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.99,
-                                      detail="full")  # fmt: skip
+    strict = await world.alice.search(
+        "semantic", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.99, detail="full"
+    )
     assert strict["results"] == [] and strict["threshold"] == 0.99
     loose = await world.alice.search("semantic", query="volcanic eruptions in Iceland", namespace=ns, threshold=0.0)
     assert loose["results"], "threshold 0 returns the nearest memories, however far"
@@ -479,8 +517,9 @@ async def test_updates_and_permanent_deletes_are_reflected_at_once(world: World)
     up = await world.alice("memory_update", id=mid, namespace=ns, content="The backup job runs every night at 2am")
     assert up["version"] == 2
     for mode in MODES:
-        got = await world.alice.search(mode, query="mango", namespace=ns, threshold=0.0, status="any", limit=100,
-                                       detail="full")  # fmt: skip
+        got = await world.alice.search(
+            mode, query="mango", namespace=ns, threshold=0.0, status="any", limit=100, detail="full"
+        )
         assert all("mango" not in r["content"] for r in got["results"]), (mode, got["results"])
         for r in got["results"]:
             if r["id"] == mid:
@@ -495,8 +534,12 @@ async def test_updates_and_permanent_deletes_are_reflected_at_once(world: World)
     await world.alice("memory_retire", id=mid, namespace=ns, mode="archive")
     for mode in MODES:
         assert mid not in await world.alice.ids(mode, query="when do backups run", namespace=ns, threshold=0.0)
-        got = {r["id"]: r for r in (await world.alice.search(mode, query="when do backups run", namespace=ns,
-                                                                status="any", detail="full"))["results"]}  # fmt: skip
+        got = {
+            r["id"]: r
+            for r in (
+                await world.alice.search(mode, query="when do backups run", namespace=ns, status="any", detail="full")
+            )["results"]
+        }
         assert mid in got, mode
         assert (got[mid]["status"], got[mid]["demoted"]) == ("archived", True)  # ranked below active ones
     # restored: back at once
@@ -507,8 +550,9 @@ async def test_updates_and_permanent_deletes_are_reflected_at_once(world: World)
     assert d["status"] == "deleted"
     for mode in MODES:
         for query in ("when do backups run", "The backup job runs every night at 2am", "mango", "backup"):
-            found = await world.alice.ids(mode, query=query, namespace=ns, threshold=0.0, status="any",
-                                          include_expired=True, limit=100)  # fmt: skip
+            found = await world.alice.ids(
+                mode, query=query, namespace=ns, threshold=0.0, status="any", include_expired=True, limit=100
+            )
             assert mid not in found, (mode, query)
 
 
@@ -600,18 +644,21 @@ async def test_each_search_is_audited_with_the_returned_ids_and_counted(world: W
     rid = uuid.uuid4().hex[:8]
     returned: dict[str, list[str]] = {}
     for mode in MODES:
-        got = await world.alice.search(mode, query="PostgreSQL production database", namespace=ns, limit=3,
-                                       context={"request_id": f"{rid}-{mode}"})  # fmt: skip
+        got = await world.alice.search(
+            mode, query="PostgreSQL production database", namespace=ns, limit=3, context={"request_id": f"{rid}-{mode}"}
+        )
         returned[mode] = [r["id"] for r in got["results"]]
         assert returned[mode], mode
-    empty = await world.alice.search("semantic", query="volcanic eruptions", namespace=ns, threshold=0.99,
-                                     context={"request_id": f"{rid}-empty"})  # fmt: skip
+    empty = await world.alice.search(
+        "semantic", query="volcanic eruptions", namespace=ns, threshold=0.99, context={"request_id": f"{rid}-empty"}
+    )
     assert empty["results"] == []
     await world.stack.settle()
     rows = world.stack.trail.con.execute(
         "SELECT request_id, action, outcome, agent_id, namespace, memory_ids FROM audit_trail "
-        "WHERE request_id LIKE ? ORDER BY trail_seq", [f"{rid}-%"],
-    ).fetchall()  # fmt: skip
+        "WHERE request_id LIKE ? ORDER BY trail_seq",
+        [f"{rid}-%"],
+    ).fetchall()
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
         *[(f"{rid}-{m}", "read:memory_search", "ok", "alice", ns) for m in MODES],
         (f"{rid}-empty", "read:memory_search", "ok", "alice", ns),
@@ -642,14 +689,19 @@ async def test_verified_organization_rules_rank_by_relevance_and_the_tier_order_
     exact = await add(bob, ns, "We never deploy on Fridays after 3pm")
     own = await add(bob, ns, "Releases usually go out on Tuesday mornings")
     await add(bob, ns, "The team lunch is on Thursdays")
-    rule = await add(boss, "acme/_system", "Production deployments are frozen on Fridays, no deploy on Fridays ever",
-                     kind="business_rule")  # fmt: skip
+    rule = await add(
+        boss,
+        "acme/_system",
+        "Production deployments are frozen on Fridays, no deploy on Fridays ever",
+        kind="business_rule",
+    )
     assert (await boss("memory_get", id=rule, namespace="acme/_system"))["verification"] == "verified"
     # an unverified memory in _system (no agent may write there through a gateway: straight to the log)
     w = await world.stack.gateway.commands.create(
         CreateMemory(namespace="acme/_system", content="Deploy on Fridays only with two approvals"),
-        actor=Actor(agent_id="importer", role="agent"), request_id=str(uuid.uuid4()),
-    )  # fmt: skip
+        actor=Actor(agent_id="importer", role="agent"),
+        request_id=str(uuid.uuid4()),
+    )
     unverified = w.memory.id  # type: ignore[union-attr]
     got = await boss("memory_get", id=unverified, namespace="acme/_system")
     assert got["verification"] == "unverified"
@@ -670,8 +722,15 @@ async def test_verified_organization_rules_rank_by_relevance_and_the_tier_order_
             assert own in ids and ids.index(rule) < ids.index(own), (mode, got)
         # the tier order, for a contract that promises it (an option of the projector's query): the caller's
         # exact matches, the rest of the caller's namespace, then the rules
-        q = SearchMemories(namespace=ns, now=datetime.now(UTC), mode=mode, query=query, threshold=0.0,
-                           rule_namespaces=("acme/_system",), order="tiers")  # type: ignore[arg-type]  # fmt: skip
+        q = SearchMemories(
+            namespace=ns,
+            now=datetime.now(UTC),
+            mode=mode,
+            query=query,
+            threshold=0.0,
+            rule_namespaces=("acme/_system",),
+            order="tiers",
+        )
         tiered = world.stack.projector.searcher.search(q).hits  # type: ignore[union-attr]
         assert {h.memory.id for h in tiered} == set(ids), mode
         groups = [h.group for h in tiered]
@@ -688,8 +747,9 @@ async def test_a_matching_organization_rule_comes_before_unrelated_memories_of_o
     """Issue 9: the rule "All APIs must require auth" came third for "do APIs need authentication?", behind the
     caller's own memories that had nothing to do with it (rules were a tier after the caller's namespace)."""
     org = f"org{uuid.uuid4().hex[:6]}"
-    boss = await world.caller(f"boss-{org}", role="admin", organization=org, namespaces=[f"{org}/*"],
-                              namespace=f"{org}/web")  # fmt: skip
+    boss = await world.caller(
+        f"boss-{org}", role="admin", organization=org, namespaces=[f"{org}/*"], namespace=f"{org}/web"
+    )
     bob = await world.caller(f"bob-{org}", organization=org, namespaces=[f"{org}/*"], namespace=f"{org}/web")
     ns = f"{org}/web"
     for content in CORPUS.values():
@@ -749,16 +809,26 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
         live_searcher = world.stack.projector.searcher
         assert live_searcher is not None and replay.searcher is not None
         now = datetime.now(UTC)
-        queries = ("dietary restrictions", "which test framework", "deploys to staging", "Sarah cat Miso",
-                   "database", "who is on call")  # fmt: skip
+        queries = (
+            "dietary restrictions",
+            "which test framework",
+            "deploys to staging",
+            "Sarah cat Miso",
+            "database",
+            "who is on call",
+        )
         compared = 0
         for query in queries:
-            for mode in ("semantic", "keyword", "hybrid"):
-                for extra in ({}, {"status": "any"}, {"fusion": "zscore", "semantic_weight": 0.3}):
+            for mode in MODES:
+                extras: tuple[dict[str, Any], ...] = (
+                    {},
+                    {"status": "any"},
+                    {"fusion": "zscore", "semantic_weight": 0.3},
+                )
+                for extra in extras:
                     if "fusion" in extra and mode != "hybrid":
                         continue
-                    q = SearchMemories(namespace=ns, now=now, mode=mode, query=query, limit=50, threshold=0.0,
-                                       **extra)  # type: ignore[arg-type]  # fmt: skip
+                    q = SearchMemories(namespace=ns, now=now, mode=mode, query=query, limit=50, threshold=0.0, **extra)
                     a = [(h.memory.id, h.memory.version, round(h.score, 5)) for h in live_searcher.search(q).hits]
                     b = [(h.memory.id, h.memory.version, round(h.score, 5)) for h in replay.searcher.search(q).hits]
                     assert a == b, (query, mode, extra)
@@ -768,7 +838,7 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
         # 4 places)
         for mode in MODES:
             got = await world.alice.search(mode, query="dietary restrictions", namespace=ns, threshold=0.0)
-            q = SearchMemories(namespace=ns, now=now, mode=mode, query="dietary restrictions", threshold=0.0)  # type: ignore[arg-type]
+            q = SearchMemories(namespace=ns, now=now, mode=mode, query="dietary restrictions", threshold=0.0)
             assert [(r["id"], round(r["score"], 4)) for r in got["results"]] == [
                 (h.memory.id, round(h.score, 4)) for h in replay.searcher.search(q).hits
             ]
@@ -793,9 +863,16 @@ async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
         await stack.call("memory_retire", id=ids[2]["id"], mode="deprecate", reason="old")
         await stack.call("memory_retire", id=ids[3]["id"], mode="archive")
         await stack.call("memory_retire", id=ids[4]["id"], mode="delete")
-        before = {(mode, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
-            "memory_search", mode=mode, query=q, status="any", threshold=0.0, detail="full"))["results"]]
-            for mode in MODES for q in queries}  # fmt: skip
+        before = {
+            (mode, q): [
+                (r["id"], r["version"], round(r["score"], 5))
+                for r in (
+                    await stack.call("memory_search", mode=mode, query=q, status="any", threshold=0.0, detail="full")
+                )["results"]
+            ]
+            for mode in MODES
+            for q in queries
+        }
         assert stack.projector.vectors is not None
         points = stack.projector.vectors.index.count(Where())
         ckpt = stack.projector.vectors.index.checkpoint_file  # type: ignore[attr-defined]
@@ -809,9 +886,16 @@ async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
     try:
         vv = stack.projector.vectors
         assert vv is not None
-        after = {(mode, q): [(r["id"], r["version"], round(r["score"], 5)) for r in (await stack.call(
-            "memory_search", mode=mode, query=q, status="any", threshold=0.0, detail="full"))["results"]]
-            for mode in MODES for q in queries}  # fmt: skip
+        after = {
+            (mode, q): [
+                (r["id"], r["version"], round(r["score"], 5))
+                for r in (
+                    await stack.call("memory_search", mode=mode, query=q, status="any", threshold=0.0, detail="full")
+                )["results"]
+            ]
+            for mode in MODES
+            for q in queries
+        }
         assert after == before
         assert vv.index.count(Where()) == points
         assert vv.embedded == 0, "re-folding ran the model instead of the cache"
@@ -822,8 +906,12 @@ async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
 
 # -- 10. scores mean the same in every query: absolute, and default thresholds that drop the unrelated ----------
 
-OFF_TOPIC = ("volcanic eruptions in Iceland", "how tall is the Eiffel tower", "who won the world cup",
-             "quantum entanglement explained")  # fmt: skip
+OFF_TOPIC = (
+    "volcanic eruptions in Iceland",
+    "how tall is the Eiffel tower",
+    "who won the world cup",
+    "quantum entanglement explained",
+)
 
 
 async def test_scores_are_absolute_and_the_default_thresholds_leave_unrelated_memories_out(world: World) -> None:
@@ -837,9 +925,14 @@ async def test_scores_are_absolute_and_the_default_thresholds_leave_unrelated_me
         got = await world.alice.search(mode, query="linting tool for python", namespace=ns)
         assert bob not in [r["id"] for r in got["results"]], (mode, got["results"])
         assert len(got["results"]) < 10, (mode, [(r["content"], r["score"]) for r in got["results"]])
-        loose = {r["id"]: r for r in (await world.alice.search(mode, query="linting tool for python", namespace=ns,
-                                                                threshold=0.0, limit=100,
-                                                                detail="full"))["results"]}  # fmt: skip
+        loose = {
+            r["id"]: r
+            for r in (
+                await world.alice.search(
+                    mode, query="linting tool for python", namespace=ns, threshold=0.0, limit=100, detail="full"
+                )
+            )["results"]
+        }
         assert loose[bob]["semantic_score"] < 0.2, loose[bob]
         if mode == "hybrid":  # no word in common and the cosine of unrelated text: nothing
             assert loose[bob]["keyword_score"] == 0.0 and loose[bob]["score"] < 0.02, loose[bob]
@@ -853,10 +946,18 @@ async def test_scores_are_absolute_and_the_default_thresholds_leave_unrelated_me
     for mode in MODES:
         compared = 0
         for query in ("food allergies", "is Bob allergic to anything", "peanuts"):
-            a = {r["id"]: r["score"] for r in (await world.alice.search(
-                mode, query=query, namespace=ns, threshold=0.0, limit=100))["results"]}  # fmt: skip
-            b = {r["id"]: r["score"] for r in (await world.alice.search(
-                mode, query=query, namespace=small, threshold=0.0, limit=100))["results"]}  # fmt: skip
+            a = {
+                r["id"]: r["score"]
+                for r in (await world.alice.search(mode, query=query, namespace=ns, threshold=0.0, limit=100))[
+                    "results"
+                ]
+            }
+            b = {
+                r["id"]: r["score"]
+                for r in (await world.alice.search(mode, query=query, namespace=small, threshold=0.0, limit=100))[
+                    "results"
+                ]
+            }
             assert (bob in a) == (other in b), (mode, query)
             if bob in a:
                 assert a[bob] == pytest.approx(b[other], abs=1e-4), (mode, query, a[bob], b[other])
@@ -884,14 +985,20 @@ def test_bm25_folds_accents_case_and_width_and_splits_cjk_for_documents_and_quer
     from services.projector.vector_view import fold
 
     assert fold("Jürgen lives in Zürich") == "jurgen lives in zurich"
-    assert fold("CAFÉ naïve Straße ﬁle Ｆｉｌｅ") == "cafe naive strasse file file"
+    assert fold("CAFÉ naïve Straße ﬁle Ｆｉｌｅ") == "cafe naive strasse file file"  # noqa: RUF001 - fullwidth on purpose
     assert fold("Ελλάδα") == fold("ελλαδα") and fold("مُحَمَّد") == fold("محمد")
     assert fold("plain ASCII stays as it is") == "plain ASCII stays as it is"
     assert fold("हिंदी") == "हिंदी" and fold("がっこう") != fold("かっこう")  # vowel signs and voicing marks stay
     assert fold("東京") == " 東京 東 京 " and fold("🚀 go").split() == ["u1f680", "go"]
     bm25 = BM25()
-    for a, b in (("Zurich", "Zürich"), ("cafe", "CAFÉ"), ("jurgen", "Jürgen"), ("Hauptstrasse", "Hauptstraße"),
-                 ("Ærø", "aero"), ("Łódź", "lodz")):  # fmt: skip
+    for a, b in (
+        ("Zurich", "Zürich"),
+        ("cafe", "CAFÉ"),
+        ("jurgen", "Jürgen"),
+        ("Hauptstrasse", "Hauptstraße"),
+        ("Ærø", "aero"),
+        ("Łódź", "lodz"),
+    ):
         assert bm25.query(a) == bm25.query(b), (a, b)
     # a CJK word is a token of the sentence that holds it
     words = set(bm25.document(INTL["tokyo"])[0])
@@ -909,15 +1016,34 @@ async def test_search_keyword_search_and_recall_work_on_accented_cjk_emoji_and_a
     # the content comes back as it was written
     got = await world.alice.search("keyword", query="Zürich", namespace=ns)
     assert got["results"][0]["content"] == INTL["zurich"]
-    keyword = {"Zurich": "zurich", "zurich": "zurich", "ZÜRICH": "zurich", "jurgen": "zurich", "cafe": "cafe",
-               "Café": "cafe", "hauptstrasse": "strasse", "東京": "tokyo", "月曜日": "tokyo", "会議": "tokyo",
-               "🚀": "launch", "دبي": "dubai", "الاجتماع": "dubai"}  # fmt: skip
+    keyword = {
+        "Zurich": "zurich",
+        "zurich": "zurich",
+        "ZÜRICH": "zurich",
+        "jurgen": "zurich",
+        "cafe": "cafe",
+        "Café": "cafe",
+        "hauptstrasse": "strasse",
+        "東京": "tokyo",
+        "月曜日": "tokyo",
+        "会議": "tokyo",
+        "🚀": "launch",
+        "دبي": "dubai",
+        "الاجتماع": "dubai",
+    }
     for query, want in keyword.items():
         got = (await world.alice.search("keyword", query=query, namespace=ns))["results"]
         assert [back.get(r["id"]) for r in got][:1] == [want], (query, [(r["content"], r["score"]) for r in got])
         assert got[0]["score"] >= 0.9, (query, got[0])
-    both = {"where does Jürgen live": "zurich", "Zurich": "zurich", "東京の会議": "tokyo", "月曜日": "tokyo",
-            "🚀": "launch", "when is the launch": "launch", "أين الاجتماع": "dubai"}  # fmt: skip
+    both = {
+        "where does Jürgen live": "zurich",
+        "Zurich": "zurich",
+        "東京の会議": "tokyo",
+        "月曜日": "tokyo",
+        "🚀": "launch",
+        "when is the launch": "launch",
+        "أين الاجتماع": "dubai",
+    }
     for mode in ("semantic", "hybrid"):
         for query, want in both.items():
             got = (await world.alice.search(mode, query=query, namespace=ns))["results"]

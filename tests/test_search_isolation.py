@@ -119,16 +119,24 @@ class Caller:
 
 
 async def caller_for(stack: Stack, es: AsyncExitStack, agent_id: str, spec: Spec) -> Caller:
-    gs = GatewaySettings(agent_id=agent_id, role=spec.role, organization=spec.org, namespaces=list(spec.namespaces),
-                         read_only=list(spec.read_only), consistency="linearizable", context="optional")  # fmt: skip
+    gs = GatewaySettings(
+        agent_id=agent_id,
+        role=spec.role,
+        organization=spec.org,
+        namespaces=list(spec.namespaces),
+        read_only=list(spec.read_only),
+        consistency="linearizable",
+        context="optional",
+    )
     gw = make_gateway(stack.nc, gs)
     es.push_async_callback(gw.access.flush)
     return Caller(await es.enter_async_context(Client(build_server(gw))))
 
 
 async def write(w: World, caller: Caller, ns: str, marker: str, verified: bool) -> None:
-    added = await caller("memory_add", namespace=ns, content=f"the secret word is {marker}", tags=[marker],
-                         request_id=str(uuid.uuid4()))  # fmt: skip
+    added = await caller(
+        "memory_add", namespace=ns, content=f"the secret word is {marker}", tags=[marker], request_id=str(uuid.uuid4())
+    )
     assert added["namespace"] == ns and added["duplicate"] is False
     w.ledger.append(Written(added["id"], ns, marker, verified))
 
@@ -157,8 +165,9 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             marker = w.marker("unverified")
             got = await stack.gateway.commands.create(
                 CreateMemory(namespace=ns, content=f"the secret word is {marker}", tags=(marker,)),
-                actor=Actor(agent_id="importer", role="agent"), request_id=str(uuid.uuid4()),
-            )  # fmt: skip
+                actor=Actor(agent_id="importer", role="agent"),
+                request_id=str(uuid.uuid4()),
+            )
             assert got.memory is not None and got.memory.verification == "unverified"
             w.ledger.append(Written(got.memory.id, ns, marker, verified=False))
         yield w
@@ -198,11 +207,30 @@ async def outcome(caller: Caller, tool: str, **args: Any) -> tuple[str, dict[str
         return exc.code, exc.error
 
 
-async def check_search(spec: Spec, w: World, who: Caller, mode: str, target: str | None, where: dict[str, Any],
-                       query: str, *, complete: bool) -> None:  # fmt: skip
+async def check_search(
+    spec: Spec,
+    w: World,
+    who: Caller,
+    mode: str,
+    target: str | None,
+    where: dict[str, Any],
+    query: str,
+    *,
+    complete: bool,
+) -> None:
     label = f"{mode} {where} {query[:40]!r}"
-    code, got = await outcome(who, "memory_search", mode=mode, query=query, threshold=0.0, limit=LIMIT,
-                              status="any", include_expired=True, detail="full", **where)  # fmt: skip
+    code, got = await outcome(
+        who,
+        "memory_search",
+        mode=mode,
+        query=query,
+        threshold=0.0,
+        limit=LIMIT,
+        status="any",
+        include_expired=True,
+        detail="full",
+        **where,
+    )
     # nothing in the result or error may carry an id or marker the principal may not read (the native result
     # does not echo the query, which for the probe is made of markers)
     assert "query" not in got, (label, sorted(got))
@@ -266,8 +294,9 @@ specs = st.builds(
 async def test_no_search_returns_what_the_principal_may_not_read(world: World, principals: list[Spec]) -> None:
     w = world
     async with AsyncExitStack() as es:
-        callers = [await caller_for(w.stack, es, f"agent-{next(w.counter)}-{i}", spec)
-                   for i, spec in enumerate(principals)]  # fmt: skip
+        callers = [
+            await caller_for(w.stack, es, f"agent-{next(w.counter)}-{i}", spec) for i, spec in enumerate(principals)
+        ]
         for spec, who in zip(principals, callers, strict=True):
             for ns, word in spec.writes:
                 if spec.may_write(ns):

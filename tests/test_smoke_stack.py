@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from tests.harness import Stack, ToolFailure
@@ -26,7 +28,7 @@ async def test_close_under_write_load_commits_or_rolls_back_cleanly(stack: Stack
 
     async with anyio.create_task_group() as tg:
         for i in range(300):
-            tg.start_soon(lambda i=i: stack.call("memory_add", content=f"{i} " + "x" * 5000))
+            tg.start_soon(functools.partial(stack.call, "memory_add", content=f"{i} " + "x" * 5000))
     await stack.close()  # must not raise (DuckDB closed under a running transaction did)
     from services.projector.memories_view import MemoriesView
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -24,17 +24,18 @@ from schemas.queries import GetMemory, PathOwner
 from services.projector import memories_queries as Q
 from services.projector.memories_view import MemoriesView
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def check(
-    view: MemoriesView, truth: dict[str, MemoryState], paths_seen: set[tuple[str, str, str]],
+    view: MemoriesView,
+    truth: dict[str, MemoryState],
+    paths_seen: set[tuple[str, str, str]],
     versions: dict[str, list[tuple[int, int]]] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     for mid, state in truth.items():
-        got = Q.get(view, GetMemory(namespace=state.namespace, now=NOW, memory_id=mid, include_expired=True,
-                                    history=5))  # fmt: skip
+        got = Q.get(view, GetMemory(namespace=state.namespace, now=NOW, memory_id=mid, include_expired=True, history=5))
         assert got.item is not None and got.item.memory == state, mid
         if versions is not None:  # the recent history (cached or read) is the fold's, newest first
             assert [(h.version, h.seq) for h in got.history] == versions[mid][::-1][:5], mid

@@ -58,8 +58,11 @@ class Wire:
         return json.loads(line)
 
     async def call(self, rid: int, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        await self.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
-                                    "params": {"name": tool, "arguments": args}}))  # fmt: skip
+        await self.send(
+            json.dumps(
+                {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": tool, "arguments": args}}
+            )
+        )
         return await self.reply()
 
 
@@ -107,7 +110,7 @@ MALFORMED = [
     pytest.param("[" * 100_000, None, PARSE, id="100k-brackets"),
     pytest.param(call_line(44, '{"text":"x","metadata":%s}' % deep(5000)), 44, PARSE, id="5000-deep"),
     pytest.param('{"jsonrpc":"2.0","id":45,"method":"tools/call","params":{"name":"\\ud800","arguments":{}}}', 45,
-                 PARSE, id="surrogate-in-tool-name"),  # fmt: skip
+                 PARSE, id="surrogate-in-tool-name"),
     pytest.param('[{"jsonrpc":"2.0","id":46,"method":"tools/list"}]', None, INVALID, id="batch"),
     pytest.param("42", None, INVALID, id="scalar"),
     pytest.param('{"jsonrpc":"1.0","id":47,"method":"tools/list"}', 47, INVALID, id="jsonrpc-1.0"),
@@ -117,7 +120,7 @@ MALFORMED = [
     pytest.param('{"jsonrpc":"2.0","id":null,"method":"tools/list"}', None, INVALID, id="id-null"),
     pytest.param('{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}', None, INVALID, id="id-fraction"),
     pytest.param('{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}', None, INVALID, id="id-object"),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("line", "rid", "code"), MALFORMED)
@@ -132,15 +135,18 @@ async def test_a_malformed_line_gets_a_json_rpc_error(line: str | bytes, rid: An
         assert ok["result"]["content"][0]["text"] == "still here", ok
 
 
-@pytest.mark.parametrize(("args", "field", "says"), [
-    pytest.param('{"text":"\\ud800"}', "text", "lone UTF-16 surrogate", id="surrogate"),
-    pytest.param('{"text":"x","metadata":{"k":["\\udfff"]}}', "metadata", "surrogate", id="surrogate-nested"),
-    pytest.param('{"text":"x","metadata":{"\\ud800":1}}', "metadata", "key that contains", id="surrogate-key"),
-    pytest.param('{"text":"x","metadata":%s}' % deep(200), "metadata", "nested deeper than 32", id="200-deep"),
-    pytest.param('{"text":"x","metadata":%s}' % deep(980), "metadata", "nested deeper than 32", id="980-deep"),
-    pytest.param('{"text":"x","metadata":{"n":NaN}}', "metadata", "finite", id="nan"),
-    pytest.param('{"text":"x","metadata":{"n":1e400}}', "metadata", "finite", id="1e400"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "field", "says"),
+    [
+        pytest.param('{"text":"\\ud800"}', "text", "lone UTF-16 surrogate", id="surrogate"),
+        pytest.param('{"text":"x","metadata":{"k":["\\udfff"]}}', "metadata", "surrogate", id="surrogate-nested"),
+        pytest.param('{"text":"x","metadata":{"\\ud800":1}}', "metadata", "key that contains", id="surrogate-key"),
+        pytest.param('{"text":"x","metadata":%s}' % deep(200), "metadata", "nested deeper than 32", id="200-deep"),
+        pytest.param('{"text":"x","metadata":%s}' % deep(980), "metadata", "nested deeper than 32", id="980-deep"),
+        pytest.param('{"text":"x","metadata":{"n":NaN}}', "metadata", "finite", id="nan"),
+        pytest.param('{"text":"x","metadata":{"n":1e400}}', "metadata", "finite", id="1e400"),
+    ],
+)
 async def test_what_only_pythons_json_reads_reaches_the_tool_and_is_invalid_input(
     args: str, field: str, says: str
 ) -> None:
@@ -155,12 +161,18 @@ async def test_what_only_pythons_json_reads_reaches_the_tool_and_is_invalid_inpu
 
 
 async def test_a_burst_of_mixed_malformed_lines_then_a_valid_request() -> None:
-    lines = ([p.values[0] for p in MALFORMED] + [
-        call_line(60, '{"text":"\\ud800"}'), call_line(61, '{"text":"x","metadata":%s}' % deep(200)),
-        "", "   ", '{"jsonrpc":"2.0","id":62,"result":{}}',  # blank lines and a stray response: no reply
-        '{"jsonrpc":"2.0","id":63,"error":{"code":"x"}}',  # a malformed response: no reply either
-        '{"jsonrpc":"2.0","method":"notifications/whatever","params":{"s":"\\ud800"}}',  # nor a notification
-    ]) * 3  # fmt: skip
+    lines: list[Any] = (
+        [p.values[0] for p in MALFORMED]
+        + [
+            call_line(60, '{"text":"\\ud800"}'),
+            call_line(61, '{"text":"x","metadata":%s}' % deep(200)),
+            "",
+            "   ",
+            '{"jsonrpc":"2.0","id":62,"result":{}}',  # blank lines and a stray response: no reply
+            '{"jsonrpc":"2.0","id":63,"error":{"code":"x"}}',  # a malformed response: no reply either
+            '{"jsonrpc":"2.0","method":"notifications/whatever","params":{"s":"\\ud800"}}',  # nor a notification
+        ]
+    ) * 3
     async with served() as wire:
         for line in lines:
             await wire.send(line)

@@ -193,10 +193,19 @@ async def script(world: World) -> Script:
     by = await w("memory_add", namespace=ns, content=BYSTANDER, request_id=f"{ns}-by")
     ids["by"] = by["id"]
     await step("bystander", None, seq=by["seq"])
-    base = {"store": STORE, "path": P1, "content": C[1], "version": 1, "status": "active", "locked": False,
-            "tags": ["db"], "importance": 0.5}  # fmt: skip
-    add = await w("memory_add", namespace=ns, content=C[1], store=STORE, path=P1, kind="fact", tags=["db"],
-                  request_id=f"{ns}-1")  # fmt: skip
+    base = {
+        "store": STORE,
+        "path": P1,
+        "content": C[1],
+        "version": 1,
+        "status": "active",
+        "locked": False,
+        "tags": ["db"],
+        "importance": 0.5,
+    }
+    add = await w(
+        "memory_add", namespace=ns, content=C[1], store=STORE, path=P1, kind="fact", tags=["db"], request_id=f"{ns}-1"
+    )
     ids["a"] = add["id"]
     await step("create", base, seq=add["seq"])
     up = await w("memory_update", id=ids["a"], namespace=ns, content=C[2], request_id=f"{ns}-2")
@@ -205,8 +214,9 @@ async def script(world: World) -> Script:
     up = await w("memory_update", id=ids["a"], namespace=ns, content=C[3], importance=0.9, request_id=f"{ns}-3")
     a3 = {**base, "content": C[3], "version": 3, "importance": 0.9}
     await step("update 2", a3, seq=up["seq"])
-    up = await w("memory_update", id=f"{STORE}:{P1}", namespace=ns, content=C[4], tags=["db", "prod"],
-                 request_id=f"{ns}-4")  # fmt: skip
+    up = await w(
+        "memory_update", id=f"{STORE}:{P1}", namespace=ns, content=C[4], tags=["db", "prod"], request_id=f"{ns}-4"
+    )
     a4 = {**a3, "content": C[4], "version": 4, "tags": ["db", "prod"]}
     await step("update 3", a4, seq=up["seq"])
     mv = await w("memory_move", id=ids["a"], namespace=ns, to_path=P2, request_id=f"{ns}-5")
@@ -216,14 +226,21 @@ async def script(world: World) -> Script:
     assert lk["changed"] and lk["locked"] and lk["version"] == 6
     a6 = {**a5, "version": 6, "locked": True}
     await step("lock", a6)
-    dp = await w("memory_retire", id=f"{STORE}:{P2}", mode="deprecate", namespace=ns, reason="migrating",
-                 request_id=f"{ns}-7")  # fmt: skip
+    dp = await w(
+        "memory_retire", id=f"{STORE}:{P2}", mode="deprecate", namespace=ns, reason="migrating", request_id=f"{ns}-7"
+    )
     assert dp["changed"] and dp["status"] == "deprecated" and dp["version"] == 7
     await step("deprecate", {**a6, "version": 7, "status": "deprecated"})
-    dl = await w("memory_retire", id=ids["a"], namespace=ns, mode="delete", reason="gone",
-                 request_id=f"{ns}-8")  # fmt: skip
-    assert dl == {"id": ids["a"], "status": "deleted", "version": 8, "seq": await w.head(), "changed": True,
-                  "store": STORE, "path": P2}  # fmt: skip
+    dl = await w("memory_retire", id=ids["a"], namespace=ns, mode="delete", reason="gone", request_id=f"{ns}-8")
+    assert dl == {
+        "id": ids["a"],
+        "status": "deleted",
+        "version": 8,
+        "seq": await w.head(),
+        "changed": True,
+        "store": STORE,
+        "path": P2,
+    }
     await step("delete", None)
     re = await w("memory_add", namespace=ns, content=C_B, store=STORE, path=P2, kind="fact", request_id=f"{ns}-9")
     ids["b"] = re["id"]
@@ -256,19 +273,31 @@ async def read_all(w: World, sc: Script, step: Step, as_of: int | str) -> dict[s
     out["list any"] = page(await w("memory_list", namespace=ns, status="any", as_of=as_of, detail="full"))
     out["list live"] = page(await w("memory_list", namespace=ns, as_of=as_of, detail="full"))
     out["list active"] = page(await w("memory_list", namespace=ns, status="active", as_of=as_of, detail="full"))
-    out["list store"] = page(await w("memory_list", namespace=ns, store=STORE, category_path="team", as_of=as_of,
-                                     detail="full"))  # fmt: skip
+    out["list store"] = page(
+        await w("memory_list", namespace=ns, store=STORE, category_path="team", as_of=as_of, detail="full")
+    )
     out["stats"] = stats(await w("memory_stats", namespace=ns, as_of=as_of))
-    out["kw quokka"] = hits(await w("memory_search", mode="keyword", namespace=ns, query="quokka", as_of=as_of,
-                                    detail="full"))  # fmt: skip
+    out["kw quokka"] = hits(
+        await w("memory_search", mode="keyword", namespace=ns, query="quokka", as_of=as_of, detail="full")
+    )
     for word in UNIQUE:
-        out[f"kw {word}"] = hits(await w("memory_search", mode="keyword", namespace=ns, query=word, as_of=as_of,
-                                         detail="full"))  # fmt: skip
-    out["semantic"] = hits(await w("memory_search", mode="semantic", namespace=ns,
-                                   query="which database does the team use", threshold=0.0, as_of=as_of,
-                                   detail="full"))  # fmt: skip
-    out["hybrid"] = hits(await w("memory_search", namespace=ns, query="quokka team database", threshold=0.0,
-                                 as_of=as_of, detail="full"))  # fmt: skip
+        out[f"kw {word}"] = hits(
+            await w("memory_search", mode="keyword", namespace=ns, query=word, as_of=as_of, detail="full")
+        )
+    out["semantic"] = hits(
+        await w(
+            "memory_search",
+            mode="semantic",
+            namespace=ns,
+            query="which database does the team use",
+            threshold=0.0,
+            as_of=as_of,
+            detail="full",
+        )
+    )
+    out["hybrid"] = hits(
+        await w("memory_search", namespace=ns, query="quokka team database", threshold=0.0, as_of=as_of, detail="full")
+    )
     return out
 
 
@@ -289,8 +318,11 @@ async def test_as_of_returns_each_steps_state_by_sequence_and_by_time(world: Wor
             assert got["get b"] == plain(step.get_b or {}) and got["get b"]["content"] == C_B, where
         else:
             assert got["get b"] == "MEMORY_NOT_FOUND", where
-        assert got["get by"] == ("MEMORY_NOT_FOUND" if step.name == "start" else plain(
-            await w("memory_get", id=sc.bystander, namespace=sc.ns))), where  # fmt: skip
+        assert got["get by"] == (
+            "MEMORY_NOT_FOUND"
+            if step.name == "start"
+            else plain(await w("memory_get", id=sc.bystander, namespace=sc.ns))
+        ), where
         at_p1 = e.a is not None and e.a["path"] == P1
         at_p2 = e.a is not None and e.a["path"] == P2
         assert got["get p1"] == (got["get a"] if at_p1 else "MEMORY_NOT_FOUND"), where
@@ -300,8 +332,11 @@ async def test_as_of_returns_each_steps_state_by_sequence_and_by_time(world: Wor
         # memory_list: the same page the step's current list gave
         assert got["list any"] == page(step.listed), where
         assert got["list live"] == page(step.live), where
-        want_ids = ({sc.bystander} if step.name != "start" else set()) | ({sc.a} if e.a else set()) \
-            | ({sc.b} if e.b else set())  # fmt: skip
+        want_ids = (
+            ({sc.bystander} if step.name != "start" else set())
+            | ({sc.a} if e.a else set())
+            | ({sc.b} if e.b else set())
+        )
         assert {m["id"] for m in got["list any"]["results"]} == want_ids, where
         assert got["list any"]["total"] == len(want_ids), where
         active = want_ids - ({sc.a} if e.a and e.a["status"] != "active" else set())
@@ -316,8 +351,12 @@ async def test_as_of_returns_each_steps_state_by_sequence_and_by_time(world: Wor
         assert got["stats"] == stats(step.stats), where
         s = got["stats"]
         deprecated = int(bool(e.a and e.a["status"] == "deprecated"))
-        assert (s["total"], s["active"], s["deprecated"], s["archived"]) == \
-            (len(want_ids), len(want_ids) - deprecated, deprecated, 0), where  # fmt: skip
+        assert (s["total"], s["active"], s["deprecated"], s["archived"]) == (
+            len(want_ids),
+            len(want_ids) - deprecated,
+            deprecated,
+            0,
+        ), where
 
         # search, in every mode: the memories there then, as they were then
         def shape(state: dict[str, Any]) -> tuple[Any, ...]:
@@ -350,8 +389,10 @@ async def test_as_of_returns_each_steps_state_by_sequence_and_by_time(world: Wor
         # the same instant written with another offset
         for offset in (2, -5):
             variant = ts(t).astimezone(timezone(timedelta(hours=offset))).isoformat()
-            assert page(await w("memory_list", namespace=sc.ns, status="any", as_of=variant, detail="full")) == \
-                got["list any"]  # fmt: skip
+            assert (
+                page(await w("memory_list", namespace=sc.ns, status="any", as_of=variant, detail="full"))
+                == got["list any"]
+            )
 
     # the current answers are the last step's
     last = sc.steps[-1]
@@ -368,8 +409,10 @@ async def test_as_of_a_sequence_as_a_string_and_memory_recent(world: World, scri
     move = by_name["move"]
     assert plain(await w("memory_get", id=sc.a, namespace=sc.ns, as_of=str(move.seq))) == plain(move.get_a or {})
     recent = await w("memory_list", namespace=sc.ns, as_of=move.seq, limit=10)
-    assert [(m["id"], m.get("path"), m["content"]) for m in recent["results"]] == \
-        [(sc.a, P2, C[4]), (sc.bystander, None, BYSTANDER)]  # fmt: skip
+    assert [(m["id"], m.get("path"), m["content"]) for m in recent["results"]] == [
+        (sc.a, P2, C[4]),
+        (sc.bystander, None, BYSTANDER),
+    ]
     assert recent["as_of"]["seq"] == move.seq
     recent = await w("memory_list", namespace=sc.ns, as_of=by_name["delete"].seq, limit=10)
     assert [m["id"] for m in recent["results"]] == [sc.bystander]
@@ -383,8 +426,9 @@ async def test_expiry_is_judged_at_the_as_of_moment(world: World) -> None:
     real = datetime.now(UTC)
     w.clock.set(real + timedelta(minutes=1))
     expires = real + timedelta(minutes=10)  # in the future of the clock
-    x = await w("memory_add", namespace=ns, content="quokka ephemeral fact that expires soon",
-                expires_at=expires.isoformat())  # fmt: skip
+    x = await w(
+        "memory_add", namespace=ns, content="quokka ephemeral fact that expires soon", expires_at=expires.isoformat()
+    )
     keep = await w("memory_add", namespace=ns, content="quokka durable fact without expiry")
     seq_x = x["seq"]
     got = await w("memory_get", id=x["id"], namespace=ns)
@@ -400,8 +444,9 @@ async def test_expiry_is_judged_at_the_as_of_moment(world: World) -> None:
     assert then["expired"] is False and ts(then["as_of"]["time"]) < expires
     listed = await w("memory_list", namespace=ns, as_of=keep["seq"])
     assert {m["id"] for m in listed["results"]} == {x["id"], keep["id"]}
-    assert set(hits(await w("memory_search", mode="keyword", namespace=ns, query="quokka", as_of=keep["seq"],
-                            detail="full"))) == {x["id"], keep["id"]}  # fmt: skip
+    assert set(
+        hits(await w("memory_search", mode="keyword", namespace=ns, query="quokka", as_of=keep["seq"], detail="full"))
+    ) == {x["id"], keep["id"]}
     assert (await w("memory_stats", namespace=ns, as_of=keep["seq"]))["expired"] == 0
     # ... also by the time the log recorded it
     recorded = then["as_of"]["time"]
@@ -416,8 +461,14 @@ async def test_expiry_is_judged_at_the_as_of_moment(world: World) -> None:
     every = await w("memory_list", namespace=ns, as_of=after, include_expired=True, detail="full")
     assert {m["id"]: m["expired"] for m in every["results"]} == {x["id"]: True, keep["id"]: False}
     for mode in MODES:
-        args: dict[str, Any] = {"namespace": ns, "query": "quokka fact", "threshold": 0.0, "as_of": after,
-                                "mode": mode, "detail": "full"}  # fmt: skip
+        args: dict[str, Any] = {
+            "namespace": ns,
+            "query": "quokka fact",
+            "threshold": 0.0,
+            "as_of": after,
+            "mode": mode,
+            "detail": "full",
+        }
         assert set(hits(await w("memory_search", **args))) == {keep["id"]}, mode
         assert set(hits(await w("memory_search", **args, include_expired=True))) == {x["id"], keep["id"]}, mode
     s = await w("memory_stats", namespace=ns, as_of=after)
@@ -438,8 +489,15 @@ async def test_valid_time_boundaries_open_ends_and_time_zones(world: World) -> N
     w, ns = world, fresh("valid")
     ids = {}
     # the window is written with a +02:00 offset: stored, and answered, in UTC
-    ids["window"] = (await w("memory_add", namespace=ns, content="window", valid_from="2030-03-01T02:00:00+02:00",
-                             valid_until="2030-05-31T19:00:00-05:00"))["id"]  # fmt: skip
+    ids["window"] = (
+        await w(
+            "memory_add",
+            namespace=ns,
+            content="window",
+            valid_from="2030-03-01T02:00:00+02:00",
+            valid_until="2030-05-31T19:00:00-05:00",
+        )
+    )["id"]
     ids["from"] = (await w("memory_add", namespace=ns, content="from only", valid_from=T1.isoformat()))["id"]
     ids["until"] = (await w("memory_add", namespace=ns, content="until only", valid_until="2030-06-01T00:00:00Z"))["id"]
     ids["open"] = (await w("memory_add", namespace=ns, content="open"))["id"]
@@ -486,8 +544,9 @@ async def test_valid_time_boundaries_open_ends_and_time_zones(world: World) -> N
     r2 = await w("memory_list", namespace=ns, valid_at=T1.isoformat(), limit=2, offset=2)
     assert {m["id"] for m in r["results"]} | {m["id"] for m in r2["results"]} == set(ids.values())
     assert r2["has_more"] is False
-    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=T1.isoformat(),
-                                      created_by=AGENT))["results"]} == set(ids.values())  # fmt: skip
+    assert {
+        m["id"] for m in (await w("memory_list", namespace=ns, valid_at=T1.isoformat(), created_by=AGENT))["results"]
+    } == set(ids.values())
     assert (await w("memory_list", namespace=ns, valid_at=T1.isoformat(), created_by="nobody"))["results"] == []
 
 
@@ -497,13 +556,19 @@ async def test_malformed_or_impossible_times_are_refused_naming_the_field(world:
     head = await w.head()
     future = (w.clock() + timedelta(minutes=5)).isoformat()
     reads: list[tuple[str, dict[str, Any]]] = [
-        ("memory_get", {"id": mid}), ("memory_list", {}), ("memory_stats", {}),
+        ("memory_get", {"id": mid}),
+        ("memory_list", {}),
+        ("memory_stats", {}),
         *(("memory_search", {"query": "quokka", "mode": mode}) for mode in MODES),
-    ]  # fmt: skip
+    ]
     for tool, args in reads:
-        for bad, says in (("yesterday", "neither an ISO 8601 time"), ("2026-13-45T99:00:00Z", "neither"),
-                          (head + 1000, "beyond the head"), (str(head + 1), "beyond the head"),
-                          (future, "in the future")):  # fmt: skip
+        for bad, says in (
+            ("yesterday", "neither an ISO 8601 time"),
+            ("2026-13-45T99:00:00Z", "neither"),
+            (head + 1000, "beyond the head"),
+            (str(head + 1), "beyond the head"),
+            (future, "in the future"),
+        ):
             err = await w.fails(tool, namespace=ns, as_of=bad, **args)
             assert (err.code, err.field) == ("INVALID_INPUT", "as_of"), (tool, bad, err.error)
             assert says in err.error["message"], (tool, bad, err.error)
@@ -512,11 +577,13 @@ async def test_malformed_or_impossible_times_are_refused_naming_the_field(world:
     assert (await w("memory_list", namespace=ns, as_of=w.clock().isoformat()))["total"] == 1
 
     # a bad datetime argument fails in the argument validation layer, with the field named
-    for tool, args in (("memory_list", {"valid_at": "not a time"}),
-                       ("memory_list", {"valid_at": "2030-02-30T00:00:00Z"}),
-                       ("memory_add", {"content": "x", "valid_from": "soon"}),
-                       ("memory_add", {"content": "x", "expires_at": "tomorrow"}),
-                       ("memory_update", {"id": mid, "valid_until": "later"})):  # fmt: skip
+    for tool, args in (
+        ("memory_list", {"valid_at": "not a time"}),
+        ("memory_list", {"valid_at": "2030-02-30T00:00:00Z"}),
+        ("memory_add", {"content": "x", "valid_from": "soon"}),
+        ("memory_add", {"content": "x", "expires_at": "tomorrow"}),
+        ("memory_update", {"id": mid, "valid_until": "later"}),
+    ):
         err = await w.fails(tool, namespace=ns, **args)
         bad_field = next(k for k in args if k not in ("id", "content"))
         assert (err.code, err.field) == ("INVALID_INPUT", bad_field), (tool, err.error)
@@ -548,19 +615,32 @@ async def test_invalidate_and_mark_outdated(world: World) -> None:
         assert (err.code, err.field) == ("INVALID_INPUT", "superseded_by"), (bad, err.error)
     assert await w.head() == before  # nothing was written
 
-    inv = await w("memory_retire", id=old, mode="invalidate", namespace=ns, reason="moved to Thursdays",
-                  superseded_by=new, request_id=f"{ns}-inv")  # fmt: skip
+    inv = await w(
+        "memory_retire",
+        id=old,
+        mode="invalidate",
+        namespace=ns,
+        reason="moved to Thursdays",
+        superseded_by=new,
+        request_id=f"{ns}-inv",
+    )
     assert inv["changed"] is True and inv["version"] == 2 and ts(inv["valid_until"]) == now
     after = await w.head()
     assert after == before + 1
     got = await w("memory_get", id=old, namespace=ns)
-    assert (ts(got["valid_until"]), got["superseded_by"], got["invalid_reason"], got["status"]) == \
-        (now, new, "moved to Thursdays", "active")  # fmt: skip
+    assert (ts(got["valid_until"]), got["superseded_by"], got["invalid_reason"], got["status"]) == (
+        now,
+        new,
+        "moved to Thursdays",
+        "active",
+    )
 
     # valid time: gone now, valid a moment before the end
     assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=w.clock().isoformat()))["results"]} == {new}
-    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=(now - US).isoformat()))["results"]} == \
-        {old, new}  # fmt: skip
+    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=(now - US).isoformat()))["results"]} == {
+        old,
+        new,
+    }
     # record time: as of before the invalidation it had no end
     then = await w("memory_get", id=old, namespace=ns, as_of=before)
     assert (then.get("valid_until"), then.get("superseded_by"), then.get("invalid_reason")) == (None, None, None)
@@ -572,18 +652,36 @@ async def test_invalidate_and_mark_outdated(world: World) -> None:
 
     # search: still found, demoted below the valid one; as of before, not demoted
     for mode in MODES:
-        r = await w("memory_search", mode=mode, namespace=ns, query="which day do production deploys happen",
-                    threshold=0.0, detail="full")  # fmt: skip
+        r = await w(
+            "memory_search",
+            mode=mode,
+            namespace=ns,
+            query="which day do production deploys happen",
+            threshold=0.0,
+            detail="full",
+        )
         assert [(h["id"], h["demoted"]) for h in r["results"]] == [(new, False), (old, True)], mode
-        r = await w("memory_search", mode=mode, namespace=ns, query="which day do production deploys happen",
-                    threshold=0.0, as_of=before, detail="full")  # fmt: skip
+        r = await w(
+            "memory_search",
+            mode=mode,
+            namespace=ns,
+            query="which day do production deploys happen",
+            threshold=0.0,
+            as_of=before,
+            detail="full",
+        )
         assert {h["id"]: h["demoted"] for h in r["results"]} == {new: False, old: False}, mode
 
     # the history shows it
     hist = await w("memory_history", id=old, namespace=ns)
     last = hist["results"][-1]
-    assert (last["event"], last["version"], last["seq"], last["request_id"], last["agent_id"]) == \
-        ("memory_invalidated", 2, after, f"{ns}-inv", AGENT)  # fmt: skip
+    assert (last["event"], last["version"], last["seq"], last["request_id"], last["agent_id"]) == (
+        "memory_invalidated",
+        2,
+        after,
+        f"{ns}-inv",
+        AGENT,
+    )
     assert last["changed"] == ["valid_until", "invalid_reason", "superseded_by"]
 
     # idempotent: again (even later) changes nothing
@@ -602,18 +700,23 @@ async def test_invalidate_and_mark_outdated(world: World) -> None:
     got = await w("memory_get", id=new, namespace=ns)
     assert (got["invalid_reason"], got.get("superseded_by")) == ("we deploy continuously now", None)
     assert (await w("memory_list", namespace=ns, valid_at=w.clock().isoformat()))["results"] == []
-    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=(later - US).isoformat()))["results"]} \
-        == {new}  # fmt: skip
+    assert {m["id"] for m in (await w("memory_list", namespace=ns, valid_at=(later - US).isoformat()))["results"]} == {
+        new
+    }
     hist = await w("memory_history", id=new, namespace=ns)
     assert [v["event"] for v in hist["results"]] == ["memory_created", "memory_invalidated"]
     assert (await w("memory_retire", id=new, mode="outdated", namespace=ns, reason="again"))["changed"] is False
 
     # a memory cannot end before it begins; an unknown memory is not found
-    future = (await w("memory_add", namespace=ns, content="valid next year",
-                      valid_from=(later + timedelta(days=365)).isoformat()))["id"]  # fmt: skip
+    future = (
+        await w(
+            "memory_add", namespace=ns, content="valid next year", valid_from=(later + timedelta(days=365)).isoformat()
+        )
+    )["id"]
     assert (await w.fails("memory_retire", id=future, mode="invalidate", namespace=ns)).code == "INVALID_STATE"
-    assert (await w.fails("memory_retire", id=str(uuid.uuid4()), mode="invalidate", namespace=ns)).code == \
-        "MEMORY_NOT_FOUND"  # fmt: skip
+    assert (
+        await w.fails("memory_retire", id=str(uuid.uuid4()), mode="invalidate", namespace=ns)
+    ).code == "MEMORY_NOT_FOUND"
 
 
 async def test_superseded_by_that_is_not_an_id_names_superseded_by(world: World) -> None:
@@ -625,10 +728,26 @@ async def test_superseded_by_that_is_not_an_id_names_superseded_by(world: World)
 
 # -- 4. history and diff -------------------------------------------------------------------------------------
 
-EVENTS = ["memory_created", "memory_updated", "memory_updated", "memory_updated", "memory_moved", "memory_locked",
-          "memory_deprecated", "memory_deleted"]  # fmt: skip
-CHANGED = [["created"], ["content"], ["content", "importance"], ["content", "tags"], ["path"],
-           ["locked", "lock_reason"], ["status", "status_reason"], ["deleted"]]  # fmt: skip
+EVENTS = [
+    "memory_created",
+    "memory_updated",
+    "memory_updated",
+    "memory_updated",
+    "memory_moved",
+    "memory_locked",
+    "memory_deprecated",
+    "memory_deleted",
+]
+CHANGED = [
+    ["created"],
+    ["content"],
+    ["content", "importance"],
+    ["content", "tags"],
+    ["path"],
+    ["locked", "lock_reason"],
+    ["status", "status_reason"],
+    ["deleted"],
+]
 
 
 async def test_history_lists_every_version_of_a_deleted_memory(world: World, script: Script) -> None:
@@ -655,8 +774,9 @@ async def test_history_lists_every_version_of_a_deleted_memory(world: World, scr
     for v, s in zip(full[:7], writes[:7], strict=True):
         want = plain(s.get_a or {})
         got = plain(v["memory"])
-        assert {k: got[k] for k in ("content", "path", "version", "status", "locked", "tags", "importance", "seq")} == \
-            {k: want[k] for k in ("content", "path", "version", "status", "locked", "tags", "importance", "seq")}  # fmt: skip
+        assert {k: got[k] for k in ("content", "path", "version", "status", "locked", "tags", "importance", "seq")} == {
+            k: want[k] for k in ("content", "path", "version", "status", "locked", "tags", "importance", "seq")
+        }
     assert full[7]["deleted"] and full[7]["memory"]["content"] == C[4]
     assert by_step["delete"].seq == vs[7]["seq"]
 
@@ -671,8 +791,9 @@ async def test_history_lists_every_version_of_a_deleted_memory(world: World, scr
     assert p["results"] == [] and p["has_more"] is False
     # the recreated memory at the same path has a history of its own
     hb = await w("memory_history", id=sc.b, namespace=sc.ns)
-    assert [(v["version"], v["event"], v["seq"], v.get("seq_to")) for v in hb["results"]] == \
-        [(1, "memory_created", by_step["recreate"].seq, None)]  # fmt: skip
+    assert [(v["version"], v["event"], v["seq"], v.get("seq_to")) for v in hb["results"]] == [
+        (1, "memory_created", by_step["recreate"].seq, None)
+    ]
     # unknown memory, other namespace
     assert (await w.fails("memory_history", id=str(uuid.uuid4()), namespace=sc.ns)).code == "MEMORY_NOT_FOUND"
     assert (await w.fails("memory_history", id=sc.a, namespace=fresh())).code == "MEMORY_NOT_FOUND"
@@ -684,29 +805,44 @@ async def test_diff_between_versions(world: World, script: Script) -> None:
     assert (d["from_version"], d["to_version"]) == (1, 7)
     changes = {c["field"]: (c.get("before"), c.get("after")) for c in d["changes"]}
     assert changes == {
-        "content": (C[1], C[4]), "path": (P1, P2), "tags": (["db"], ["db", "prod"]), "importance": (0.5, 0.9),
-        "status": ("active", "deprecated"), "status_reason": (None, "migrating"), "locked": (False, True),
+        "content": (C[1], C[4]),
+        "path": (P1, P2),
+        "tags": (["db"], ["db", "prod"]),
+        "importance": (0.5, 0.9),
+        "status": ("active", "deprecated"),
+        "status_reason": (None, "migrating"),
+        "locked": (False, True),
         "lock_reason": (None, "source of truth"),
-    }  # fmt: skip
+    }
     text = d["content_diff"]
     assert "--- version 1" in text and "+++ version 7" in text
     assert f"-{C[1]}" in text and f"+{C[4]}" in text
 
     d = await w("memory_diff", id=sc.a, namespace=sc.ns, from_version=2, to_version=3)
-    assert [(c["field"], c["before"], c["after"]) for c in d["changes"]] == \
-        [("content", C[2], C[3]), ("importance", 0.5, 0.9)]  # fmt: skip
+    assert [(c["field"], c["before"], c["after"]) for c in d["changes"]] == [
+        ("content", C[2], C[3]),
+        ("importance", 0.5, 0.9),
+    ]
     d = await w("memory_diff", id=sc.a, namespace=sc.ns, from_version=5, to_version=6)  # a lock: no content change
     assert [c["field"] for c in d["changes"]] == ["locked", "lock_reason"] and d.get("content_diff") is None
     d = await w("memory_diff", id=sc.a, namespace=sc.ns, from_version=4, to_version=2)  # backwards works too
-    assert [(c["field"], c["before"], c["after"]) for c in d["changes"]] == \
-        [("content", C[4], C[2]), ("tags", ["db", "prod"], ["db"]), ("importance", 0.9, 0.5)]  # fmt: skip
+    assert [(c["field"], c["before"], c["after"]) for c in d["changes"]] == [
+        ("content", C[4], C[2]),
+        ("tags", ["db", "prod"], ["db"]),
+        ("importance", 0.9, 0.5),
+    ]
     d = await w("memory_diff", id=sc.b, namespace=sc.ns, from_version=1)
     assert (d["to_version"], d["changes"], d.get("content_diff")) == (1, [], None)
 
-    for args, fld in (({"from_version": 99}, "from_version"), ({"from_version": 1, "to_version": 8}, "to_version"),
-                      ({"from_version": 1, "to_version": 42}, "to_version"), ({"from_version": 0}, "from_version"),
-                      ({"from_version": 1, "to_version": 0}, "to_version")):  # fmt: skip
+    for args, fld in (
+        ({"from_version": 99}, "from_version"),
+        ({"from_version": 1, "to_version": 8}, "to_version"),
+        ({"from_version": 1, "to_version": 42}, "to_version"),
+        ({"from_version": 0}, "from_version"),
+        ({"from_version": 1, "to_version": 0}, "to_version"),
+    ):
         err = await w.fails("memory_diff", id=sc.a, namespace=sc.ns, **args)
         assert (err.code, err.field) == ("INVALID_INPUT", fld), (args, err.error)
-    assert (await w.fails("memory_diff", id=str(uuid.uuid4()), namespace=sc.ns, from_version=1)).code == \
-        "MEMORY_NOT_FOUND"  # fmt: skip
+    assert (
+        await w.fails("memory_diff", id=str(uuid.uuid4()), namespace=sc.ns, from_version=1)
+    ).code == "MEMORY_NOT_FOUND"

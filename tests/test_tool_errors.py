@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from mcp.types import TextContent
 
 from services.gateway.server import MnemeMCPServer
 
@@ -52,10 +53,13 @@ async def test_an_unknown_tool_is_a_structured_error_naming_the_known_ones() -> 
 
 
 @pytest.mark.parametrize("tool", ["crash", "recurse"])
-async def test_an_unexpected_exception_is_internal_without_its_text(tool: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_unexpected_exception_is_internal_without_its_text(
+    tool: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async with Client(toy()) as client:
         err = error(await client.call_tool(tool, {}))
-        assert (await client.call_tool("fine", {})).content[0].text == "ok"  # and the server carries on
+        fine = (await client.call_tool("fine", {})).content[0]
+        assert isinstance(fine, TextContent) and fine.text == "ok"  # and the server carries on
     assert err["code"] == "INTERNAL" and set(err) == {"code", "message"}, err
     assert "secret" not in err["message"] and "Traceback" not in err["message"] and "Recursion" not in err["message"]
     incident = err["message"].rsplit("incident ", 1)[1].rstrip(")")

@@ -29,13 +29,26 @@ TEXTS = [
 async def test_stats_list_and_get_with_non_ascii_content_and_metadata(stack: Stack) -> None:
     ids = []
     for i, text in enumerate(TEXTS):
-        ids.append((await stack.call("memory_add", content=text, subject="Jürgen", category="Zürich ☕",
-                                     tags=["straße", "🚀"], metadata={"città": "Zürich", "emoji": "🚀", "i": i},
-                                     store="s", path=f"notes/n{i}"))["id"])  # fmt: skip
+        ids.append(
+            (
+                await stack.call(
+                    "memory_add",
+                    content=text,
+                    subject="Jürgen",
+                    category="Zürich ☕",
+                    tags=["straße", "🚀"],
+                    metadata={"città": "Zürich", "emoji": "🚀", "i": i},
+                    store="s",
+                    path=f"notes/n{i}",
+                )
+            )["id"]
+        )
     stats = await stack.call("memory_stats")
     assert stats["total"] == len(TEXTS)
-    meta = sum(len(json.dumps({"città": "Zürich", "emoji": "🚀", "i": i}, ensure_ascii=False,
-                              separators=(",", ":")).encode()) for i in range(len(TEXTS)))  # fmt: skip
+    meta = sum(
+        len(json.dumps({"città": "Zürich", "emoji": "🚀", "i": i}, ensure_ascii=False, separators=(",", ":")).encode())
+        for i in range(len(TEXTS))
+    )
     assert stats["storage_bytes"] == sum(len(t.encode()) for t in TEXTS) + meta
     assert stats["by_subject"] == {"jürgen": len(TEXTS)} and stats["by_category"] == {"Zürich ☕": len(TEXTS)}
     # archived, and as of a past moment: the same query path
@@ -73,18 +86,25 @@ async def test_audit_export_with_non_ascii_principal_and_content(tmp_path: Path,
             rows = duckdb.connect().execute(f"SELECT agent_id FROM read_parquet('{out}')").fetchall()
             assert {r[0] for r in rows} == {"jürgen-🚀"}
         assert len(rows) >= len(TEXTS)
-    verify = subprocess.run([MNEME, "audit", "verify", "--data-dir", str(tmp_path / "d")], capture_output=True,
-                            timeout=60)  # fmt: skip
+    verify = subprocess.run(
+        [MNEME, "audit", "verify", "--data-dir", str(tmp_path / "d")], capture_output=True, timeout=60
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-@pytest.mark.parametrize("bad", ["a\x00b", "ansi \x1b[31mred", "line\nbreak", "rtl \u202eevil", "zero\u200bwidth",
-                                 "bell\x07"])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad", ["a\x00b", "ansi \x1b[31mred", "line\nbreak", "rtl \u202eevil", "zero\u200bwidth", "bell\x07"]
+)
 @pytest.mark.parametrize("where", ["tags", "subject", "category", "metadata_key", "citations"])
 async def test_identifiers_refuse_control_and_format_characters(stack: Stack, bad: str, where: str) -> None:
     args: dict[str, object] = {"content": f"content keeps them: {bad}"}
-    field = {"tags": "tags", "subject": "subject", "category": "category", "metadata_key": "metadata",
-             "citations": "citations"}[where]  # fmt: skip
+    field = {
+        "tags": "tags",
+        "subject": "subject",
+        "category": "category",
+        "metadata_key": "metadata",
+        "citations": "citations",
+    }[where]
     if where == "tags":
         args["tags"] = [bad]
     elif where == "metadata_key":
@@ -100,7 +120,8 @@ async def test_identifiers_refuse_control_and_format_characters(stack: Stack, ba
     head = await stack.last_seq()
     with pytest.raises(ToolFailure) as err:
         await stack.call("memory_add", **args)
-    assert err.value.code == "INVALID_INPUT" and err.value.field.startswith(field), err.value.error
+    assert err.value.code == "INVALID_INPUT", err.value.error
+    assert err.value.field is not None and err.value.field.startswith(field), err.value.error
     assert "U+" in err.value.error["message"]
     assert await stack.last_seq() == head  # nothing written
     # an update is held to the same rule

@@ -4,7 +4,7 @@ one fails, and every failure is an InvalidInput naming the right field."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import msgspec
 import pytest
@@ -12,7 +12,7 @@ import pytest
 from mneme.domain import validation as v
 from mneme.errors import InvalidInput
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def _fails(field: str, fn, *args, **kwargs) -> InvalidInput:
@@ -197,7 +197,7 @@ def test_tags_are_trimmed_lower_cased_and_deduplicated_in_order() -> None:
 def test_tags_count_limit_is_50() -> None:
     fifty = [f"t{i}" for i in range(50)]
     assert len(v.tags(fifty)) == 50
-    _fails("tags", v.tags, fifty + ["t50"])
+    _fails("tags", v.tags, [*fifty, "t50"])
 
 
 def test_tag_length_limit_is_64_after_trimming() -> None:
@@ -219,7 +219,7 @@ def test_citations_are_kept_as_given() -> None:
 def test_citations_count_limit_is_100() -> None:
     hundred = [f"c{i}" for i in range(100)]
     assert len(v.citations(hundred)) == 100
-    _fails("citations", v.citations, hundred + ["c100"])
+    _fails("citations", v.citations, [*hundred, "c100"])
 
 
 def test_citation_length_limit_is_2048() -> None:
@@ -249,9 +249,7 @@ def test_metadata_must_be_json(bad: dict) -> None:
     _fails("metadata", v.metadata, bad)
 
 
-@pytest.mark.parametrize(
-    "value", [{"x": math.nan}, {1: "a"}, {"s": {1, 2}}], ids=["nan", "int-key", "set"]
-)
+@pytest.mark.parametrize("value", [{"x": math.nan}, {1: "a"}, {"s": {1, 2}}], ids=["nan", "int-key", "set"])
 def test_metadata_is_either_rejected_or_survives_the_log_round_trip(value: dict) -> None:
     try:
         out = v.metadata(value)
@@ -309,6 +307,7 @@ def test_utc_takes_naive_as_utc_and_converts_offsets() -> None:
     naive = v.utc(datetime(2025, 1, 1, 12, 0), "expires_at")
     assert naive == datetime(2025, 1, 1, 12, 0, tzinfo=UTC) and naive.tzinfo is UTC
     plus2 = v.utc(datetime(2025, 1, 1, 12, 0, tzinfo=timezone(timedelta(hours=2))), "expires_at")
+    assert plus2 is not None
     assert (plus2.hour, plus2.tzinfo) == (10, UTC)
 
 

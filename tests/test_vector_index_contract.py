@@ -65,12 +65,20 @@ def dataset() -> list[VPoint]:
     points = []
     for i, text in enumerate(TEXTS):
         payload: dict[str, Any] = {
-            "mid": f"m{i}", "version": 1, "namespace": "a" if i % 2 == 0 else "b", "kind": KINDS[i],
-            "tags": TAGS[i], "status": "active", "verification": "verified" if i % 3 == 0 else "unverified",
-            "importance": round(0.1 * (i + 1), 2), "seq_from": i + 1, "seq_to": OPEN,
-            "expires_at": 1e15 if i != 5 else 1000.0, "category": None if i % 4 == 0 else f"c{i % 2}",
+            "mid": f"m{i}",
+            "version": 1,
+            "namespace": "a" if i % 2 == 0 else "b",
+            "kind": KINDS[i],
+            "tags": TAGS[i],
+            "status": "active",
+            "verification": "verified" if i % 3 == 0 else "unverified",
+            "importance": round(0.1 * (i + 1), 2),
+            "seq_from": i + 1,
+            "seq_to": OPEN,
+            "expires_at": 1e15 if i != 5 else 1000.0,
+            "category": None if i % 4 == 0 else f"c{i % 2}",
             "state": f'{{"id": "m{i}"}}',
-        }  # fmt: skip
+        }
         dense = vecs[i] if i != 7 else None  # the last one waits for its dense vector (model loading)
         points.append(VPoint(point_id(f"m{i}", 1), payload, dense, bm25.document(text)))
     return points
@@ -83,8 +91,11 @@ def cosine(a: list[float], b: list[float]) -> float:
 def holds(c: Cond | Where, p: dict[str, Any]) -> bool:
     """The filter semantics the port promises, evaluated in Python."""
     if isinstance(c, Where):
-        return (all(holds(x, p) for x in c.must) and (not c.should or any(holds(x, p) for x in c.should))
-                and not any(holds(x, p) for x in c.must_not))  # fmt: skip
+        return (
+            all(holds(x, p) for x in c.must)
+            and (not c.should or any(holds(x, p) for x in c.should))
+            and not any(holds(x, p) for x in c.must_not)
+        )
     v = p.get(c.field)
     values = v if isinstance(v, list) else [v]
     if c.op == "eq":
@@ -95,8 +106,12 @@ def holds(c: Cond | Where, p: dict[str, Any]) -> bool:
         return c.field in p and v is None
     if v is None:
         return False
-    return ((c.gte is None or v >= c.gte) and (c.gt is None or v > c.gt) and (c.lte is None or v <= c.lte)
-            and (c.lt is None or v < c.lt))  # fmt: skip
+    return (
+        (c.gte is None or v >= c.gte)
+        and (c.gt is None or v > c.gt)
+        and (c.lte is None or v <= c.lte)
+        and (c.lt is None or v < c.lt)
+    )
 
 
 FILTERS: dict[str, Where] = {
@@ -139,8 +154,9 @@ def observe(ix: VectorIndex, points: list[VPoint]) -> list[Any]:
         return [(x.id, round(x.score, 5)) for x in h]
 
     def dense_oracle(where: Where, limit: int = 100, threshold: float | None = None) -> list[str]:
-        cands = [(cosine(QUERY, d), pid) for pid, d in dense_of.items()
-                 if d is not None and holds(where, by_id[pid].payload)]  # fmt: skip
+        cands = [
+            (cosine(QUERY, d), pid) for pid, d in dense_of.items() if d is not None and holds(where, by_id[pid].payload)
+        ]
         cands.sort(reverse=True)
         return [pid for s, pid in cands if threshold is None or s >= threshold][:limit]
 
@@ -193,7 +209,9 @@ def observe(ix: VectorIndex, points: list[VPoint]) -> list[Any]:
         (res,) = ix.search([Search("bm25", bm25.query(query), where, 100)])
         ids = {h.id for h in res}
         assert ids == {points[i].id for i in want if holds(where, points[i].payload)}, (
-            query, [by_id[i].payload["mid"] for i in ids])  # fmt: skip
+            query,
+            [by_id[i].payload["mid"] for i in ids],
+        )
         assert [h.score for h in res] == sorted((h.score for h in res), reverse=True)
         assert all(h.score > 0 for h in res)
         seen.append((query, hits(res)))
@@ -202,8 +220,11 @@ def observe(ix: VectorIndex, points: list[VPoint]) -> list[Any]:
     assert res[0].payload["mid"] == "m2", hits(res)
 
     # several searches in one batch answer as each alone
-    batch = [Search("dense", QUERY, FILTERS["nested-should"], 5), Search("bm25", bm25.query("deploys"), Where(), 5),
-             Search("dense", QUERY, FILTERS["any"], 2, threshold=-1.0)]  # fmt: skip
+    batch = [
+        Search("dense", QUERY, FILTERS["nested-should"], 5),
+        Search("bm25", bm25.query("deploys"), Where(), 5),
+        Search("dense", QUERY, FILTERS["any"], 2, threshold=-1.0),
+    ]
     together = ix.search(batch)
     assert [hits(r) for r in together] == [hits(ix.search([s])[0]) for s in batch]
     seen.append([hits(r) for r in together])
@@ -246,7 +267,8 @@ def observe(ix: VectorIndex, points: list[VPoint]) -> list[Any]:
     ix.set_dense({late.id: vec})
     dense_of[late.id] = vec
     assert ix.retrieve([late.id], with_dense=True)[late.id].dense == pytest.approx(
-        list(np.asarray(vec) / np.linalg.norm(vec)), abs=1e-5)  # fmt: skip
+        list(np.asarray(vec) / np.linalg.norm(vec)), abs=1e-5
+    )
     assert ix.retrieve([late.id])[late.id].payload == late.payload  # the payload survives
     (res,) = ix.search([Search("dense", vec, Where(), 1)])
     assert res[0].id == late.id and res[0].score == pytest.approx(1.0, abs=1e-5)

@@ -7,6 +7,8 @@ lock or unlock (PERMISSION_ERROR). Admins can do all of it. A missing actor is a
 
 from __future__ import annotations
 
+from typing import Any
+
 from msgspec import UNSET
 
 from mneme.domain import validation as v
@@ -19,7 +21,7 @@ from mneme.errors import (
     PathExists,
     PermissionDenied,
     WriteNotAllowed,
-)  # fmt: skip
+)
 from schemas.commands import (
     CreateMemory,
     DeleteMemory,
@@ -31,7 +33,7 @@ from schemas.commands import (
     UnlockMemory,
     UpdateMemory,
     VerifyMemory,
-)  # fmt: skip
+)
 from schemas.events import (
     UPDATABLE_FIELDS,
     Actor,
@@ -46,7 +48,7 @@ from schemas.events import (
     MemoryUnlocked,
     MemoryUpdated,
     MemoryVerified,
-)  # fmt: skip
+)
 
 ADMIN = "admin"
 PROTECTED_KINDS = frozenset({"business_rule", "system_constraint"})
@@ -141,7 +143,7 @@ def decide_update(
     given = {f: getattr(cmd, f) for f in UPDATABLE_FIELDS if getattr(cmd, f) is not UNSET}
     if not given:
         raise InvalidInput("fields", "give at least one field to change")
-    changed = {}
+    changed: dict[str, Any] = {}
     for field, value in given.items():
         value = _NORMALIZE[field](value, max_content)
         if value != getattr(st, field):
@@ -168,8 +170,9 @@ def decide_move(
         return None
     if path_owner is not None:
         raise PathExists(st.store, cmd.to_path, path_owner, field="to_path")
-    return MemoryMoved(memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path,
-                       to_store=st.store)  # fmt: skip
+    return MemoryMoved(
+        memory_id=st.id, version=st.version + 1, from_path=st.path, to_path=cmd.to_path, to_store=st.store
+    )
 
 
 def decide_delete(
@@ -191,8 +194,10 @@ def decide_restore(state: MemoryState | None, cmd: RestoreMemory, *, actor: Acto
     if st.status == ACTIVE:
         return None
     if st.status != ARCHIVED:  # deprecation says the memory is obsolete; restoring an archive must not erase that
-        raise InvalidState(f"memory {st.id} is {st.status}, not archived: restore brings back archived memories "
-                           "(a deprecated memory stays readable as it is)")  # fmt: skip
+        raise InvalidState(
+            f"memory {st.id} is {st.status}, not archived: restore brings back archived memories "
+            "(a deprecated memory stays readable as it is)"
+        )
     return MemoryRestored(memory_id=st.id, version=st.version + 1)
 
 
@@ -252,5 +257,11 @@ def decide_invalidate(
         return None  # its valid time has already ended: nothing changes (idempotent)
     if st.valid_from is not None and st.valid_from > cmd.at:
         raise InvalidState(f"memory {st.id} is valid only from {st.valid_from.isoformat()}: it cannot end before")
-    return MemoryInvalidated(memory_id=st.id, version=st.version + 1, valid_until=cmd.at, reason=reason,
-                             superseded_by=cmd.superseded_by, outdated=cmd.outdated)  # fmt: skip
+    return MemoryInvalidated(
+        memory_id=st.id,
+        version=st.version + 1,
+        valid_until=cmd.at,
+        reason=reason,
+        superseded_by=cmd.superseded_by,
+        outdated=cmd.outdated,
+    )

@@ -40,8 +40,22 @@ CREATE TABLE IF NOT EXISTS audit_trail (
 );
 CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL);
 """
-COLUMNS = ("trail_seq", "source", "source_seq", "recorded_at", "record_id", "action", "outcome", "namespace",
-           "agent_id", "role", "request_id", "memory_ids", "code", "occurred_at")  # fmt: skip
+COLUMNS = (
+    "trail_seq",
+    "source",
+    "source_seq",
+    "recorded_at",
+    "record_id",
+    "action",
+    "outcome",
+    "namespace",
+    "agent_id",
+    "role",
+    "request_id",
+    "memory_ids",
+    "code",
+    "occurred_at",
+)
 
 
 def record_hash(prev_hash: str, fields: tuple[Any, ...]) -> str:
@@ -58,17 +72,56 @@ def record_hash(prev_hash: str, fields: tuple[Any, ...]) -> str:
 
 def _event_fields(p: Positioned) -> tuple[Any, ...]:
     e: Envelope = p.envelope
-    return (EVENTS, p.seq, p.recorded_at, e.event_id, event_name(e.event), "ok", e.namespace,
-            e.actor.agent_id, e.actor.role, e.request_id, [e.aggregate_id], None, e.occurred_at)  # fmt: skip
+    return (
+        EVENTS,
+        p.seq,
+        p.recorded_at,
+        e.event_id,
+        event_name(e.event),
+        "ok",
+        e.namespace,
+        e.actor.agent_id,
+        e.actor.role,
+        e.request_id,
+        [e.aggregate_id],
+        None,
+        e.occurred_at,
+    )
 
 
 def _access_fields(p: Positioned) -> tuple[Any, ...]:
     r: AnyAccess = p.envelope
     if isinstance(r, AccessDenied):
-        return (ACCESS, p.seq, p.recorded_at, r.record_id, f"denied:{r.operation}", "denied", r.namespace,
-                r.agent_id, r.role, r.request_id, [r.memory_id] if r.memory_id else [], r.code, r.at)  # fmt: skip
-    return (ACCESS, p.seq, p.recorded_at, r.record_id, f"read:{r.operation}", "ok", r.namespace, r.agent_id,
-            r.role, r.request_id, list(r.memory_ids), None, r.at)  # fmt: skip
+        return (
+            ACCESS,
+            p.seq,
+            p.recorded_at,
+            r.record_id,
+            f"denied:{r.operation}",
+            "denied",
+            r.namespace,
+            r.agent_id,
+            r.role,
+            r.request_id,
+            [r.memory_id] if r.memory_id else [],
+            r.code,
+            r.at,
+        )
+    return (
+        ACCESS,
+        p.seq,
+        p.recorded_at,
+        r.record_id,
+        f"read:{r.operation}",
+        "ok",
+        r.namespace,
+        r.agent_id,
+        r.role,
+        r.request_id,
+        list(r.memory_ids),
+        None,
+        r.at,
+    )
 
 
 class Trail:
@@ -80,16 +133,22 @@ class Trail:
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()
         cps = dict(self.con.execute("SELECT name, seq FROM checkpoints").fetchall())
-        self.checkpoints = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
+        self.checkpoints: dict[str, int] = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
         last = self.con.execute("SELECT trail_seq, hash FROM audit_trail ORDER BY trail_seq DESC LIMIT 1").fetchone()
+        self.last_seq: int
+        self.last_hash: str
         self.last_seq, self.last_hash = (last[0], last[1]) if last else (0, GENESIS)
         self.staged = dict(self.checkpoints)
         self._staged_seq, self._staged_hash = self.last_seq, self.last_hash
         self._rows: list[tuple[Any, ...]] = []
 
     def _migrate(self) -> None:
-        cols = {r[0] for r in self.con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_trail'").fetchall()}  # fmt: skip
+        cols = {
+            r[0]
+            for r in self.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'audit_trail'"
+            ).fetchall()
+        }
         if cols and "trail_seq" not in cols:  # the spine's one-source trail: kept aside, verifiable as it was
             log.warning("audit trail %s has the old shape: kept as audit_trail_v1, a new chain starts", self.path)
             self.con.execute("ALTER TABLE audit_trail RENAME TO audit_trail_v1")
@@ -139,7 +198,8 @@ class Trail:
                     ap.append_rows(rows)
                     ap.flush()
                 c.execute(
-                    "INSERT INTO checkpoints SELECT unnest(?), unnest(?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
+                    "INSERT INTO checkpoints SELECT unnest(?), unnest(?) "
+                    "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
                     [list(staged), list(staged.values())],
                 )
                 c.execute("COMMIT")
@@ -160,7 +220,9 @@ def verify_chain(con: duckdb.DuckDBPyConnection) -> tuple[int, int | None]:
     """Walk the chain in a trail file (open read-only or not): (records checked, first broken trail sequence)."""
     prev, n, expected = GENESIS, 0, 1
     cur = con.cursor()
-    for row in cur.execute(f"SELECT {', '.join(COLUMNS)}, prev_hash, hash FROM audit_trail ORDER BY trail_seq").fetchall():
+    for row in cur.execute(
+        f"SELECT {', '.join(COLUMNS)}, prev_hash, hash FROM audit_trail ORDER BY trail_seq"
+    ).fetchall():
         fields, stored_prev, stored = row[:14], row[14], row[15]
         if row[0] != expected or stored_prev != prev or record_hash(prev, fields) != stored:
             return n, row[0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +50,39 @@ def _where(q: AuditQuery) -> tuple[str, list[Any]]:
     return " AND ".join(where), args
 
 
+def _count(cur: duckdb.DuckDBPyConnection, where: str, args: list[Any]) -> int:
+    row = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()
+    assert row is not None  # count(*) answers one row
+    n: int = row[0]
+    return n
+
+
 def query(trail: Trail, q: AuditQuery) -> AuditResult:
     where, args = _where(q)
     cur = trail.con.cursor()
-    total = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
+    total = _count(cur, where, args)
     rows = cur.execute(
         f"SELECT {', '.join(COLUMNS)} FROM audit_trail WHERE {where} ORDER BY trail_seq LIMIT ? OFFSET ?",
         [*args, q.limit, q.offset],
     ).fetchall()
-    records = [AuditRow(trail_seq=r[0], source=r[1], source_seq=r[2], recorded_at=r[3], action=r[5], outcome=r[6],
-                        namespace=r[7], agent_id=r[8], role=r[9], request_id=r[10], memory_ids=list(r[11]),
-                        code=r[12], occurred_at=r[13]) for r in rows]  # fmt: skip
+    records = [
+        AuditRow(
+            trail_seq=r[0],
+            source=r[1],
+            source_seq=r[2],
+            recorded_at=r[3],
+            action=r[5],
+            outcome=r[6],
+            namespace=r[7],
+            agent_id=r[8],
+            role=r[9],
+            request_id=r[10],
+            memory_ids=list(r[11]),
+            code=r[12],
+            occurred_at=r[13],
+        )
+        for r in rows
+    ]
     return AuditResult(records=records, total=total)
 
 
@@ -70,12 +92,19 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[st
     `filters`: agent_id, memory_id, action (prefix), since, until (datetimes): the audit query's filters.
     The file appears whole or not at all (written beside it, then renamed).
     """
-    q = AuditQuery(namespace="*", now=datetime.now(timezone.utc), namespaces=("*",),
-                   agent_id=filters.get("agent_id"), memory_id=filters.get("memory_id"), action=filters.get("action"),
-                   since=filters.get("since"), until=filters.get("until"))  # fmt: skip
+    q = AuditQuery(
+        namespace="*",
+        now=datetime.now(UTC),
+        namespaces=("*",),
+        agent_id=filters.get("agent_id"),
+        memory_id=filters.get("memory_id"),
+        action=filters.get("action"),
+        since=filters.get("since"),
+        until=filters.get("until"),
+    )
     where, args = _where(q)
     cur = con.cursor()
-    n = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()[0]
+    n = _count(cur, where, args)
     option = "(FORMAT PARQUET)" if fmt == "parquet" else "(FORMAT JSON)"
     tmp = out.with_name(f".{out.name}.partial")
     target = str(tmp).replace("'", "''")

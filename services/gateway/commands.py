@@ -12,7 +12,7 @@ import hashlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -33,20 +33,40 @@ from schemas.commands import (
     UnlockMemory,
     UpdateMemory,
     VerifyMemory,
-)  # fmt: skip
+)
 from schemas.events import Actor, AnyEvent, Envelope, MemoryCreated, MemoryMoved, decode_envelope, encode_envelope
 from schemas.queries import GetMemory, PathOwner
 from services.gateway.queries import QueryClient
 
 Clock = Callable[[], datetime]
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-Command = (CreateMemory | UpdateMemory | MoveMemory | DeleteMemory | RestoreMemory | VerifyMemory | LockMemory
-           | UnlockMemory | DeprecateMemory | InvalidateMemory)  # fmt: skip
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# the commands that act on an existing memory: every one but a create
+Change = (
+    UpdateMemory
+    | MoveMemory
+    | DeleteMemory
+    | RestoreMemory
+    | VerifyMemory
+    | LockMemory
+    | UnlockMemory
+    | DeprecateMemory
+    | InvalidateMemory
+)
+Command = CreateMemory | Change
 # the operation a request id is scoped to (with the principal): one agent's "r-1" for an add and for an update
 # are two requests
-OPERATION = {CreateMemory: "add", UpdateMemory: "update", MoveMemory: "move", DeleteMemory: "delete",
-             RestoreMemory: "restore", VerifyMemory: "verify", LockMemory: "lock", UnlockMemory: "unlock",
-             DeprecateMemory: "deprecate", InvalidateMemory: "invalidate"}  # fmt: skip
+OPERATION = {
+    CreateMemory: "add",
+    UpdateMemory: "update",
+    MoveMemory: "move",
+    DeleteMemory: "delete",
+    RestoreMemory: "restore",
+    VerifyMemory: "verify",
+    LockMemory: "lock",
+    UnlockMemory: "unlock",
+    DeprecateMemory: "deprecate",
+    InvalidateMemory: "invalidate",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +88,7 @@ class Request:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +121,9 @@ class CommandService:
         self.max_attempts = max_attempts
         self.max_content = max_content
 
-    def _envelope(self, ns: str, event: AnyEvent, actor: Actor, request_id: str, correlation_id: str | None) -> Envelope:
+    def _envelope(
+        self, ns: str, event: AnyEvent, actor: Actor, request_id: str, correlation_id: str | None
+    ) -> Envelope:
         return Envelope(
             event_id=event_id_for(f"{request_id}:{event.memory_id}:{event.version}"),
             schema_version=type(event).SCHEMA_VERSION,
@@ -153,8 +175,9 @@ class CommandService:
         async def attempt(min_seq: int) -> Written:
             owner, expected, expected_subject = None, 0, None
             if cmd.store is not None and cmd.path is not None:
-                decider.decide_create(cmd, memory_id=memory_id, path_owner=None, max_content=self.max_content,
-                                      actor=actor)  # fmt: skip
+                decider.decide_create(
+                    cmd, memory_id=memory_id, path_owner=None, max_content=self.max_content, actor=actor
+                )
                 po = await self.queries.ask(
                     PathOwner(namespace=ns, now=self.clock(), min_seq=min_seq, store=cmd.store, path=cmd.path)
                 )
@@ -164,14 +187,21 @@ class CommandService:
                         return await self._replay_of(ns, memory_id, min_seq, req)
                     return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
                 owner, expected, expected_subject = po.memory_id, po.store_seq, S.store_filter(ns, cmd.store)
-            event = decider.decide_create(cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content,
-                                          actor=actor)  # fmt: skip
+            event = decider.decide_create(
+                cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content, actor=actor
+            )
             env = self._envelope(ns, event, actor, request_id, correlation_id)
             try:
                 seq, dup = await self._append_claim(
-                    subject, encode_envelope(env), msg_id=msg_id, expected=expected, expected_subject=expected_subject,
-                    memory_id=memory_id, path=cmd.path, digest=req.digest,
-                )  # fmt: skip
+                    subject,
+                    encode_envelope(env),
+                    msg_id=msg_id,
+                    expected=expected,
+                    expected_subject=expected_subject,
+                    memory_id=memory_id,
+                    path=cmd.path,
+                    digest=req.digest,
+                )
             except WrongLastSequence:
                 landed = await self.log.landed(subject, 0, msg_id)
                 if landed is not None:
@@ -184,9 +214,17 @@ class CommandService:
         return await self._retrying(attempt, min_seq, request_id)
 
     async def _append_claim(
-        self, subject: str, data: bytes, *, msg_id: str, expected: int, expected_subject: str | None,
-        memory_id: str, path: str | None, digest: str,
-    ) -> tuple[int, bool]:  # fmt: skip
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected: int,
+        expected_subject: str | None,
+        memory_id: str,
+        path: str | None,
+        digest: str,
+    ) -> tuple[int, bool]:
         """Append; when a path claim loses only to events that cannot matter to it, retry at once.
 
         A claim checks the whole store's last sequence, which every write in the store moves. If
@@ -196,8 +234,14 @@ class CommandService:
         """
         for _ in range(8):
             try:
-                return await self.log.append(subject, data, msg_id=msg_id, expected_seq=expected,
-                                             expected_subject=expected_subject, digest=digest)  # fmt: skip
+                return await self.log.append(
+                    subject,
+                    data,
+                    msg_id=msg_id,
+                    expected_seq=expected,
+                    expected_subject=expected_subject,
+                    digest=digest,
+                )
             except WrongLastSequence as lost:
                 if expected_subject is None or path is None or lost.last_seq <= expected:
                     raise
@@ -229,13 +273,17 @@ class CommandService:
                 return False
         return True
 
-    async def _replay_of(self, ns: str, memory_id: str, seq: int, req: Request,
-                         headers: dict[str, str] | None = None) -> Written:  # fmt: skip
+    async def _replay_of(
+        self, ns: str, memory_id: str, seq: int, req: Request, headers: dict[str, str] | None = None
+    ) -> Written:
         """A request that landed before: a retry if its arguments are the same, else the key was reused.
         `headers`: the landed message's, when it was read already (else one direct get reads them).
         (Events written before digests were recorded carry none: they are taken as retries.)"""
-        stored = (headers or {}).get(S.HDR_REQUEST_DIGEST) if headers is not None else \
-            await self.log.header(seq, S.HDR_REQUEST_DIGEST)  # fmt: skip
+        stored = (
+            (headers or {}).get(S.HDR_REQUEST_DIGEST)
+            if headers is not None
+            else await self.log.header(seq, S.HDR_REQUEST_DIGEST)
+        )
         if stored is not None and stored != req.digest:
             raise IdempotencyKeyReused(req.request_id, req.operation, memory_id, seq)
         state = await self._load(ns, memory_id, seq)
@@ -243,7 +291,7 @@ class CommandService:
 
     async def _change(
         self,
-        cmd: Command,
+        cmd: Change,
         decide: Callable[[MemoryState | None, str | None], AnyEvent | None],
         *,
         actor: Actor,
@@ -275,9 +323,15 @@ class CommandService:
             subject = S.memory_subject(ns, state.store, memory_id)
             try:
                 seq, dup = await self._append_claim(
-                    subject, encode_envelope(env), msg_id=msg_id, expected=expected, expected_subject=expected_subject,
-                    memory_id=memory_id, path=new_path, digest=req.digest,
-                )  # fmt: skip
+                    subject,
+                    encode_envelope(env),
+                    msg_id=msg_id,
+                    expected=expected,
+                    expected_subject=expected_subject,
+                    memory_id=memory_id,
+                    path=new_path,
+                    digest=req.digest,
+                )
             except WrongLastSequence:
                 landed = await self.log.landed(subject, state.last_seq, msg_id)
                 if landed is not None:
@@ -289,44 +343,77 @@ class CommandService:
 
         return await self._retrying(attempt, min_seq, request_id)
 
-    async def update(self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
-                     correlation_id: str | None = None) -> Written:  # fmt: skip
+    async def update(
+        self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
+    ) -> Written:
         return await self._change(
-            cmd, lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content, actor=actor),
-            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
-        )  # fmt: skip
+            cmd,
+            lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content, actor=actor),
+            actor=actor,
+            request_id=request_id,
+            min_seq=min_seq,
+            correlation_id=correlation_id,
+        )
 
-    async def move(self, cmd: MoveMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
-                   correlation_id: str | None = None) -> Written:  # fmt: skip
+    async def move(
+        self, cmd: MoveMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
+    ) -> Written:
         return await self._change(
-            cmd, lambda st, owner: decider.decide_move(st, cmd, path_owner=owner, actor=actor),
-            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id, new_path=cmd.to_path,
-        )  # fmt: skip
+            cmd,
+            lambda st, owner: decider.decide_move(st, cmd, path_owner=owner, actor=actor),
+            actor=actor,
+            request_id=request_id,
+            min_seq=min_seq,
+            correlation_id=correlation_id,
+            new_path=cmd.to_path,
+        )
 
-    async def delete(self, cmd: DeleteMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
-                     correlation_id: str | None = None) -> Written:  # fmt: skip
+    async def delete(
+        self, cmd: DeleteMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
+    ) -> Written:
         return await self._change(
-            cmd, lambda st, _: decider.decide_delete(st, cmd, actor=actor),
-            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
-        )  # fmt: skip
+            cmd,
+            lambda st, _: decider.decide_delete(st, cmd, actor=actor),
+            actor=actor,
+            request_id=request_id,
+            min_seq=min_seq,
+            correlation_id=correlation_id,
+        )
 
-    async def restore(self, cmd: RestoreMemory, *, actor: Actor, request_id: str, min_seq: int = 0,
-                      correlation_id: str | None = None) -> Written:  # fmt: skip
+    async def restore(
+        self, cmd: RestoreMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
+    ) -> Written:
         return await self._change(
-            cmd, lambda st, _: decider.decide_restore(st, cmd, actor=actor),
-            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
-        )  # fmt: skip
+            cmd,
+            lambda st, _: decider.decide_restore(st, cmd, actor=actor),
+            actor=actor,
+            request_id=request_id,
+            min_seq=min_seq,
+            correlation_id=correlation_id,
+        )
 
-    async def govern(self, cmd: VerifyMemory | LockMemory | UnlockMemory | DeprecateMemory | InvalidateMemory, *,
-                     actor: Actor,
-                     request_id: str, min_seq: int = 0, correlation_id: str | None = None) -> Written:  # fmt: skip
+    async def govern(
+        self,
+        cmd: VerifyMemory | LockMemory | UnlockMemory | DeprecateMemory | InvalidateMemory,
+        *,
+        actor: Actor,
+        request_id: str,
+        min_seq: int = 0,
+        correlation_id: str | None = None,
+    ) -> Written:
         """verify / lock / unlock / deprecate / invalidate: lifecycle changes without new content."""
         decide = {
-            VerifyMemory: decider.decide_verify, LockMemory: decider.decide_lock,
-            UnlockMemory: decider.decide_unlock, DeprecateMemory: decider.decide_deprecate,
+            VerifyMemory: decider.decide_verify,
+            LockMemory: decider.decide_lock,
+            UnlockMemory: decider.decide_unlock,
+            DeprecateMemory: decider.decide_deprecate,
             InvalidateMemory: decider.decide_invalidate,
-        }[type(cmd)]  # fmt: skip
+        }[type(cmd)]
         return await self._change(
-            cmd, lambda st, _: decide(st, cmd, actor=actor),  # type: ignore[operator]
-            actor=actor, request_id=request_id, min_seq=min_seq, correlation_id=correlation_id,
-        )  # fmt: skip
+            cmd,
+            lambda st, _: decide(st, cmd, actor=actor),  # type: ignore[operator]
+            actor=actor,
+            request_id=request_id,
+            min_seq=min_seq,
+            correlation_id=correlation_id,
+        )

@@ -18,8 +18,14 @@ class ErrorStyle:
     messages: Mapping[str, Callable[[str, dict[str, Any]], str]] = field(default_factory=dict)  # per domain code
     fallback: str | None = None  # the contract code for a domain code not in `codes` (None: the domain code)
 
-    def render(self, code: str, message: str, field_: str | None = None, details: dict[str, Any] | None = None,
-               extra: dict[str, Any] | None = None) -> str:  # fmt: skip
+    def render(
+        self,
+        code: str,
+        message: str,
+        field_: str | None = None,
+        details: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
         """`extra`: more keys of the error object (the native surface lists every argument error)."""
         err: dict[str, Any] = {"code": self.codes.get(code, self.fallback or code)}
         make = self.messages.get(code)

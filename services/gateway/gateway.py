@@ -13,20 +13,20 @@ import msgspec
 from mcp.server.mcpserver.exceptions import ToolError
 
 from mneme.domain import validation as v
+from mneme.domain.state import MemoryState
 from mneme.errors import InvalidContext, InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
 from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
 from mneme.principals import Directory, Principal
 from schemas.access import AccessDenied, ReadRecorded
-from mneme.domain.state import MemoryState
 from schemas.commands import DeleteMemory
 from schemas.queries import AsOf, AsOfResolved, ExpiredMemories, GetMemory, MemoryRow, VersionInfo
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, Written, utc_now
+from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 from services.gateway.models import Memory
 from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
-from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 
 Consistency = Literal["gateway", "linearizable"]
 T = TypeVar("T")
@@ -99,32 +99,47 @@ class Gateway:
         return self.principal
 
     def authorize(
-        self, principal: Principal, tool: str, intent: Intent, context: RequestContext | None, namespace: str | None,
+        self,
+        principal: Principal,
+        tool: str,
+        intent: Intent,
+        context: RequestContext | None,
+        namespace: str | None,
         context_required: bool = False,
     ) -> Call:
         if context is None and (self.require_context or context_required):
-            raise InvalidContext("this tool requires a context object (agent_id, organization_id, repository_id, "
-                                 "intent, request_id)", "context")  # fmt: skip
+            raise InvalidContext(
+                "this tool requires a context object (agent_id, organization_id, repository_id, intent, request_id)",
+                "context",
+            )
         ctx = context or RequestContext()
         if ctx.agent_id is not None and ctx.agent_id != principal.agent_id:
-            raise ScopeViolation(f"context.agent_id {ctx.agent_id!r} is not the authenticated agent", "context.agent_id")
+            raise ScopeViolation(
+                f"context.agent_id {ctx.agent_id!r} is not the authenticated agent", "context.agent_id"
+            )
         if ctx.organization_id is not None and principal.organization not in (None, ctx.organization_id):
-            raise ScopeViolation("context.organization_id is not the principal's organization", "context.organization_id")
+            raise ScopeViolation(
+                "context.organization_id is not the principal's organization", "context.organization_id"
+            )
         if ctx.intent is not None and _rank(ctx.intent) < _rank(intent):
             raise InvalidContext(f"intent {ctx.intent!r} does not allow {tool} (needs {intent!r})", "context.intent")
         if ctx.repository_id is not None:  # the repository the caller says it works in must be its own
             org = ctx.organization_id or principal.organization
-            repo_ns = v.namespace(f"{org}/{ctx.repository_id}" if org else ctx.repository_id,
-                                  "context.repository_id")  # fmt: skip
+            repo_ns = v.namespace(f"{org}/{ctx.repository_id}" if org else ctx.repository_id, "context.repository_id")
             if not (principal.can_read(repo_ns) if intent == "read" else principal.can_write(repo_ns)):
-                raise ScopeViolation(f"{principal.agent_id} is not bound to repository {repo_ns!r}",
-                                     "context.repository_id")  # fmt: skip
+                raise ScopeViolation(
+                    f"{principal.agent_id} is not bound to repository {repo_ns!r}", "context.repository_id"
+                )
             if namespace is None:
                 namespace = repo_ns
-            elif not (namespace == repo_ns or namespace.startswith(repo_ns + "/")
-                      or (intent == "read" and namespace == principal.system_namespace)):  # fmt: skip
-                raise InvalidContext(f"namespace {namespace!r} is outside context.repository_id {repo_ns!r}",
-                                     "namespace")  # fmt: skip
+            elif not (
+                namespace == repo_ns
+                or namespace.startswith(repo_ns + "/")
+                or (intent == "read" and namespace == principal.system_namespace)
+            ):
+                raise InvalidContext(
+                    f"namespace {namespace!r} is outside context.repository_id {repo_ns!r}", "namespace"
+                )
         ns = v.namespace(namespace if namespace is not None else principal.default_namespace)
         allowed = principal.can_read(ns) if intent == "read" else principal.can_write(ns)
         if not allowed:
@@ -155,34 +170,57 @@ class Gateway:
             call = self.authorize(principal, tool, intent, context, namespace, context_required)
             result = await body(call)
             if intent == "read":
-                await self.access.record(ReadRecorded(
-                    record_id=event_id_for(f"access:{call.request_id}:{tool}"), at=self.now(),
-                    agent_id=principal.agent_id, role=principal.role, request_id=call.request_id,
-                    namespace=call.namespace, operation=tool, memory_ids=tuple(call.read_ids),
-                ))  # fmt: skip
+                await self.access.record(
+                    ReadRecorded(
+                        record_id=event_id_for(f"access:{call.request_id}:{tool}"),
+                        at=self.now(),
+                        agent_id=principal.agent_id,
+                        role=principal.role,
+                        request_id=call.request_id,
+                        namespace=call.namespace,
+                        operation=tool,
+                        memory_ids=tuple(call.read_ids),
+                    )
+                )
             return result
         except MnemeError as exc:
             if exc.code in DENIALS:
                 rid = call.request_id if call else (context.request_id if context and context.request_id else new_id())
                 ns = call.namespace if call else (namespace or principal.default_namespace)
-                await self.access.record(AccessDenied(
-                    record_id=event_id_for(f"denied:{rid}:{tool}"), at=self.now(), agent_id=principal.agent_id,
-                    role=principal.role, request_id=rid, namespace=ns, operation=tool, code=exc.code,
-                    message=exc.message, memory_id=exc.details.get("memory_id"),
-                ))  # fmt: skip
+                await self.access.record(
+                    AccessDenied(
+                        record_id=event_id_for(f"denied:{rid}:{tool}"),
+                        at=self.now(),
+                        agent_id=principal.agent_id,
+                        role=principal.role,
+                        request_id=rid,
+                        namespace=ns,
+                        operation=tool,
+                        code=exc.code,
+                        message=exc.message,
+                        memory_id=exc.details.get("memory_id"),
+                    )
+                )
             raise ToolError(errors.render(exc.code, exc.message, exc.field, exc.details)) from None
 
     # -- helpers shared by tools ---------------------------------------------------------
     async def change(
-        self, call: Call, memory_id: str | None, store: str | None, path: str | None, request_id: str | None,
-        build: Callable[[str], Any], apply: Callable[..., Awaitable[Written]],
-    ) -> tuple[MemoryRow, Written]:  # fmt: skip
+        self,
+        call: Call,
+        memory_id: str | None,
+        store: str | None,
+        path: str | None,
+        request_id: str | None,
+        build: Callable[[str], Any],
+        apply: Callable[..., Awaitable[Written]],
+    ) -> tuple[MemoryRow, Written]:
         """Change an existing memory: resolve it (by id or store + path), build the command for its id,
         run it through the write side, note the log position. Returns the row it found and the write."""
         min_seq = await self.min_seq()
         row = await self.resolve(call.namespace, memory_id, store, path, min_seq)
-        w = await apply(build(row.memory.id), actor=call.principal.actor, request_id=request_id or call.request_id,
-                        min_seq=min_seq)  # fmt: skip
+        w = await apply(
+            build(row.memory.id), actor=call.principal.actor, request_id=request_id or call.request_id, min_seq=min_seq
+        )
         self.noted(w.seq)
         return row, w
 
@@ -194,8 +232,11 @@ class Gateway:
         pruned: list[MemoryState] = []
         seen: set[str] = set()
         while True:
-            got = await self.queries.ask(ExpiredMemories(namespace=call.namespace, now=self.now(),
-                                                         min_seq=await self.min_seq(), store=store, limit=500))  # fmt: skip
+            got = await self.queries.ask(
+                ExpiredMemories(
+                    namespace=call.namespace, now=self.now(), min_seq=await self.min_seq(), store=store, limit=500
+                )
+            )
             batch = [r.memory for r in got.items if r.memory.id not in seen]
             if not batch:
                 return pruned
@@ -203,8 +244,9 @@ class Gateway:
                 seen.add(m.id)
                 cmd = DeleteMemory(namespace=call.namespace, memory_id=m.id, permanent=True, reason="expired")
                 try:
-                    w = await self.commands.delete(cmd, actor=call.principal.actor, request_id=rid,
-                                                   min_seq=await self.min_seq())  # fmt: skip
+                    w = await self.commands.delete(
+                        cmd, actor=call.principal.actor, request_id=rid, min_seq=await self.min_seq()
+                    )
                 except MnemeError as exc:
                     if exc.code in ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED"):
                         continue
@@ -213,25 +255,58 @@ class Gateway:
                 pruned.append(m)
 
     async def resolve(
-        self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int,
-        *, history: int = 0, version: int | None = None,
-    ) -> MemoryRow:  # fmt: skip
-        return (await self.resolve_with_history(ns, memory_id, store, path, min_seq, history=history,
-                                                version=version))[0]  # fmt: skip
+        self,
+        ns: str,
+        memory_id: str | None,
+        store: str | None,
+        path: str | None,
+        min_seq: int,
+        *,
+        history: int = 0,
+        version: int | None = None,
+    ) -> MemoryRow:
+        return (await self.resolve_with_history(ns, memory_id, store, path, min_seq, history=history, version=version))[
+            0
+        ]
 
     async def resolve_with_history(
-        self, ns: str, memory_id: str | None, store: str | None, path: str | None, min_seq: int,
-        *, history: int = 0, version: int | None = None, as_of: AsOf | None = None,
-    ) -> tuple[MemoryRow, list[VersionInfo], AsOfResolved | None]:  # fmt: skip
+        self,
+        ns: str,
+        memory_id: str | None,
+        store: str | None,
+        path: str | None,
+        min_seq: int,
+        *,
+        history: int = 0,
+        version: int | None = None,
+        as_of: AsOf | None = None,
+    ) -> tuple[MemoryRow, list[VersionInfo], AsOfResolved | None]:
         """A memory by id, or by store + path (expired ones included: writes may touch them), with its
         recent versions on request, in one projector round trip (and the past moment, for as_of)."""
         if memory_id is not None:
-            query = GetMemory(namespace=ns, now=self.now(), min_seq=min_seq, memory_id=v.memory_id(memory_id),
-                              include_expired=True, history=history, version=version, as_of=as_of)  # fmt: skip
+            query = GetMemory(
+                namespace=ns,
+                now=self.now(),
+                min_seq=min_seq,
+                memory_id=v.memory_id(memory_id),
+                include_expired=True,
+                history=history,
+                version=version,
+                as_of=as_of,
+            )
             ref = memory_id
         elif store is not None and path is not None:
-            query = GetMemory(namespace=ns, now=self.now(), min_seq=min_seq, store=v.store(store), path=v.path(path),
-                              include_expired=True, history=history, version=version, as_of=as_of)  # fmt: skip
+            query = GetMemory(
+                namespace=ns,
+                now=self.now(),
+                min_seq=min_seq,
+                store=v.store(store),
+                path=v.path(path),
+                include_expired=True,
+                history=history,
+                version=version,
+                as_of=as_of,
+            )
             ref = f"{store}:{path}"
         elif store is not None:
             raise InvalidInput("path", "give path with store (or give id)")
@@ -250,7 +325,6 @@ class Gateway:
             raise MemoryNotFound(ref if version is None else f"{ref} version {version}")
         return got.item, got.history, got.as_of
 
-
     async def as_of(self, value: int | str | None) -> AsOf | None:
         """`as_of` as a tool takes it: a stream sequence (an integer) or an ISO 8601 time (UTC when it has no
         offset). A sequence past the head of the log, a time in the future or a malformed value is refused."""
@@ -267,13 +341,14 @@ class Gateway:
         try:
             t = datetime.fromisoformat(value.strip())
         except ValueError:
-            raise InvalidInput("as_of", f"{value!r} is neither an ISO 8601 time (2026-11-26T14:02:00Z) "
-                               "nor a log sequence number") from None  # fmt: skip
-        t = v.utc(t, "as_of")
-        assert t is not None
-        if t > self.now():
-            raise InvalidInput("as_of", f"{t.isoformat()} is in the future")
-        return AsOf(time=t)
+            raise InvalidInput(
+                "as_of", f"{value!r} is neither an ISO 8601 time (2026-11-26T14:02:00Z) nor a log sequence number"
+            ) from None
+        at = v.utc(t, "as_of")
+        assert at is not None
+        if at > self.now():
+            raise InvalidInput("as_of", f"{at.isoformat()} is in the future")
+        return AsOf(time=at)
 
 
 def split_ref(ref: str) -> tuple[str | None, str | None, str | None]:

@@ -27,8 +27,9 @@ tools = Toolset(group="governance", flow=True)
 async def _change(call: Call, ref: str, request_id: str | None, make: Callable[[str, str], Any]) -> Receipt:
     """One governance event on a memory (by id or store:path); `make(namespace, memory_id)` is its command."""
     gw = call.gw
-    row, w = await gw.change(call, *split_ref(ref), request_id,
-                             lambda mid: make(call.namespace, mid), gw.commands.govern)  # fmt: skip
+    row, w = await gw.change(
+        call, *split_ref(ref), request_id, lambda mid: make(call.namespace, mid), gw.commands.govern
+    )
     m = w.memory or row.memory
     return Receipt.of(m, w.seq if w.changed else None, w.changed, verification=m.verification, locked=m.locked)
 
@@ -40,11 +41,11 @@ async def memory_verify(call: Call, id: Ref, namespace: Namespace = None, reques
 
 
 @tools.tool(intent="admin", hints=WRITE)
-async def memory_lock(call: Call, id: Ref, reason: Reason = None, namespace: Namespace = None,
-                      request_id: RequestId = None) -> Receipt:  # fmt: skip
+async def memory_lock(
+    call: Call, id: Ref, reason: Reason = None, namespace: Namespace = None, request_id: RequestId = None
+) -> Receipt:
     """Admins: lock a memory, so agents cannot change or retire it until it is unlocked."""
-    return await _change(call, id, request_id,
-                         lambda ns, mid: LockMemory(namespace=ns, memory_id=mid, reason=reason))  # fmt: skip
+    return await _change(call, id, request_id, lambda ns, mid: LockMemory(namespace=ns, memory_id=mid, reason=reason))
 
 
 @tools.tool(intent="admin", hints=WRITE)
@@ -74,14 +75,34 @@ async def audit_query(
         raise PermissionDenied("query the audit trail")
     p = call.principal
     spaces = (*p.namespaces, *p.read_only, *([p.system_namespace] if p.system_namespace else []))
-    q = AuditQuery(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
-                   namespaces=spaces if all_readable else (call.namespace,), memory_id=memory_id,
-                   agent_id=agent_id, action=action, outcome=outcome,
-                   since=v.utc(since, "since"), until=v.utc(until, "until"), limit=limit,
-                   offset=offset)  # fmt: skip
+    q = AuditQuery(
+        namespace=call.namespace,
+        now=gw.now(),
+        min_seq=await gw.min_seq(),
+        namespaces=spaces if all_readable else (call.namespace,),
+        memory_id=memory_id,
+        agent_id=agent_id,
+        action=action,
+        outcome=outcome,
+        since=v.utc(since, "since"),
+        until=v.utc(until, "until"),
+        limit=limit,
+        offset=offset,
+    )
     got = await gw.queries.ask(q)
-    records = [AuditRecord(trail_seq=r.trail_seq, action=r.action, outcome=r.outcome, at=r.occurred_at,
-                           agent_id=r.agent_id, role=r.role, request_id=r.request_id,
-                           namespace=r.namespace, memory_ids=r.memory_ids, code=r.code)
-               for r in got.records]  # fmt: skip
+    records = [
+        AuditRecord(
+            trail_seq=r.trail_seq,
+            action=r.action,
+            outcome=r.outcome,
+            at=r.occurred_at,
+            agent_id=r.agent_id,
+            role=r.role,
+            request_id=r.request_id,
+            namespace=r.namespace,
+            memory_ids=r.memory_ids,
+            code=r.code,
+        )
+        for r in got.records
+    ]
     return AuditPage(results=records, total=got.total, has_more=offset + len(records) < got.total)

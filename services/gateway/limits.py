@@ -45,8 +45,10 @@ def _surrogate(s: str) -> str | None:
     try:
         s.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return f"contains a lone UTF-16 surrogate (U+{ord(s[exc.start]):04X}) at character {exc.start}; " \
-               "text must be valid Unicode"  # fmt: skip
+        return (
+            f"contains a lone UTF-16 surrogate (U+{ord(s[exc.start]):04X}) at character {exc.start}; "
+            "text must be valid Unicode"
+        )
     return None
 
 

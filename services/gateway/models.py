@@ -38,8 +38,14 @@ class Version(BaseModel):
 
     @classmethod
     def of(cls, v: VersionInfo) -> Version:
-        return cls(version=v.version, seq=v.seq, recorded_at=v.recorded_at, event_type=v.event_type,
-                   agent_id=v.agent_id, request_id=v.request_id)  # fmt: skip
+        return cls(
+            version=v.version,
+            seq=v.seq,
+            recorded_at=v.recorded_at,
+            event_type=v.event_type,
+            agent_id=v.agent_id,
+            request_id=v.request_id,
+        )
 
 
 class Memory(BaseModel):
@@ -83,28 +89,56 @@ class Memory(BaseModel):
 
     def trimmed(self) -> Memory:
         """Without internal positions, request ids and access statistics (what a trimmed surface sends agents)."""
-        return self.model_copy(update={
-            "seq": None, "accessed_at": None, "access_count": None,
-            "history": [h.model_copy(update={"seq": None, "request_id": None}) for h in self.history]
-            if self.history is not None else None,
-        })  # fmt: skip
+        return self.model_copy(
+            update={
+                "seq": None,
+                "accessed_at": None,
+                "access_count": None,
+                "history": [h.model_copy(update={"seq": None, "request_id": None}) for h in self.history]
+                if self.history is not None
+                else None,
+            }
+        )
 
     @classmethod
     def of(
         cls, s: MemoryState, now: datetime, row: MemoryRow | None = None, history: list[VersionInfo] | None = None
     ) -> Memory:
         return cls(
-            id=s.id, namespace=s.namespace, store=s.store, path=s.path, content=s.content, kind=s.kind,
-            category=s.category, subject=s.subject, tags=list(s.tags), importance=s.importance,
-            confidence=s.confidence, citations=list(s.citations), metadata=s.metadata, status=s.status,
-            version=s.version, created_at=s.created_at, updated_at=s.updated_at, created_by=s.created_by,
-            updated_by=s.updated_by, expires_at=s.expires_at, expired=s.is_expired(now), valid_from=s.valid_from,
-            valid_until=s.valid_until, accessed_at=row.accessed_at if row else None,
-            access_count=row.access_count if row else None, seq=s.last_seq, verification=s.verification,
-            locked=s.locked, status_reason=s.status_reason, lock_reason=s.lock_reason,
+            id=s.id,
+            namespace=s.namespace,
+            store=s.store,
+            path=s.path,
+            content=s.content,
+            kind=s.kind,
+            category=s.category,
+            subject=s.subject,
+            tags=list(s.tags),
+            importance=s.importance,
+            confidence=s.confidence,
+            citations=list(s.citations),
+            metadata=s.metadata,
+            status=s.status,
+            version=s.version,
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+            created_by=s.created_by,
+            updated_by=s.updated_by,
+            expires_at=s.expires_at,
+            expired=s.is_expired(now),
+            valid_from=s.valid_from,
+            valid_until=s.valid_until,
+            accessed_at=row.accessed_at if row else None,
+            access_count=row.access_count if row else None,
+            seq=s.last_seq,
+            verification=s.verification,
+            locked=s.locked,
+            status_reason=s.status_reason,
+            lock_reason=s.lock_reason,
             history=[Version.of(v) for v in history] if history is not None else None,
-            superseded_by=s.superseded_by, invalid_reason=s.invalid_reason,
-        )  # fmt: skip
+            superseded_by=s.superseded_by,
+            invalid_reason=s.invalid_reason,
+        )
 
 
 class Result(BaseModel):
@@ -123,10 +157,16 @@ class Result(BaseModel):
 
     @classmethod
     def brief(cls, s: MemoryState, now: datetime, score: float | None = None) -> Result:
-        return cls(id=s.id, content=s.content, store=s.store, path=s.path,
-                   score=round(score, 4) if score is not None else None,
-                   status=s.status if s.status != "active" else None,
-                   expired=True if s.is_expired(now) else None, valid_until=s.valid_until)  # fmt: skip
+        return cls(
+            id=s.id,
+            content=s.content,
+            store=s.store,
+            path=s.path,
+            score=round(score, 4) if score is not None else None,
+            status=s.status if s.status != "active" else None,
+            expired=True if s.is_expired(now) else None,
+            valid_until=s.valid_until,
+        )
 
 
 Detail = Literal["brief", "full"]
@@ -146,8 +186,16 @@ class AddResult(BaseModel):
 
     @classmethod
     def of(cls, s: MemoryState, duplicate: bool) -> AddResult:
-        return cls(id=s.id, namespace=s.namespace, store=s.store, path=s.path, version=s.version, seq=s.last_seq,
-                   created_at=s.created_at, duplicate=duplicate)  # fmt: skip
+        return cls(
+            id=s.id,
+            namespace=s.namespace,
+            store=s.store,
+            path=s.path,
+            version=s.version,
+            seq=s.last_seq,
+            created_at=s.created_at,
+            duplicate=duplicate,
+        )
 
 
 class Receipt(BaseModel):
@@ -221,12 +269,24 @@ class Stats(BaseModel):
     @classmethod
     def of(cls, r: StatsResult) -> Stats:
         return cls(
-            total=r.total, active=r.active, archived=r.archived, deprecated=r.deprecated, expired=r.expired,
-            by_kind=r.by_kind, by_importance=r.by_importance, by_category=r.by_category, by_subject=r.by_subject,
-            top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags], oldest=r.oldest, newest=r.newest,
+            total=r.total,
+            active=r.active,
+            archived=r.archived,
+            deprecated=r.deprecated,
+            expired=r.expired,
+            by_kind=r.by_kind,
+            by_importance=r.by_importance,
+            by_category=r.by_category,
+            by_subject=r.by_subject,
+            top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags],
+            oldest=r.oldest,
+            newest=r.newest,
             most_accessed=[AccessCount(id=i, count=n) for i, n in r.most_accessed],
-            stores=r.stores, categories=r.categories, storage_bytes=r.content_bytes, as_of=AsOfInfo.of(r.as_of),
-        )  # fmt: skip
+            stores=r.stores,
+            categories=r.categories,
+            storage_bytes=r.content_bytes,
+            as_of=AsOfInfo.of(r.as_of),
+        )
 
 
 class AuditRecord(BaseModel):

@@ -10,31 +10,51 @@ from pydantic import BaseModel, Field
 
 Namespace = Annotated[str | None, Field(description="Namespace to act in; default: yours.", max_length=255)]
 Store = Annotated[str | None, Field(description="A named collection of memories addressed by path.", max_length=64)]
-Path = Annotated[str | None, Field(description="Path in the store: categories then a name, e.g. 'project/decisions/db'.", max_length=512)]  # noqa: E501
+Path = Annotated[
+    str | None,
+    Field(description="Path in the store: categories then a name, e.g. 'project/decisions/db'.", max_length=512),
+]
 # The memory a tool acts on, required in its schema: its id, or store:path (store names and paths hold no ':').
-Ref = Annotated[str, Field(min_length=1, max_length=600, description="Memory id, or store:path (e.g. 'notes:project/db').")]  # noqa: E501
+Ref = Annotated[
+    str, Field(min_length=1, max_length=600, description="Memory id, or store:path (e.g. 'notes:project/db').")
+]
 MemoryId = Annotated[str | None, Field(description="Memory id (UUID).", max_length=64)]
-RequestId = Annotated[str | None, Field(description="Idempotency key: a retry with the same request_id is applied once.", min_length=1, max_length=128)]  # noqa: E501
+RequestId = Annotated[
+    str | None,
+    Field(
+        description="Idempotency key: a retry with the same request_id is applied once.", min_length=1, max_length=128
+    ),
+]
 Tags = Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(max_length=50)]
-Citations = Annotated[list[Annotated[str, Field(min_length=1, max_length=2048)]], Field(max_length=100, description="Sources: file:line, URLs, ticket ids.")]  # noqa: E501
+Citations = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=2048)]],
+    Field(max_length=100, description="Sources: file:line, URLs, ticket ids."),
+]
 # Every float parameter is a Unit: NaN and +-Infinity (JSON parsers here read `NaN`, `Infinity`, `1e400`, and
 # pydantic takes the strings "nan", "inf") are refused as "must be a finite number", not as out of range.
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Label = Annotated[str, Field(min_length=1, max_length=128)]
-Kind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="e.g. note, fact, preference, decision, task.")]  # noqa: E501
-Detail = Annotated[Literal["brief", "full"], Field(description="brief: id, content and what marks each; full: every field.")]  # noqa: E501
+Kind = Annotated[
+    str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="e.g. note, fact, preference, decision, task.")
+]
+Detail = Annotated[
+    Literal["brief", "full"], Field(description="brief: id, content and what marks each; full: every field.")
+]
 
 AsOfArg = Annotated[  # the members' descriptions name them in the error for a value that is neither
-    Annotated[int, Field(description="a log sequence number")] | Annotated[str, Field(description="an ISO 8601 time")]
+    Annotated[int, Field(description="a log sequence number")]
+    | Annotated[str, Field(description="an ISO 8601 time")]
     | None,
-    Field(description="Answer as the memory was at this moment: a log sequence (e.g. 1042) or an ISO 8601 "
-                      "time (no offset: UTC)."),
-]  # fmt: skip
+    Field(
+        description="Answer as the memory was at this moment: a log sequence (e.g. 1042) or an ISO 8601 "
+        "time (no offset: UTC)."
+    ),
+]
 
 ValidAtArg = Annotated[
     datetime | None,
     Field(description="Only memories valid at this time (valid_from <= t < valid_until); ISO 8601."),
-]  # fmt: skip
+]
 
 # Hints must hold for a tool called with its defaults: memory_add without a request_id creates a new memory
 # on every call, so it is not idempotent (a client that retries idempotent tools would duplicate memories).
@@ -58,6 +78,8 @@ class RequestContext(BaseModel):
 
 ContextArg = Annotated[
     RequestContext | None,
-    Field(description="Who asks and why: agent_id, organization_id, repository_id (sets the namespace "
-                      "<organization>/<repository> when namespace is not given), intent, request_id."),
-]  # fmt: skip
+    Field(
+        description="Who asks and why: agent_id, organization_id, repository_id (sets the namespace "
+        "<organization>/<repository> when namespace is not given), intent, request_id."
+    ),
+]

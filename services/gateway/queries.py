@@ -17,7 +17,7 @@ from schemas.queries import RESULT_TYPES, Query, Reply, encoder
 T = TypeVar("T")
 
 _reply = msgspec.msgpack.Decoder(Reply)
-_results = {op: msgspec.msgpack.Decoder(t) for op, t in RESULT_TYPES.items()}
+_results: dict[str, msgspec.msgpack.Decoder[Any]] = {op: msgspec.msgpack.Decoder(t) for op, t in RESULT_TYPES.items()}
 
 
 class QueryClient:
@@ -47,12 +47,16 @@ class QueryClient:
                 no_projector = True
                 if left <= delay:
                     raise Unavailable("no projector is serving queries yet; retry shortly") from None
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 if no_projector:
                     raise Unavailable("no projector is serving queries yet; retry shortly") from None
                 raise ProjectionLag(f"no projector answered {op} within {self.timeout:.0f} s") from None
-            except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError,
-                    nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError):  # fmt: skip
+            except (
+                nats.errors.ConnectionClosedError,
+                nats.errors.OutboundBufferLimitError,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.StaleConnectionError,
+            ):
                 if left <= delay:
                     raise Unavailable("NATS is unreachable; queries cannot reach a projector") from None
             await asyncio.sleep(delay)

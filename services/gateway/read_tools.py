@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from mneme.domain import validation as v
-from mneme.errors import InvalidInput, MemoryNotFound
 from mneme.domain.state import MemoryState
+from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.queries import ListMemories, MemoryRow, MemoryStats
 from services.gateway.gateway import Call, Gateway, split_ref
 from services.gateway.models import AsOfInfo, Memory, Page, Result, Stats
@@ -38,8 +38,16 @@ HISTORY = 5
 tools = Toolset(flow=True)
 
 
-def result(gw: Gateway, call: Call, s: MemoryState, now: datetime, detail: str, row: MemoryRow | None = None,
-           score: float | None = None, **full_only: Any) -> Result:  # fmt: skip
+def result(
+    gw: Gateway,
+    call: Call,
+    s: MemoryState,
+    now: datetime,
+    detail: str,
+    row: MemoryRow | None = None,
+    score: float | None = None,
+    **full_only: Any,
+) -> Result:
     """One memory in a list of results: in brief, or with every field and `full_only` (detail="full")."""
     if detail == "brief":
         return Result.brief(s, now, score)
@@ -63,9 +71,9 @@ async def memory_get(
         raise InvalidInput("as_of", "give as_of or version, not both")
     at = await gw.as_of(as_of)
     mid, store, path = split_ref(id)
-    row, history, resolved = await gw.resolve_with_history(call.namespace, mid, store, path,
-                                                           await gw.min_seq(), history=HISTORY,
-                                                           version=version, as_of=at)  # fmt: skip
+    row, history, resolved = await gw.resolve_with_history(
+        call.namespace, mid, store, path, await gw.min_seq(), history=HISTORY, version=version, as_of=at
+    )
     now = resolved.time if resolved is not None and resolved.time is not None else gw.now()
     if version is None and row.memory.is_expired(now) and not include_expired:
         assert row.memory.expires_at is not None
@@ -81,7 +89,9 @@ async def memory_list(
     call: Call,
     namespace: Namespace = None,
     store: Store = None,
-    category_path: Annotated[str | None, Field(max_length=512, description="Only memories under this category path of the store.")] = None,  # noqa: E501
+    category_path: Annotated[
+        str | None, Field(max_length=512, description="Only memories under this category path of the store.")
+    ] = None,
     recursive: Annotated[bool, Field(description="With category_path: include subcategories.")] = True,
     kind: Kind | None = None,
     tags: Annotated[Tags, Field(description="Memories carrying ALL of these tags.")] = [],  # noqa: B006
@@ -90,8 +100,10 @@ async def memory_list(
     created_by: Annotated[str | None, Field(max_length=128, description="Only memories this agent wrote.")] = None,
     importance_min: Unit | None = None,
     importance_max: Unit | None = None,
-    status: Annotated[Literal["live", "active", "deprecated", "archived", "any"], Field(
-        description="live: active and deprecated (not archived).")] = "live",  # fmt: skip
+    status: Annotated[
+        Literal["live", "active", "deprecated", "archived", "any"],
+        Field(description="live: active and deprecated (not archived)."),
+    ] = "live",
     include_expired: bool = False,
     valid_at: ValidAtArg = None,
     as_of: AsOfArg = None,
@@ -106,23 +118,39 @@ async def memory_list(
     memory_search."""
     gw = call.gw
     if as_of is not None and sort_by in ("accessed_at", "access_count"):
-        raise InvalidInput("sort_by", f"{sort_by} is not kept per moment: past reads (as_of) carry no "
-                           "access statistics; sort by created_at, updated_at or importance")  # fmt: skip
+        raise InvalidInput(
+            "sort_by",
+            f"{sort_by} is not kept per moment: past reads (as_of) carry no "
+            "access statistics; sort by created_at, updated_at or importance",
+        )
     q = ListMemories(
-        namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
+        namespace=call.namespace,
+        now=gw.now(),
+        min_seq=await gw.min_seq(),
         store=v.store(store) if store is not None else None,
         category_path=v.category_path(category_path) if category_path is not None else None,
-        recursive=recursive, kind=kind, tags=tuple(tags), category=category, subject=subject,
-        created_by=created_by, importance_min=importance_min, importance_max=importance_max, status=status,
-        include_expired=include_expired, limit=limit, offset=offset, sort_by=sort_by, sort_order=sort_order,
-        as_of=await gw.as_of(as_of), valid_at=v.utc(valid_at, "valid_at"),
-    )  # fmt: skip
+        recursive=recursive,
+        kind=kind,
+        tags=tuple(tags),
+        category=category,
+        subject=subject,
+        created_by=created_by,
+        importance_min=importance_min,
+        importance_max=importance_max,
+        status=status,
+        include_expired=include_expired,
+        limit=limit,
+        offset=offset,
+        sort_by=sort_by,
+        sort_order=sort_order,
+        as_of=await gw.as_of(as_of),
+        valid_at=v.utc(valid_at, "valid_at"),
+    )
     got = await gw.queries.ask(q)
     now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
     items = [result(gw, call, r.memory, now, detail, r) for r in got.items]
     call.read([m.id for m in items])
-    return Page(results=items, total=got.total, has_more=offset + len(items) < got.total,
-                as_of=AsOfInfo.of(got.as_of))  # fmt: skip
+    return Page(results=items, total=got.total, has_more=offset + len(items) < got.total, as_of=AsOfInfo.of(got.as_of))
 
 
 @tools.tool(intent="read", hints=READ)
@@ -136,7 +164,12 @@ async def memory_stats(
     """Counts of what the memory holds: by kind, importance, category, subject and status; oldest and
     newest; top tags; most read; storage size."""
     gw = call.gw
-    q = MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
-                    store=v.store(store) if store is not None else None, top_tags=top_tags,
-                    as_of=await gw.as_of(as_of))  # fmt: skip
+    q = MemoryStats(
+        namespace=call.namespace,
+        now=gw.now(),
+        min_seq=await gw.min_seq(),
+        store=v.store(store) if store is not None else None,
+        top_tags=top_tags,
+        as_of=await gw.as_of(as_of),
+    )
     return Stats.of(await gw.queries.ask(q))

@@ -9,7 +9,7 @@ audited and counted like a read.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -28,30 +28,45 @@ tools = Toolset(flow=True)
 @tools.tool(intent="read", hints=READ)
 async def memory_search(
     call: Call,
-    query: Annotated[str, Field(min_length=1, max_length=4096, description="A question or topic, in natural language.")],  # noqa: E501
+    query: Annotated[
+        str, Field(min_length=1, max_length=4096, description="A question or topic, in natural language.")
+    ],
     namespace: Namespace = None,
     limit: Annotated[int, Field(ge=1, le=100)] = 10,
-    mode: Annotated[Literal["hybrid", "semantic", "keyword"], Field(
-        description="hybrid (default): meaning and words together, best for questions; semantic: meaning "
-        "only, for paraphrases; keyword: the query's words (BM25), works while the model loads.")] = "hybrid",
-    threshold: Annotated[Unit | None, Field(description="Minimum score (default: hybrid 0.1, semantic 0.2, "
-                                          "keyword 0); below it a memory is unrelated.")] = None,  # fmt: skip
+    mode: Annotated[
+        Literal["hybrid", "semantic", "keyword"],
+        Field(
+            description="hybrid (default): meaning and words together, best for questions; semantic: meaning "
+            "only, for paraphrases; keyword: the query's words (BM25), works while the model loads."
+        ),
+    ] = "hybrid",
+    threshold: Annotated[
+        Unit | None,
+        Field(
+            description="Minimum score (default: hybrid 0.1, semantic 0.2, keyword 0); below it a memory is unrelated."
+        ),
+    ] = None,
     kind: Kind | None = None,
     category: Label | None = None,
     subject: Annotated[str | None, Field(max_length=128)] = None,
     tags: Annotated[Tags, Field(description="Memories carrying ALL of these tags.")] = [],  # noqa: B006
     importance_min: Unit | None = None,
     importance_max: Unit | None = None,
-    status: Annotated[Literal["live", "active", "any"], Field(
-        description="live: also deprecated (ranked lower); active: not deprecated; any: also archived.")] = "live",
+    status: Annotated[
+        Literal["live", "active", "any"],
+        Field(description="live: also deprecated (ranked lower); active: not deprecated; any: also archived."),
+    ] = "live",
     include_expired: bool = False,
     include_rules: Annotated[bool, Field(description="Also your organization's verified rules.")] = True,
     valid_at: ValidAtArg = None,
     as_of: AsOfArg = None,
-    fusion: Annotated[Literal["calibrated", "zscore", "rrf"] | None, Field(
-        description="hybrid only: calibrated (default), or zscore / rrf, relative to the candidates.")] = None,
-    semantic_weight: Annotated[Unit | None, Field(description="hybrid only: the semantic share of the score "
-                                                 "(default 0.3).")] = None,  # fmt: skip
+    fusion: Annotated[
+        Literal["calibrated", "zscore", "rrf"] | None,
+        Field(description="hybrid only: calibrated (default), or zscore / rrf, relative to the candidates."),
+    ] = None,
+    semantic_weight: Annotated[
+        Unit | None, Field(description="hybrid only: the semantic share of the score (default 0.3).")
+    ] = None,
     detail: Detail = "brief",
 ) -> SearchResults:
     """Find what the memory knows about a question or topic: the most relevant memories first, each
@@ -59,23 +74,60 @@ async def memory_search(
     match). Use it before answering from memory; fewer than `limit` come back when fewer are related."""
     gw = call.gw
     system = call.principal.system_namespace
-    rules = (system,) if include_rules and system and system != call.namespace \
-        and call.principal.can_read(system) else ()  # fmt: skip
+    rules = (
+        (system,) if include_rules and system and system != call.namespace and call.principal.can_read(system) else ()
+    )
     for name, given in (("fusion", fusion), ("semantic_weight", semantic_weight)):
         if given is not None and mode != "hybrid":
             raise InvalidInput(name, f"only with mode 'hybrid' (this search is {mode})")
-    extra = {"fusion": fusion or "calibrated",
-             "semantic_weight": 0.3 if semantic_weight is None else semantic_weight}  # fmt: skip
-    q = SearchMemories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), mode=mode,
-                       rule_namespaces=rules, query=query, limit=limit, threshold=threshold, kind=kind,
-                       category=category, subject=subject, tags=tuple(tags), importance_min=importance_min,
-                       importance_max=importance_max, status=status, include_expired=include_expired,
-                       as_of=await gw.as_of(as_of), valid_at=v.utc(valid_at, "valid_at"), **extra)  # fmt: skip
+    extra: dict[str, Any] = {
+        "fusion": fusion or "calibrated",
+        "semantic_weight": 0.3 if semantic_weight is None else semantic_weight,
+    }
+    q = SearchMemories(
+        namespace=call.namespace,
+        now=gw.now(),
+        min_seq=await gw.min_seq(),
+        mode=mode,
+        rule_namespaces=rules,
+        query=query,
+        limit=limit,
+        threshold=threshold,
+        kind=kind,
+        category=category,
+        subject=subject,
+        tags=tuple(tags),
+        importance_min=importance_min,
+        importance_max=importance_max,
+        status=status,
+        include_expired=include_expired,
+        as_of=await gw.as_of(as_of),
+        valid_at=v.utc(valid_at, "valid_at"),
+        **extra,
+    )
     got: SearchResult = await gw.queries.ask(q)
     now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
-    items = [result(gw, call, h.memory, now, detail, score=h.score, semantic_score=h.semantic,
-                    keyword_score=h.keyword, match=h.group, demoted=h.demoted) for h in got.hits]  # fmt: skip
+    items = [
+        result(
+            gw,
+            call,
+            h.memory,
+            now,
+            detail,
+            score=h.score,
+            semantic_score=h.semantic,
+            keyword_score=h.keyword,
+            match=h.group,
+            demoted=h.demoted,
+        )
+        for h in got.hits
+    ]
     call.read([i.id for i in items])
     full = detail == "full"
-    return SearchResults(results=items, mode=got.mode if full else None, threshold=got.threshold if full else None,
-                         model=got.model if full else None, as_of=AsOfInfo.of(got.as_of))  # fmt: skip
+    return SearchResults(
+        results=items,
+        mode=got.mode if full else None,
+        threshold=got.threshold if full else None,
+        model=got.model if full else None,
+        as_of=AsOfInfo.of(got.as_of),
+    )

@@ -39,8 +39,8 @@ def package_version() -> str:
 class MnemeMCPServer(MCPServer):
     """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
 
-    def __init__(self, *args: Any, version: str | None = None, errors: ErrorStyle = NATIVE_ERRORS, **kwargs: Any):
-        super().__init__(*args, version=version or package_version(), **kwargs)
+    def __init__(self, *, version: str | None = None, errors: ErrorStyle = NATIVE_ERRORS, **kwargs: Any):
+        super().__init__(version=version or package_version(), **kwargs)
         self.errors = errors  # the profile's error format, for the errors raised here as well
 
     async def run_stdio_async(self) -> None:
@@ -59,8 +59,9 @@ class MnemeMCPServer(MCPServer):
         known_args = tool.parameters.get("properties", {})
         unknown = sorted(k for k in arguments if k not in known_args)
         if unknown:  # a misspelt argument fails loudly instead of being dropped
-            raise self.error("INVALID_INPUT", unknown[0],
-                             f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known_args))}")  # fmt: skip
+            raise self.error(
+                "INVALID_INPUT", unknown[0], f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known_args))}"
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:
@@ -72,8 +73,11 @@ class MnemeMCPServer(MCPServer):
             if isinstance(cause, ValidationError):
                 errs = validation_errors(cause, arguments, known_args)
                 first = errs[0] if errs else {"field": "arguments", "problem": "invalid"}
-                raise ToolError(self.errors.render("INVALID_INPUT", f"{first['field']}: {first['problem']}",
-                                                   first["field"], extra={"errors": errs})) from cause  # fmt: skip
+                raise ToolError(
+                    self.errors.render(
+                        "INVALID_INPUT", f"{first['field']}: {first['problem']}", first["field"], extra={"errors": errs}
+                    )
+                ) from cause
             raise internal_error(name, exc, self.errors) from None
         except MCPError:
             raise
@@ -88,12 +92,19 @@ def internal_error(tool: str, exc: BaseException, errors: ErrorStyle = NATIVE_ER
     """An unexpected failure: the client learns that it happened and where to look, the log gets the rest."""
     incident = uuid.uuid4().hex[:12]
     log.error("%s failed unexpectedly (incident %s)", tool, incident, exc_info=exc)
-    return ToolError(errors.render("INTERNAL", f"{tool} failed unexpectedly; the server log has the details "
-                                               f"(incident {incident})"))  # fmt: skip
+    return ToolError(
+        errors.render("INTERNAL", f"{tool} failed unexpectedly; the server log has the details (incident {incident})")
+    )
 
 
-_KINDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
-          "array": "a list", "object": "an object"}  # fmt: skip
+_KINDS = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "an object",
+}
 
 
 def _accepted(prop: dict[str, Any]) -> str | None:
@@ -138,12 +149,11 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     is_native = p.name == "native"
     if is_native and gw is not None:  # the operator's choices: the context argument, the groups of tools
         p = p.with_options(context=gw.native_context, groups=gw.tool_groups)
-    mcp = MnemeMCPServer(name=name if is_native else f"{name}-{p.name}", instructions=p.instructions,
-                         errors=p.errors)  # fmt: skip
+    mcp = MnemeMCPServer(name=name if is_native else f"{name}-{p.name}", instructions=p.instructions, errors=p.errors)
     for spec in p.served():
-        mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description,
-                     annotations=spec.hints)  # fmt: skip
+        mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description, annotations=spec.hints)
         tool = mcp._tool_manager.get_tool(spec.name)
+        assert tool is not None  # added just above
         if p.context == "required":
             tool.parameters = require_context(tool.parameters, p.context_required)
         if p.drop_nulls:  # results never hold a null: the schemas need not say one may come

@@ -161,12 +161,15 @@ def decode(line: bytes) -> SessionMessage | JSONRPCError | None:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _error(scan_id(line.decode("utf-8", "replace")), PARSE_ERROR,
-                      f"Parse error: not valid UTF-8 (byte {exc.start})")  # fmt: skip
+        return _error(
+            scan_id(line.decode("utf-8", "replace")), PARSE_ERROR, f"Parse error: not valid UTF-8 (byte {exc.start})"
+        )
     try:
         obj = json.loads(text)
     except RecursionError:
-        return _error(scan_id(text), PARSE_ERROR, f"Parse error: nested too deeply (an argument may nest {MAX_DEPTH} levels)")
+        return _error(
+            scan_id(text), PARSE_ERROR, f"Parse error: nested too deeply (an argument may nest {MAX_DEPTH} levels)"
+        )
     except ValueError as exc:
         return _error(scan_id(text), PARSE_ERROR, f"Parse error: not JSON ({shown(str(exc), 120)})")
     if not isinstance(obj, dict):
@@ -203,7 +206,8 @@ def decode(line: bytes) -> SessionMessage | JSONRPCError | None:
 def encode(message: Any) -> bytes | None:
     """One line of JSON; a reply that cannot be encoded becomes an error for its id (never a dead writer)."""
     try:
-        return message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+        text: str = message.model_dump_json(by_alias=True, exclude_unset=True)
+        return text.encode("utf-8") + b"\n"
     except Exception as exc:  # noqa: BLE001 - whatever it is, the wire must stay up
         log.error("could not encode a %s as JSON: %s", type(message).__name__, exc)
         if isinstance(message, JSONRPCResponse | JSONRPCError):
@@ -246,16 +250,20 @@ def next_item(stdin: BinaryIO) -> SessionMessage | JSONRPCError | _EndOfInput | 
         return END
     try:
         if isinstance(line, _TooLong):
-            return _error(scan_id(line.head.decode("utf-8", "replace")), INVALID_REQUEST,
-                          f"Invalid Request: the message is {line.size} bytes; the limit is {MAX_MESSAGE_BYTES}")  # fmt: skip
+            return _error(
+                scan_id(line.head.decode("utf-8", "replace")),
+                INVALID_REQUEST,
+                f"Invalid Request: the message is {line.size} bytes; the limit is {MAX_MESSAGE_BYTES}",
+            )
         return decode(line)
-    except Exception:  # noqa: BLE001 - a line must never end the server
+    except Exception:  # a line must never end the server
         log.exception("could not decode a line")
         return _error(None, INTERNAL_ERROR, "Internal error: the message could not be decoded")
 
 
-async def _reader(stdin: BinaryIO, inbound: MemoryObjectSendStream[SessionMessage],
-                  replies: MemoryObjectSendStream[SessionMessage]) -> None:  # fmt: skip
+async def _reader(
+    stdin: BinaryIO, inbound: MemoryObjectSendStream[SessionMessage], replies: MemoryObjectSendStream[SessionMessage]
+) -> None:
     async with inbound, replies:
         while (item := await anyio.to_thread.run_sync(next_item, stdin, abandon_on_cancel=True)) is not END:
             try:
@@ -270,7 +278,8 @@ async def _reader(stdin: BinaryIO, inbound: MemoryObjectSendStream[SessionMessag
 
 @asynccontextmanager
 async def stdio_transport(
-    stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
+    stdin: BinaryIO | None = None,
+    stdout: BinaryIO | None = None,
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage], MemoryObjectSendStream[SessionMessage]]]:
     """The (read, write) stream pair `Server.run` serves, over the process's stdin/stdout or the binary
     streams given."""

@@ -27,9 +27,29 @@ from services.gateway.toolkit import Toolset
 tools = Toolset(group="time", flow=True)
 
 # what a version diff compares (bookkeeping like version, updated_at, last_seq is in the version line itself)
-FIELDS = ("content", "store", "path", "kind", "category", "subject", "tags", "importance", "confidence",
-          "citations", "metadata", "status", "status_reason", "verification", "locked", "lock_reason",
-          "expires_at", "valid_from", "valid_until", "invalid_reason", "superseded_by")  # fmt: skip
+FIELDS = (
+    "content",
+    "store",
+    "path",
+    "kind",
+    "category",
+    "subject",
+    "tags",
+    "importance",
+    "confidence",
+    "citations",
+    "metadata",
+    "status",
+    "status_reason",
+    "verification",
+    "locked",
+    "lock_reason",
+    "expires_at",
+    "valid_from",
+    "valid_until",
+    "invalid_reason",
+    "superseded_by",
+)
 
 
 class VersionEntry(BaseModel):
@@ -84,15 +104,15 @@ def changed_fields(before: MemoryState | None, after: MemoryState) -> list[str]:
 def content_diff(before: str, after: str, from_name: str, to_name: str) -> str:
     """A unified diff, one line per line: content without a final newline must not glue the removed line
     to the added one, as difflib does with keepends=True."""
-    return "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), from_name, to_name,
-                                          lineterm=""))  # fmt: skip
+    return "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), from_name, to_name, lineterm=""))
 
 
 async def _versions(call: Call, memory_id: str, **kw: Any) -> tuple[list[VersionDetail], int]:
     gw = call.gw
     assert gw is not None
-    q = MemoryHistory(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
-                      memory_id=v.memory_id(memory_id), **kw)  # fmt: skip
+    q = MemoryHistory(
+        namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), memory_id=v.memory_id(memory_id), **kw
+    )
     got = await gw.queries.ask(q)
     if got.total == 0:
         raise MemoryNotFound(memory_id)
@@ -122,12 +142,20 @@ async def memory_history(
         if offset > 0 and i == 0:  # the version before the page: context only
             prev = r.state
             continue
-        entries.append(VersionEntry(
-            version=r.version, seq=r.seq, seq_to=r.seq_to, recorded_at=r.recorded_at, event=r.event_type,
-            agent_id=r.agent_id, request_id=r.request_id, deleted=r.deleted,
-            changed=["deleted"] if r.deleted else changed_fields(prev, r.state),
-            memory=Result(**gw.shown(call, Memory.of(r.state, now)).model_dump()) if include_content else None,
-        ))  # fmt: skip
+        entries.append(
+            VersionEntry(
+                version=r.version,
+                seq=r.seq,
+                seq_to=r.seq_to,
+                recorded_at=r.recorded_at,
+                event=r.event_type,
+                agent_id=r.agent_id,
+                request_id=r.request_id,
+                deleted=r.deleted,
+                changed=["deleted"] if r.deleted else changed_fields(prev, r.state),
+                memory=Result(**gw.shown(call, Memory.of(r.state, now)).model_dump()) if include_content else None,
+            )
+        )
         prev = r.state
     call.read([id])
     return HistoryPage(id=id, total=total, results=entries, has_more=offset + len(entries) < total)
@@ -155,11 +183,11 @@ async def memory_diff(
         if want not in got or got[want].deleted:
             raise InvalidInput(name, f"memory {id} has no version {want}")
     a, b = got[from_version].state, got[target].state
-    changes = [FieldChange(field=f, before=_value(a, f), after=_value(b, f))
-               for f in FIELDS if _value(a, f) != _value(b, f)]  # fmt: skip
+    changes = [
+        FieldChange(field=f, before=_value(a, f), after=_value(b, f)) for f in FIELDS if _value(a, f) != _value(b, f)
+    ]
     text = None
     if a.content != b.content:
         text = content_diff(a.content, b.content, f"version {from_version}", f"version {target}")
     call.read([id])
-    return DiffResult(id=id, from_version=from_version, to_version=target, changes=changes,
-                      content_diff=text)  # fmt: skip
+    return DiffResult(id=id, from_version=from_version, to_version=target, changes=changes, content_diff=text)

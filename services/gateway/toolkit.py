@@ -52,14 +52,20 @@ class Toolset:
         self.group = group
         self.flow = flow
 
-    def tool(self, name: str | None = None, *, intent: Intent, hints: ToolAnnotations, group: str | None = None,
-             description: str | None = None) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:  # fmt: skip  # noqa: E501
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        intent: Intent,
+        hints: ToolAnnotations,
+        group: str | None = None,
+        description: str | None = None,
+    ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
         def declare(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             doc = inspect.getdoc(fn) or ""
             if self.flow:
                 doc = "\n\n".join(" ".join(block.split()) for block in doc.split("\n\n"))
-            self.specs.append(ToolSpec(name or fn.__name__, fn, intent, hints, group or self.group,
-                                       description or doc))  # fmt: skip
+            self.specs.append(ToolSpec(name or fn.__name__, fn, intent, hints, group or self.group, description or doc))
             return fn
 
         return declare
@@ -85,8 +91,9 @@ class Profile:
 
     def with_options(self, *, context: ContextPolicy | None = None, groups: tuple[str, ...] | None = None) -> Profile:
         """This profile as an operator configured it: its context policy, the groups of tools it offers."""
-        return dataclasses.replace(self, context=context or self.context,
-                                   groups=groups if groups is not None else self.groups)  # fmt: skip
+        return dataclasses.replace(
+            self, context=context or self.context, groups=groups if groups is not None else self.groups
+        )
 
     def served(self) -> list[ToolSpec]:
         return [s for s in self.tools.specs if self.groups is None or s.group in self.groups]
@@ -160,15 +167,21 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)
     own = [p for p in params if p.name != "context"]
     if profile.context == "optional":
-        own.append(inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                     annotation=ContextArg))  # fmt: skip
+        own.append(
+            inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=ContextArg)
+        )
     elif profile.context == "required":
         required = [p for p in own if p.default is inspect.Parameter.empty]
         rest = [p for p in own if p.default is not inspect.Parameter.empty]
         # required in the schema (build_server marks it so), optional to the argument model: a call without it
         # reaches the gateway, which refuses it as INVALID_CONTEXT and records the refusal in the audit trail
-        own = [*required, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                            annotation=RequestContext | None), *rest]  # fmt: skip
+        own = [
+            *required,
+            inspect.Parameter(
+                "context", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=RequestContext | None
+            ),
+            *rest,
+        ]
     scope = profile.scope or _default_scope
     takes_context = any(p.name == "context" for p in params)
 
@@ -184,8 +197,16 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
         async def body(call: Call) -> Any:
             return await spec.fn(call, **arguments)
 
-        got = await gw.run(ctx.headers, spec.name, spec.intent, context, namespace, body, errors=profile.errors,
-                           context_required=profile.context == "required")  # fmt: skip
+        got = await gw.run(
+            ctx.headers,
+            spec.name,
+            spec.intent,
+            context,
+            namespace,
+            body,
+            errors=profile.errors,
+            context_required=profile.context == "required",
+        )
         return as_result(got, profile.drop_nulls)
 
     handler.__name__ = spec.name

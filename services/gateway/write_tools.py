@@ -24,7 +24,7 @@ from schemas.commands import (
     MoveMemory,
     RestoreMemory,
     UpdateMemory,
-)  # fmt: skip
+)
 from services.gateway.gateway import Call, split_ref
 from services.gateway.models import AddResult, PruneResult, Receipt
 from services.gateway.params import (
@@ -41,7 +41,7 @@ from services.gateway.params import (
     Store,
     Tags,
     Unit,
-)  # fmt: skip
+)
 from services.gateway.toolkit import Toolset
 
 tools = Toolset(flow=True)
@@ -74,13 +74,25 @@ async def memory_add(
     memory_update to change a memory). Returns its id."""
     gw = call.gw
     cmd = CreateMemory(
-        namespace=call.namespace, store=store, path=path, content=content, kind=kind,
-        category=category, subject=subject, tags=tuple(tags), importance=importance, confidence=confidence,
-        citations=tuple(citations), metadata=metadata, expires_at=expires_at, valid_from=valid_from,
+        namespace=call.namespace,
+        store=store,
+        path=path,
+        content=content,
+        kind=kind,
+        category=category,
+        subject=subject,
+        tags=tuple(tags),
+        importance=importance,
+        confidence=confidence,
+        citations=tuple(citations),
+        metadata=metadata,
+        expires_at=expires_at,
+        valid_from=valid_from,
         valid_until=valid_until,
-    )  # fmt: skip
-    w = await gw.commands.create(cmd, actor=call.principal.actor, request_id=request_id or call.request_id,
-                                 min_seq=await gw.min_seq())  # fmt: skip
+    )
+    w = await gw.commands.create(
+        cmd, actor=call.principal.actor, request_id=request_id or call.request_id, min_seq=await gw.min_seq()
+    )
     gw.noted(w.seq)
     assert w.memory is not None
     return AddResult.of(w.memory, w.duplicate)
@@ -112,20 +124,31 @@ async def memory_update(
     if clear_expiry and expires_at is not None:
         raise InvalidInput("clear_expiry", "give expires_at or clear_expiry, not both")
     given = {
-        "content": content, "kind": kind, "category": category, "subject": subject,
-        "tags": tuple(tags) if tags is not None else None, "importance": importance, "confidence": confidence,
-        "citations": tuple(citations) if citations is not None else None, "metadata": metadata,
-        "expires_at": expires_at, "valid_from": valid_from, "valid_until": valid_until,
-    }  # fmt: skip
-    fields = {k: (UNSET if val is None else val) for k, val in given.items()}
+        "content": content,
+        "kind": kind,
+        "category": category,
+        "subject": subject,
+        "tags": tuple(tags) if tags is not None else None,
+        "importance": importance,
+        "confidence": confidence,
+        "citations": tuple(citations) if citations is not None else None,
+        "metadata": metadata,
+        "expires_at": expires_at,
+        "valid_from": valid_from,
+        "valid_until": valid_until,
+    }
+    fields: dict[str, Any] = {k: (UNSET if val is None else val) for k, val in given.items()}
     if clear_expiry:
         fields["expires_at"] = None
-    _, w = await gw.change(call, *split_ref(id), request_id,
-                           lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),
-                           gw.commands.update)  # fmt: skip
+    _, w = await gw.change(
+        call,
+        *split_ref(id),
+        request_id,
+        lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),
+        gw.commands.update,
+    )
     assert w.memory is not None
-    changed = [f for f in (*fields, "verification")
-               if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]  # fmt: skip
+    changed = [f for f in (*fields, "verification") if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]
     return Receipt.of(w.memory, w.seq if w.changed else None, w.changed, updated_fields=changed)
 
 
@@ -139,9 +162,13 @@ async def memory_move(
 ) -> Receipt:
     """Move or rename a memory inside its store (an occupied destination is ALREADY_EXISTS)."""
     gw = call.gw
-    row, w = await gw.change(call, *split_ref(id), request_id,
-                             lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
-                             gw.commands.move)  # fmt: skip
+    row, w = await gw.change(
+        call,
+        *split_ref(id),
+        request_id,
+        lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
+        gw.commands.move,
+    )
     assert w.memory is not None
     return Receipt.of(w.memory, w.seq if w.changed else None, w.changed, from_path=row.memory.path)
 
@@ -153,15 +180,23 @@ Mode = Literal["archive", "delete", "deprecate", "invalidate", "outdated"]
 async def memory_retire(
     call: Call,
     id: Ref,
-    mode: Annotated[Mode, Field(description=(
-        "archive (default): hidden from reads, memory_restore brings it back; delete: gone from every read "
-        "and its path freed (history stays); deprecate: still found, marked obsolete and ranked lower; "
-        "invalidate: its valid time ends now, optionally superseded_by another; outdated: the same, "
-        "recorded as outdated."))] = "archive",  # fmt: skip
-    reason: Annotated[str | None, Field(max_length=128, description="Why (required to deprecate or mark "
-                                        "outdated).")] = None,  # fmt: skip
-    superseded_by: Annotated[str | None, Field(max_length=64, description="invalidate: the memory that "
-                                               "replaces it.")] = None,  # fmt: skip
+    mode: Annotated[
+        Mode,
+        Field(
+            description=(
+                "archive (default): hidden from reads, memory_restore brings it back; delete: gone from every read "
+                "and its path freed (history stays); deprecate: still found, marked obsolete and ranked lower; "
+                "invalidate: its valid time ends now, optionally superseded_by another; outdated: the same, "
+                "recorded as outdated."
+            )
+        ),
+    ] = "archive",
+    reason: Annotated[
+        str | None, Field(max_length=128, description="Why (required to deprecate or mark outdated).")
+    ] = None,
+    superseded_by: Annotated[
+        str | None, Field(max_length=64, description="invalidate: the memory that replaces it.")
+    ] = None,
     namespace: Namespace = None,
     request_id: RequestId = None,
 ) -> Receipt:
@@ -176,18 +211,31 @@ async def memory_retire(
     if mode in ("archive", "delete"):
         permanent = mode == "delete"
         row, w = await gw.change(
-            call, *ref, request_id,
+            call,
+            *ref,
+            request_id,
             lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent, reason=reason),
             gw.commands.delete,
-        )  # fmt: skip
+        )
         version = w.event.version if w.event is not None else row.memory.version
-        return Receipt(id=row.memory.id, version=version, seq=w.seq if w.changed else None,
-                       status="deleted" if permanent else "archived", changed=w.changed,
-                       store=row.memory.store, path=row.memory.path)  # fmt: skip
+        return Receipt(
+            id=row.memory.id,
+            version=version,
+            seq=w.seq if w.changed else None,
+            status="deleted" if permanent else "archived",
+            changed=w.changed,
+            store=row.memory.store,
+            path=row.memory.path,
+        )
     if mode == "deprecate":
-        row, w = await gw.change(call, *ref, request_id,
-                                 lambda mid: DeprecateMemory(namespace=call.namespace, memory_id=mid, reason=reason),
-                                 gw.commands.govern)  # fmt: skip
+        assert reason is not None  # checked above: deprecating needs a reason
+        row, w = await gw.change(
+            call,
+            *ref,
+            request_id,
+            lambda mid: DeprecateMemory(namespace=call.namespace, memory_id=mid, reason=reason),
+            gw.commands.govern,
+        )
         return Receipt.of(w.memory or row.memory, w.seq if w.changed else None, w.changed)
     successor = None
     if superseded_by is not None:  # it must be a memory the caller can see in the same namespace
@@ -197,23 +245,36 @@ async def memory_retire(
         except MemoryNotFound:
             raise InvalidInput("superseded_by", f"no memory {superseded_by} in {call.namespace}") from None
     row, w = await gw.change(
-        call, *ref, request_id,
-        lambda mid: InvalidateMemory(namespace=call.namespace, memory_id=mid, at=gw.now(), reason=reason,
-                                     superseded_by=successor, outdated=mode == "outdated"),
+        call,
+        *ref,
+        request_id,
+        lambda mid: InvalidateMemory(
+            namespace=call.namespace,
+            memory_id=mid,
+            at=gw.now(),
+            reason=reason,
+            superseded_by=successor,
+            outdated=mode == "outdated",
+        ),
         gw.commands.govern,
-    )  # fmt: skip
+    )
     m = w.memory or row.memory
-    return Receipt.of(m, w.seq if w.changed else None, w.changed, valid_until=m.valid_until,
-                      superseded_by=m.superseded_by)  # fmt: skip
+    return Receipt.of(
+        m, w.seq if w.changed else None, w.changed, valid_until=m.valid_until, superseded_by=m.superseded_by
+    )
 
 
 @tools.tool(intent="write", hints=WRITE)
 async def memory_restore(call: Call, id: Ref, namespace: Namespace = None, request_id: RequestId = None) -> Receipt:
     """Bring an archived memory back (memory_retire mode 'archive' undone)."""
     gw = call.gw
-    _, w = await gw.change(call, *split_ref(id), request_id,
-                           lambda mid: RestoreMemory(namespace=call.namespace, memory_id=mid),
-                           gw.commands.restore)  # fmt: skip
+    _, w = await gw.change(
+        call,
+        *split_ref(id),
+        request_id,
+        lambda mid: RestoreMemory(namespace=call.namespace, memory_id=mid),
+        gw.commands.restore,
+    )
     assert w.memory is not None
     return Receipt.of(w.memory, w.seq if w.changed else None, w.changed)
 

@@ -12,7 +12,7 @@ before the change is released); a breaking change gets a new tag, never an edite
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from schemas.events import (
     Actor,
@@ -30,7 +30,7 @@ from schemas.events import (
 NS = "acme/research"
 MEM_FULL = "3f2b8c1e-9a4d-4e6f-8b7a-1c2d3e4f5a6b"
 MEM_MIN = "7d9e0f1a-2b3c-4d5e-9f60-718293a4b5c6"
-UTC = timezone.utc
+UTC = UTC
 
 
 def _at(minute: int) -> datetime:
@@ -130,18 +130,33 @@ def v2_lines() -> list[bytes]:
     admin = Actor(agent_id="alice", role="admin")
     agent = Actor(agent_id="agent-7", role="agent")
     events: list[tuple[AnyEvent, Actor]] = [
-        (MemoryCreated(memory_id=gov, version=1, content="Deploys need two approvals", kind="business_rule",
-                       verification="verified"), admin),
+        (
+            MemoryCreated(
+                memory_id=gov,
+                version=1,
+                content="Deploys need two approvals",
+                kind="business_rule",
+                verification="verified",
+            ),
+            admin,
+        ),
         (MemoryVerified(memory_id=gov, version=2), admin),
         (MemoryLocked(memory_id=gov, version=3, reason="org rule"), admin),
         (MemoryUnlocked(memory_id=gov, version=4), admin),
         (MemoryDeprecated(memory_id=gov, version=5, reason="superseded by the 2026 policy"), agent),
-    ]  # fmt: skip
+    ]
     out = []
     for i, (ev, actor) in enumerate(events):
-        env = Envelope(event_id=f"00000000-0000-4000-8000-0000000002{i:02d}", schema_version=type(ev).SCHEMA_VERSION,
-                       namespace=NS, aggregate_id=gov, occurred_at=_at(30 + i), actor=actor,
-                       request_id=f"req-v2-{i}", event=ev)  # fmt: skip
+        env = Envelope(
+            event_id=f"00000000-0000-4000-8000-0000000002{i:02d}",
+            schema_version=type(ev).SCHEMA_VERSION,
+            namespace=NS,
+            aggregate_id=gov,
+            occurred_at=_at(30 + i),
+            actor=actor,
+            request_id=f"req-v2-{i}",
+            event=ev,
+        )
         out.append(encode_envelope(env))
     return out
 
@@ -160,15 +175,23 @@ def v3_lines() -> list[bytes]:
     actor = Actor(agent_id="agent-7", role="agent")
     events: list[AnyEvent] = [
         MemoryCreated(memory_id=mid, version=1, store="notes", path="team/standup", content="Standup at 9:30"),
-        MemoryMoved(memory_id=mid, version=2, from_path="team/standup", to_path="team/rituals/standup",
-                    to_store="notes"),
+        MemoryMoved(
+            memory_id=mid, version=2, from_path="team/standup", to_path="team/rituals/standup", to_store="notes"
+        ),
         MemoryInvalidated(memory_id=mid, version=3, valid_until=_at(45), reason="moved to 10:00", superseded_by=succ),
         MemoryInvalidated(memory_id=mid, version=4, valid_until=_at(46), reason="no standups", outdated=True),
-    ]  # fmt: skip
+    ]
     out = []
     for i, ev in enumerate(events):
-        env = Envelope(event_id=f"00000000-0000-4000-8000-0000000003{i:02d}", schema_version=type(ev).SCHEMA_VERSION,
-                       namespace=NS, aggregate_id=mid, occurred_at=_at(40 + i), actor=actor,
-                       request_id=f"req-v3-{i}", event=ev)  # fmt: skip
+        env = Envelope(
+            event_id=f"00000000-0000-4000-8000-0000000003{i:02d}",
+            schema_version=type(ev).SCHEMA_VERSION,
+            namespace=NS,
+            aggregate_id=mid,
+            occurred_at=_at(40 + i),
+            actor=actor,
+            request_id=f"req-v3-{i}",
+            event=ev,
+        )
         out.append(encode_envelope(env))
     return out

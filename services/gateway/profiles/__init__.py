@@ -26,7 +26,8 @@ def load(name: str) -> Profile:
     module = PROFILES.get(name)
     if module is None:
         raise KeyError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
-    return importlib.import_module(module).PROFILE
+    profile: Profile = importlib.import_module(module).PROFILE
+    return profile
 
 
 def http_path(name: str) -> str:

@@ -70,26 +70,38 @@ async def store_memory(
     call: Call,
     type: Annotated[Type, Field(description="Type of memory to store")],
     content: Annotated[Content, Field(description="The memory content")],
-    category: Annotated[Category, Field(description="Optional category (e.g., 'preference', 'fact', 'pattern')",
-                                        json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
+    category: Annotated[
+        Category,
+        Field(description="Optional category (e.g., 'preference', 'fact', 'pattern')", json_schema_extra=NO_DEFAULT),
+    ] = None,
     tags: Annotated[Tags, Field(description="Optional tags for categorization", json_schema_extra=NO_DEFAULT)] = None,
-    importance: Annotated[Level, Field(description="Memory importance level",
-                                       json_schema_extra=shown_default("medium"))] = None,  # fmt: skip
-    id: Annotated[Id, Field(description="Memory ID for updates (omit for new memories)",
-                            json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
+    importance: Annotated[
+        Level, Field(description="Memory importance level", json_schema_extra=shown_default("medium"))
+    ] = None,
+    id: Annotated[
+        Id, Field(description="Memory ID for updates (omit for new memories)", json_schema_extra=NO_DEFAULT)
+    ] = None,
 ) -> Stored:
     """Store a new memory or update an existing one. Memories persist across sessions and help maintain context.
     Without id a new memory is created; with the id of an existing memory it is updated (type and content
     replaced; category, tags and importance replaced when given, kept when omitted). Returns the complete memory."""
     gw = _gw(call)
     if id is not None:
-        memory, _ = await _update(call, id, kind=type, content=content, category=category, tags=tags,
-                                  importance=importance)  # fmt: skip
+        memory, _ = await _update(
+            call, id, kind=type, content=content, category=category, tags=tags, importance=importance
+        )
         return Stored(id=memory.id, created=False, memory=memory)
-    cmd = CreateMemory(namespace=call.namespace, content=content, kind=type, category=_category(category),
-                       tags=tuple(tags or ()), importance=STORED[importance or "medium"])  # fmt: skip
-    w = await gw.commands.create(cmd, actor=call.principal.actor, request_id=call.request_id,
-                                 min_seq=await gw.min_seq())  # fmt: skip
+    cmd = CreateMemory(
+        namespace=call.namespace,
+        content=content,
+        kind=type,
+        category=_category(category),
+        tags=tuple(tags or ()),
+        importance=STORED[importance or "medium"],
+    )
+    w = await gw.commands.create(
+        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
+    )
     gw.noted(w.seq)
     assert w.memory is not None
     return Stored(id=w.memory.id, created=True, memory=AgentMemory.of(w.memory))
@@ -100,8 +112,9 @@ async def query_memories(
     call: Call,
     type: Annotated[Type, Field(description="Filter by memory type", json_schema_extra=NO_DEFAULT)] = None,
     tags: Annotated[list[str], Field(description="Filter by tags (AND logic)", json_schema_extra=NO_DEFAULT)] = None,
-    search: Annotated[str, Field(max_length=200, description="Search text in memory content",
-                                 json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
+    search: Annotated[
+        str, Field(max_length=200, description="Search text in memory content", json_schema_extra=NO_DEFAULT)
+    ] = None,
     importance: Annotated[Level, Field(description="Filter by importance level", json_schema_extra=NO_DEFAULT)] = None,
     category: Annotated[str, Field(description="Filter by category", json_schema_extra=NO_DEFAULT)] = None,
     archived: Annotated[bool, Field(description="Include archived memories")] = False,
@@ -117,24 +130,48 @@ async def query_memories(
     min_seq = await gw.min_seq()
     lo, hi = level_range(importance) if importance is not None else (None, None)
     filters: dict[str, Any] = {
-        "kind": type, "tags": v.tags(tags or ()), "category": _category(category),
-        "importance_min": lo, "importance_max": hi,
-    }  # fmt: skip
+        "kind": type,
+        "tags": v.tags(tags or ()),
+        "category": _category(category),
+        "importance_min": lo,
+        "importance_max": hi,
+    }
     ids = None
     if search is not None and search.strip():
-        found = await gw.queries.ask(SearchMemories(
-            namespace=call.namespace, now=gw.now(), min_seq=min_seq, mode="keyword", query=search, limit=SEARCH_CAP,
-            threshold=0.0, status="any" if archived else "live", **filters,
-        ))  # fmt: skip
+        found = await gw.queries.ask(
+            SearchMemories(
+                namespace=call.namespace,
+                now=gw.now(),
+                min_seq=min_seq,
+                mode="keyword",
+                query=search,
+                limit=SEARCH_CAP,
+                threshold=0.0,
+                status="any" if archived else "live",
+                **filters,
+            )
+        )
         ids = tuple(h.memory.id for h in found.hits if h.memory.namespace == call.namespace)
-    got = await gw.queries.ask(ListMemories(
-        namespace=call.namespace, now=gw.now(), min_seq=min_seq, status="any" if archived else "live",
-        limit=limit, offset=offset, sort_by=sort_by, sort_order=sort_order, ids=ids, unread_as_created=True, **filters,
-    ))  # fmt: skip
+    got = await gw.queries.ask(
+        ListMemories(
+            namespace=call.namespace,
+            now=gw.now(),
+            min_seq=min_seq,
+            status="any" if archived else "live",
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            ids=ids,
+            unread_as_created=True,
+            **filters,
+        )
+    )
     memories = [AgentMemory.of(r.memory, r.accessed_at, r.access_count) for r in got.items]
     call.read([m.id for m in memories])
-    return Page(memories=memories, total=got.total, limit=limit, offset=offset,
-                has_more=offset + len(memories) < got.total)  # fmt: skip
+    return Page(
+        memories=memories, total=got.total, limit=limit, offset=offset, has_more=offset + len(memories) < got.total
+    )
 
 
 @tools.tool(intent="write", hints=WRITE)
@@ -142,20 +179,24 @@ async def update_memory(
     call: Call,
     id: Annotated[Id, Field(description="UUID of the memory to update")],
     content: Annotated[Content, Field(description="Updated content", json_schema_extra=NO_DEFAULT)] = None,
-    category: Annotated[Category, Field(description="Updated category ('' removes it)",
-                                        json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
-    tags: Annotated[Tags, Field(description="Replaces the tags ([] removes them)",
-                                json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
+    category: Annotated[
+        Category, Field(description="Updated category ('' removes it)", json_schema_extra=NO_DEFAULT)
+    ] = None,
+    tags: Annotated[
+        Tags, Field(description="Replaces the tags ([] removes them)", json_schema_extra=NO_DEFAULT)
+    ] = None,
     importance: Annotated[Level, Field(description="Updated importance level", json_schema_extra=NO_DEFAULT)] = None,
-    archived: Annotated[bool, Field(description="Archive or unarchive the memory",
-                                    json_schema_extra=NO_DEFAULT)] = None,  # fmt: skip
+    archived: Annotated[
+        bool, Field(description="Archive or unarchive the memory", json_schema_extra=NO_DEFAULT)
+    ] = None,
 ) -> Updated:
     """Update an existing memory. Only the fields given change; updated_fields lists those whose value changed
     ([] when nothing differed)."""
     if content is None and category is None and tags is None and importance is None and archived is None:
         raise InvalidInput("id", "give at least one field to change: content, category, tags, importance or archived")
-    memory, changed = await _update(call, id, content=content, category=category, tags=tags, importance=importance,
-                                    archived=archived)  # fmt: skip
+    memory, changed = await _update(
+        call, id, content=content, category=category, tags=tags, importance=importance, archived=archived
+    )
     return Updated(memory=memory, updated_fields=changed)
 
 
@@ -168,9 +209,15 @@ async def delete_memory(
     """Delete or archive a memory. By default it is archived (hidden from queries unless archived=true, and
     restorable with update_memory archived=false); permanent=true deletes it for good."""
     gw = _gw(call)
-    row, _ = await gw.change(call, id, None, None, None,
-                             lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent),
-                             gw.commands.delete)  # fmt: skip
+    row, _ = await gw.change(
+        call,
+        id,
+        None,
+        None,
+        None,
+        lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent),
+        gw.commands.delete,
+    )
     return Deleted(success=True, action="deleted" if permanent else "archived", id=row.memory.id)
 
 
@@ -181,8 +228,11 @@ async def get_memory_stats(call: Call) -> MemoryStatsOut:
     gw = _gw(call)
     min_seq = await gw.min_seq()
     r = await gw.queries.ask(MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=min_seq, top_tags=10))
-    top = await gw.queries.ask(ListMemories(namespace=call.namespace, now=gw.now(), min_seq=min_seq, limit=1,
-                                            sort_by="access_count", sort_order="desc"))  # fmt: skip
+    top = await gw.queries.ask(
+        ListMemories(
+            namespace=call.namespace, now=gw.now(), min_seq=min_seq, limit=1, sort_by="access_count", sort_order="desc"
+        )
+    )
     most = None
     if top.items and (top.items[0].access_count or 0) > 0:
         most = AgentMemory.of(top.items[0].memory, top.items[0].accessed_at, top.items[0].access_count)
@@ -191,16 +241,26 @@ async def get_memory_stats(call: Call) -> MemoryStatsOut:
         total_memories=r.total - r.archived,
         by_type=ByType(**{t: r.by_kind.get(t, 0) for t in TYPES}, **by_kind),
         by_importance=ByImportance(**{lv: r.by_importance.get(lv, 0) for lv in ("high", "medium", "low")}),
-        archived_count=r.archived, total_storage_kb=round(r.content_bytes / 1024, 3),
-        oldest_memory=r.oldest, newest_memory=r.newest, most_accessed=most,
+        archived_count=r.archived,
+        total_storage_kb=round(r.content_bytes / 1024, 3),
+        oldest_memory=r.oldest,
+        newest_memory=r.newest,
+        most_accessed=most,
         top_tags=[TagCount(tag=t, count=n) for t, n in r.top_tags],
-    )  # fmt: skip
+    )
 
 
 async def _update(
-    call: Call, id: str, *, kind: str | None = None, content: str | None = None, category: str | None = None,
-    tags: list[str] | None = None, importance: Level | None = None, archived: bool | None = None,
-) -> tuple[AgentMemory, list[str]]:  # fmt: skip
+    call: Call,
+    id: str,
+    *,
+    kind: str | None = None,
+    content: str | None = None,
+    category: str | None = None,
+    tags: list[str] | None = None,
+    importance: Level | None = None,
+    archived: bool | None = None,
+) -> tuple[AgentMemory, list[str]]:
     """Change what was given, through the domain's update (then archive or restore); returns the memory and the
     contract's names of the fields whose value changed. An importance level the memory already reads back as
     keeps its finer native value (0.95 stays 0.95 when 'high' is asked)."""
@@ -222,20 +282,33 @@ async def _update(
     changed: list[str] = []
     actor, rid = call.principal.actor, call.request_id
     if fields:
-        w = await gw.commands.update(UpdateMemory(namespace=call.namespace, memory_id=state.id, **fields),
-                                     actor=actor, request_id=rid, min_seq=min_seq)  # fmt: skip
+        w = await gw.commands.update(
+            UpdateMemory(namespace=call.namespace, memory_id=state.id, **fields),
+            actor=actor,
+            request_id=rid,
+            min_seq=min_seq,
+        )
         gw.noted(w.seq)
         assert w.memory is not None
         state = w.memory
-        changed = [CONTRACT_FIELD.get(f, f) for f in fields if w.event is not None
-                   and getattr(w.event, f, UNSET) is not UNSET]  # fmt: skip
+        changed = [
+            CONTRACT_FIELD.get(f, f) for f in fields if w.event is not None and getattr(w.event, f, UNSET) is not UNSET
+        ]
     if archived is not None and archived != (state.status == ARCHIVED):
         if archived:
-            w = await gw.commands.delete(DeleteMemory(namespace=call.namespace, memory_id=state.id), actor=actor,
-                                         request_id=rid, min_seq=await gw.min_seq())  # fmt: skip
+            w = await gw.commands.delete(
+                DeleteMemory(namespace=call.namespace, memory_id=state.id),
+                actor=actor,
+                request_id=rid,
+                min_seq=await gw.min_seq(),
+            )
         else:
-            w = await gw.commands.restore(RestoreMemory(namespace=call.namespace, memory_id=state.id), actor=actor,
-                                          request_id=rid, min_seq=await gw.min_seq())  # fmt: skip
+            w = await gw.commands.restore(
+                RestoreMemory(namespace=call.namespace, memory_id=state.id),
+                actor=actor,
+                request_id=rid,
+                min_seq=await gw.min_seq(),
+            )
         gw.noted(w.seq)
         assert w.memory is not None
         state = w.memory

@@ -27,7 +27,10 @@ def level_of(importance: float) -> Level:
 
 def level_range(level: Level) -> tuple[float | None, float | None]:
     """(importance_min, importance_max), both inclusive, of the memories that read back as `level`."""
-    below = lambda x: math.nextafter(x, 0.0)  # noqa: E731 - the largest double under x: the bounds stay exclusive
+
+    def below(x: float) -> float:  # the largest double under x: the bounds stay exclusive
+        return math.nextafter(x, 0.0)
+
     return {"high": (HIGH, None), "medium": (MEDIUM, below(HIGH)), "low": (None, below(MEDIUM))}[level]
 
 
@@ -35,7 +38,7 @@ def level_range(level: Level) -> tuple[float | None, float | None]:
 # An argument the contract makes optional without a default is declared `Annotated[T, Field(...,
 # json_schema_extra=NO_DEFAULT)] = None`: its schema is the contract's (no null, no default), an omitted
 # argument reaches the tool as None, and an explicit null is refused like any value of the wrong type.
-def NO_DEFAULT(schema: dict[str, Any]) -> None:  # noqa: N802 - used like a constant
+def NO_DEFAULT(schema: dict[str, Any]) -> None:  # upper case: used like a constant
     schema.pop("default", None)
 
 
@@ -64,8 +67,10 @@ class AgentMemory(BaseModel):
     """One memory as this contract shows it."""
 
     id: str = Field(description="UUID of the memory.")
-    type: str = Field(description="core, learning or task (a memory written through another profile shows its "
-                      "own kind, e.g. note or fact).")  # fmt: skip
+    type: str = Field(
+        description="core, learning or task (a memory written through another profile shows its "
+        "own kind, e.g. note or fact)."
+    )
     content: str
     category: str | None = None
     tags: list[str] = Field(description="Stored in lower case.")
@@ -73,16 +78,26 @@ class AgentMemory(BaseModel):
     archived: bool
     created_at: datetime
     updated_at: datetime
-    accessed_at: datetime = Field(description="Last returned by query_memories (or any read); the creation time "
-                                  "until it is first read.")  # fmt: skip
+    accessed_at: datetime = Field(
+        description="Last returned by query_memories (or any read); the creation time until it is first read."
+    )
     access_count: int = Field(description="How many reads have returned it so far.")
 
     @classmethod
     def of(cls, s: MemoryState, accessed_at: datetime | None = None, access_count: int | None = 0) -> AgentMemory:
-        return cls(id=s.id, type=s.kind, content=s.content, category=s.category, tags=list(s.tags),
-                   importance=level_of(s.importance), archived=s.status == ARCHIVED, created_at=s.created_at,
-                   updated_at=s.updated_at, accessed_at=accessed_at or s.created_at,
-                   access_count=access_count or 0)  # fmt: skip
+        return cls(
+            id=s.id,
+            type=s.kind,
+            content=s.content,
+            category=s.category,
+            tags=list(s.tags),
+            importance=level_of(s.importance),
+            archived=s.status == ARCHIVED,
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+            accessed_at=accessed_at or s.created_at,
+            access_count=access_count or 0,
+        )
 
 
 class Stored(BaseModel):
@@ -137,8 +152,9 @@ class MemoryStatsOut(BaseModel):
     total_storage_kb: float = Field(description="Total storage used in kilobytes")
     oldest_memory: datetime | None = Field(description="Timestamp of oldest memory")
     newest_memory: datetime | None = Field(description="Timestamp of newest memory")
-    most_accessed: AgentMemory | None = Field(description="The memory with highest access count (null until a "
-                                              "memory has been read)")  # fmt: skip
+    most_accessed: AgentMemory | None = Field(
+        description="The memory with highest access count (null until a memory has been read)"
+    )
     top_tags: list[TagCount] = Field(description="Top 10 most used tags")
 
 
@@ -146,22 +162,33 @@ class MemoryStatsOut(BaseModel):
 class _Codes(dict[str, str]):
     """Domain code -> contract code; a code the contract has no word for is an INTERNAL_ERROR."""
 
-    def get(self, key: str, default: Any = None) -> str:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> str:
         return super().get(key, "INTERNAL_ERROR")
 
 
 ERRORS = ErrorStyle(
-    codes=_Codes({
-        "INVALID_INPUT": "INVALID_INPUT", "UNKNOWN_TOOL": "INVALID_INPUT", "ALREADY_EXISTS": "INVALID_INPUT",
-        "INVALID_STATE": "INVALID_INPUT", "IDEMPOTENCY_KEY_REUSED": "INVALID_INPUT",
-        "MEMORY_NOT_FOUND": "NOT_FOUND",
-        "PERMISSION_ERROR": "PERMISSION_ERROR", "MEMORY_LOCKED": "PERMISSION_ERROR",
-        "WRITE_NOT_ALLOWED": "PERMISSION_ERROR", "SCOPE_VIOLATION": "PERMISSION_ERROR",
-        "INVALID_CONTEXT": "PERMISSION_ERROR", "UNAUTHORIZED": "PERMISSION_ERROR",
-        "CONFLICT": "STORAGE_ERROR", "PROJECTION_LAG": "STORAGE_ERROR", "UNAVAILABLE": "STORAGE_ERROR",
-        "EMBEDDING_MODEL_LOADING": "STORAGE_ERROR", "EMBEDDING_MODEL_UNAVAILABLE": "STORAGE_ERROR",
-        "INTERNAL": "INTERNAL_ERROR",
-    }),  # fmt: skip
+    codes=_Codes(
+        {
+            "INVALID_INPUT": "INVALID_INPUT",
+            "UNKNOWN_TOOL": "INVALID_INPUT",
+            "ALREADY_EXISTS": "INVALID_INPUT",
+            "INVALID_STATE": "INVALID_INPUT",
+            "IDEMPOTENCY_KEY_REUSED": "INVALID_INPUT",
+            "MEMORY_NOT_FOUND": "NOT_FOUND",
+            "PERMISSION_ERROR": "PERMISSION_ERROR",
+            "MEMORY_LOCKED": "PERMISSION_ERROR",
+            "WRITE_NOT_ALLOWED": "PERMISSION_ERROR",
+            "SCOPE_VIOLATION": "PERMISSION_ERROR",
+            "INVALID_CONTEXT": "PERMISSION_ERROR",
+            "UNAUTHORIZED": "PERMISSION_ERROR",
+            "CONFLICT": "STORAGE_ERROR",
+            "PROJECTION_LAG": "STORAGE_ERROR",
+            "UNAVAILABLE": "STORAGE_ERROR",
+            "EMBEDDING_MODEL_LOADING": "STORAGE_ERROR",
+            "EMBEDDING_MODEL_UNAVAILABLE": "STORAGE_ERROR",
+            "INTERNAL": "INTERNAL_ERROR",
+        }
+    ),
     with_field=False,  # the contract's error object is {code, message}: the message names the field
     with_details=False,
 )

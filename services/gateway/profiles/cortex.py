@@ -32,8 +32,8 @@ from services.gateway.profiles.cortex_models import (
     MemoryMetadata,
     Moved,
     PathArg,
-    PruneOutcome,
     PrunedMemory,
+    PruneOutcome,
     RecentMemories,
     RecentMemory,
     ReindexOutcome,
@@ -78,13 +78,22 @@ async def _find(call: Call, gw: Gateway, store: str, path: str, *, archived: boo
     return row
 
 
-async def _category(call: Call, gw: Gateway, store: str, category: str | None, include_expired: bool,
-                    min_seq: int) -> tuple[str | None, list[Subcategory]]:  # fmt: skip
+async def _category(
+    call: Call, gw: Gateway, store: str, category: str | None, include_expired: bool, min_seq: int
+) -> tuple[str | None, list[Subcategory]]:
     """The category (None: the store's root) and its direct subcategories; CategoryNotFound if the store's
     category index does not hold it."""
     path = v.category_path(category, "category") if category else None
-    got = await gw.queries.ask(StoreCategories(namespace=call.namespace, now=gw.now(), min_seq=min_seq, store=store,
-                                               parent=path, include_expired=include_expired))  # fmt: skip
+    got = await gw.queries.ask(
+        StoreCategories(
+            namespace=call.namespace,
+            now=gw.now(),
+            min_seq=min_seq,
+            store=store,
+            parent=path,
+            include_expired=include_expired,
+        )
+    )
     if not got.exists:
         raise CategoryNotFound(category or "")
     return path, [Subcategory(path=c.path, memory_count=c.memory_count) for c in got.categories]
@@ -98,23 +107,35 @@ async def add_memory(
     content: Annotated[str, Field(min_length=1, description="Memory content (markdown).")],
     tags: Annotated[list[str] | None, Field(description="Optional tags for categorization.")] = None,
     expires_at: Expiry = None,
-    citations: Annotated[list[Citation] | None, Field(description="Optional citations referencing source material (file paths, URLs, document identifiers).")] = None,  # noqa: E501
+    citations: Annotated[
+        list[Citation] | None,
+        Field(description="Optional citations referencing source material (file paths, URLs, document identifiers)."),
+    ] = None,
 ) -> Annotated[CallToolResult, Written]:
     """Create a new memory at a path in a store; the store and the path's categories are created as needed.
     A path that already holds a memory is an error (update_memory changes it)."""
     gw = _gw(call, store)
-    cmd = CreateMemory(namespace=call.namespace, store=store, path=path, content=content, tags=tuple(tags or ()),
-                       citations=tuple(citations or ()), expires_at=parse_time(expires_at, "expires_at"))  # fmt: skip
+    cmd = CreateMemory(
+        namespace=call.namespace,
+        store=store,
+        path=path,
+        content=content,
+        tags=tuple(tags or ()),
+        citations=tuple(citations or ()),
+        expires_at=parse_time(expires_at, "expires_at"),
+    )
     with cortex_words(path):
-        w = await gw.commands.create(cmd, actor=call.principal.actor, request_id=call.request_id,
-                                     min_seq=await gw.min_seq())  # fmt: skip
+        w = await gw.commands.create(
+            cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
+        )
     gw.noted(w.seq)
     return receipt(Written(message=f"Memory created at {path}", store=store, path=path))
 
 
 @tools.tool(intent="read", hints=READ)
-async def get_memory(call: Call, store: StoreArg, path: PathArg, include_expired: IncludeExpired = False
-                     ) -> MemoryDocument:  # fmt: skip
+async def get_memory(
+    call: Call, store: StoreArg, path: PathArg, include_expired: IncludeExpired = False
+) -> MemoryDocument:
     """Retrieve a memory's content and metadata (tags, timestamps, expiry, citations). An expired memory is
     an error unless include_expired."""
     gw = _gw(call, store)
@@ -122,9 +143,14 @@ async def get_memory(call: Call, store: StoreArg, path: PathArg, include_expired
     if m.is_expired(gw.now()) and not include_expired:
         raise reworded(MemoryNotFound(path), f"Memory expired: {path}")
     call.read([m.id])
-    meta = MemoryMetadata(created_at=m.created_at, updated_at=m.updated_at, tags=list(m.tags),
-                          source=str(m.metadata.get("source") or "mcp"), expires_at=m.expires_at,
-                          citations=list(m.citations))  # fmt: skip
+    meta = MemoryMetadata(
+        created_at=m.created_at,
+        updated_at=m.updated_at,
+        tags=list(m.tags),
+        source=str(m.metadata.get("source") or "mcp"),
+        expires_at=m.expires_at,
+        citations=list(m.citations),
+    )
     return MemoryDocument(path=path, content=m.content, metadata=meta)
 
 
@@ -137,7 +163,10 @@ async def update_memory(
     tags: Annotated[list[str] | None, Field(description="New tags (replaces existing).")] = None,
     expires_at: Expiry = None,
     clear_expiry: Annotated[bool, Field(description="Remove the expiration date.")] = False,
-    citations: Annotated[list[Citation] | None, Field(description="New citations (replaces existing); [] removes them all; omit to keep them.")] = None,  # noqa: E501
+    citations: Annotated[
+        list[Citation] | None,
+        Field(description="New citations (replaces existing); [] removes them all; omit to keep them."),
+    ] = None,
 ) -> Annotated[CallToolResult, Written]:
     """Update a memory's content or metadata (tags, expiry, citations); what is omitted is kept."""
     gw = _gw(call, store)
@@ -154,9 +183,15 @@ async def update_memory(
         fields["expires_at"] = parse_time(expires_at, "expires_at")
     row = await _find(call, gw, store, path)
     with cortex_words(path):
-        await gw.change(call, row.memory.id, None, None, None,
-                        lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),  # type: ignore
-                        gw.commands.update)  # fmt: skip
+        await gw.change(
+            call,
+            row.memory.id,
+            None,
+            None,
+            None,
+            lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),  # type: ignore
+            gw.commands.update,
+        )
     return receipt(Written(message=f"Memory updated at {path}", store=store, path=path))
 
 
@@ -166,9 +201,15 @@ async def remove_memory(call: Call, store: StoreArg, path: PathArg) -> Annotated
     gw = _gw(call, store)
     row = await _find(call, gw, store, path, archived=True)
     with cortex_words(path):
-        await gw.change(call, row.memory.id, None, None, None,
-                        lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=True),
-                        gw.commands.delete)  # fmt: skip
+        await gw.change(
+            call,
+            row.memory.id,
+            None,
+            None,
+            None,
+            lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=True),
+            gw.commands.delete,
+        )
     return receipt(Written(message=f"Memory removed at {path}", store=store, path=path))
 
 
@@ -184,11 +225,18 @@ async def move_memory(
     gw = _gw(call, store)
     row = await _find(call, gw, store, from_path)
     with cortex_words(from_path, to_path=to_path):
-        await gw.change(call, row.memory.id, None, None, None,
-                        lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
-                        gw.commands.move)  # fmt: skip
-    return receipt(Moved(message=f"Memory moved from {from_path} to {to_path}", store=store, from_path=from_path,
-                         to_path=to_path))  # fmt: skip
+        await gw.change(
+            call,
+            row.memory.id,
+            None,
+            None,
+            None,
+            lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
+            gw.commands.move,
+        )
+    return receipt(
+        Moved(message=f"Memory moved from {from_path} to {to_path}", store=store, from_path=from_path, to_path=to_path)
+    )
 
 
 @tools.tool(intent="read", hints=READ)
@@ -205,18 +253,38 @@ async def list_memories(
     cat, subcategories = await _category(call, gw, store, category, include_expired, min_seq)
     rows: list[MemoryRow] = []
     while True:
-        got = await gw.queries.ask(ListMemories(
-            namespace=call.namespace, now=gw.now(), min_seq=min_seq, store=store, category_path=cat or "",
-            recursive=False, include_expired=include_expired, limit=PAGE, offset=len(rows), sort_by="created_at",
-            sort_order="asc",
-        ))  # fmt: skip
+        got = await gw.queries.ask(
+            ListMemories(
+                namespace=call.namespace,
+                now=gw.now(),
+                min_seq=min_seq,
+                store=store,
+                category_path=cat or "",
+                recursive=False,
+                include_expired=include_expired,
+                limit=PAGE,
+                offset=len(rows),
+                sort_by="created_at",
+                sort_order="asc",
+            )
+        )
         rows += got.items
         if not got.items or len(rows) >= got.total:
             break
     now = gw.now()
-    memories = sorted((ListedMemory(path=r.memory.path or "", token_estimate=_tokens(r.memory.content),
-                                    expires_at=r.memory.expires_at, is_expired=r.memory.is_expired(now),
-                                    updated_at=r.memory.updated_at) for r in rows), key=lambda m: m.path)  # fmt: skip
+    memories = sorted(
+        (
+            ListedMemory(
+                path=r.memory.path or "",
+                token_estimate=_tokens(r.memory.content),
+                expires_at=r.memory.expires_at,
+                is_expired=r.memory.is_expired(now),
+                updated_at=r.memory.updated_at,
+            )
+            for r in rows
+        ),
+        key=lambda m: m.path,
+    )
     call.read([r.memory.id for r in rows])
     return MemoryListing(category=cat or "all", count=len(memories), memories=memories, subcategories=subcategories)
 
@@ -225,8 +293,11 @@ async def list_memories(
 async def prune_memories(call: Call, store: StoreArg) -> PruneOutcome:
     """Delete every expired memory in the store. Returns how many and which (a count of zero when none)."""
     gw = _gw(call, store)
-    pruned = [PrunedMemory(path=m.path or "", expires_at=m.expires_at)
-              for m in await gw.prune_expired(call, store) if m.expires_at is not None]  # fmt: skip
+    pruned = [
+        PrunedMemory(path=m.path or "", expires_at=m.expires_at)
+        for m in await gw.prune_expired(call, store)
+        if m.expires_at is not None
+    ]
     pruned.sort(key=lambda p: p.path)
     return PruneOutcome(pruned_count=len(pruned), pruned=pruned)
 
@@ -237,20 +308,35 @@ async def reindex_store(call: Call, store: StoreArg) -> ReindexOutcome:
     Returns the store reindexed and what the rebuild found and changed."""
     gw = _gw(call, store)
     try:
-        got = await gw.queries.ask(ReindexCategories(namespace=call.namespace, now=gw.now(),
-                                                     min_seq=await gw.min_seq(), store=store))  # fmt: skip
+        got = await gw.queries.ask(
+            ReindexCategories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), store=store)
+        )
     except MnemeError as exc:
         raise MnemeError(f"Reindex failed for store '{store}': {exc.message}") from None  # code INTERNAL
-    return ReindexOutcome(store=store, path=f"{call.namespace}/{store}", categories=got.categories, added=got.added,
-                          removed=got.removed, memories=got.memories, warnings=[])  # fmt: skip
+    return ReindexOutcome(
+        store=store,
+        path=f"{call.namespace}/{store}",
+        categories=got.categories,
+        added=got.added,
+        removed=got.removed,
+        memories=got.memories,
+        warnings=[],
+    )
 
 
 @tools.tool(intent="read", hints=READ)
 async def cortex_get_recent_memories(
     call: Call,
     store: StoreArg,
-    category: Annotated[str | None, Field(description="Category path to scope retrieval (all categories if omitted); its subcategories are included.")] = None,  # noqa: E501
-    limit: Annotated[int, Field(ge=1, le=100, description="Maximum number of memories to return (default: 5, max: 100).")] = 5,  # noqa: E501
+    category: Annotated[
+        str | None,
+        Field(
+            description="Category path to scope retrieval (all categories if omitted); its subcategories are included."
+        ),
+    ] = None,
+    limit: Annotated[
+        int, Field(ge=1, le=100, description="Maximum number of memories to return (default: 5, max: 100).")
+    ] = 5,
     include_expired: IncludeExpired = False,
 ) -> RecentMemories:
     """The most recently updated memories of a store (or of one category and its subcategories), newest
@@ -258,13 +344,29 @@ async def cortex_get_recent_memories(
     gw = _gw(call, store)
     min_seq = await gw.min_seq()
     cat = (await _category(call, gw, store, category, include_expired, min_seq))[0] if category else None
-    got = await gw.queries.ask(ListMemories(
-        namespace=call.namespace, now=gw.now(), min_seq=min_seq, store=store, category_path=cat,
-        include_expired=include_expired, limit=limit, sort_by="updated_at", sort_order="desc",
-    ))  # fmt: skip
-    memories = [RecentMemory(path=r.memory.path or "", content=r.memory.content, updated_at=r.memory.updated_at,
-                             token_estimate=_tokens(r.memory.content), tags=list(r.memory.tags))
-                for r in got.items]  # fmt: skip
+    got = await gw.queries.ask(
+        ListMemories(
+            namespace=call.namespace,
+            now=gw.now(),
+            min_seq=min_seq,
+            store=store,
+            category_path=cat,
+            include_expired=include_expired,
+            limit=limit,
+            sort_by="updated_at",
+            sort_order="desc",
+        )
+    )
+    memories = [
+        RecentMemory(
+            path=r.memory.path or "",
+            content=r.memory.content,
+            updated_at=r.memory.updated_at,
+            token_estimate=_tokens(r.memory.content),
+            tags=list(r.memory.tags),
+        )
+        for r in got.items
+    ]
     call.read([r.memory.id for r in got.items])
     return RecentMemories(category=cat or "all", count=len(memories), memories=memories)
 

@@ -9,16 +9,22 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 StoreArg = Annotated[str, Field(min_length=1, description="Store name (required): a store registered with the server.")]
-PathArg = Annotated[str, Field(min_length=1, description="Memory path in category/slug format, e.g. 'project/decisions/db'.")]  # noqa: E501
+PathArg = Annotated[
+    str, Field(min_length=1, description="Memory path in category/slug format, e.g. 'project/decisions/db'.")
+]
 IncludeExpired = Annotated[bool, Field(description="Include expired memories.")]
-Expiry = Annotated[str | None, Field(description="Expiration date (ISO 8601), e.g. '2026-12-31' or '2026-12-31T18:00:00Z'.")]  # noqa: E501
+Expiry = Annotated[
+    str | None, Field(description="Expiration date (ISO 8601), e.g. '2026-12-31' or '2026-12-31T18:00:00Z'.")
+]
 Citation = Annotated[str, Field(min_length=1)]
 
 
 class Written(BaseModel):
     """A write's receipt: the contract's message (also the text of the result) and where it happened."""
 
-    message: str = Field(description="'Memory created at <path>', 'Memory updated at <path>', 'Memory removed at <path>'.")  # noqa: E501
+    message: str = Field(
+        description="'Memory created at <path>', 'Memory updated at <path>', 'Memory removed at <path>'."
+    )
     store: str
     path: str
 
@@ -32,8 +38,9 @@ class Moved(BaseModel):
 
 def receipt(model: Written | Moved) -> CallToolResult:
     """The result as the contract gives it (a text message), with the same receipt as structured content."""
-    return CallToolResult(content=[TextContent(type="text", text=model.message)],
-                          structured_content=model.model_dump(mode="json"))  # fmt: skip
+    return CallToolResult(
+        content=[TextContent(type="text", text=model.message)], structured_content=model.model_dump(mode="json")
+    )
 
 
 class MemoryMetadata(BaseModel):

@@ -75,13 +75,21 @@ INVALID_REQUEST, INVALID_PARAMS, INTERNAL_ERROR = -32600, -32602, -32603  # MCP 
 
 MCP_CODES = {
     # what the caller can correct: InvalidParams, as the contract's translateMemoryError does
-    "INVALID_INPUT": INVALID_PARAMS, "MEMORY_NOT_FOUND": INVALID_PARAMS, "ALREADY_EXISTS": INVALID_PARAMS,
-    "STORE_NOT_REGISTERED": INVALID_PARAMS, "CATEGORY_NOT_FOUND": INVALID_PARAMS, "INVALID_STATE": INVALID_PARAMS,
-    "IDEMPOTENCY_KEY_REUSED": INVALID_PARAMS, "UNKNOWN_TOOL": INVALID_PARAMS,
+    "INVALID_INPUT": INVALID_PARAMS,
+    "MEMORY_NOT_FOUND": INVALID_PARAMS,
+    "ALREADY_EXISTS": INVALID_PARAMS,
+    "STORE_NOT_REGISTERED": INVALID_PARAMS,
+    "CATEGORY_NOT_FOUND": INVALID_PARAMS,
+    "INVALID_STATE": INVALID_PARAMS,
+    "IDEMPOTENCY_KEY_REUSED": INVALID_PARAMS,
+    "UNKNOWN_TOOL": INVALID_PARAMS,
     # refusals the contract does not know (locks, protected kinds, namespaces): InvalidRequest
-    "MEMORY_LOCKED": INVALID_REQUEST, "WRITE_NOT_ALLOWED": INVALID_REQUEST, "PERMISSION_ERROR": INVALID_REQUEST,
-    "SCOPE_VIOLATION": INVALID_REQUEST, "INVALID_CONTEXT": INVALID_REQUEST,
-}  # fmt: skip
+    "MEMORY_LOCKED": INVALID_REQUEST,
+    "WRITE_NOT_ALLOWED": INVALID_REQUEST,
+    "PERMISSION_ERROR": INVALID_REQUEST,
+    "SCOPE_VIOLATION": INVALID_REQUEST,
+    "INVALID_CONTEXT": INVALID_REQUEST,
+}
 # everything else (CONFLICT, PROJECTION_LAG, UNAVAILABLE, INTERNAL, a failed reindex): InternalError
 
 NO_UPDATES = "No updates provided. Specify content, tags, expires_at, clear_expiry, or citations."
@@ -93,8 +101,14 @@ class McpErrorStyle(ErrorStyle):
     MCP client shows as "MCP error <code>: <message>". Rendered as {"error": {"code": <int>, "message": "MCP
     error <code>: <message>"}}: the code a cortex client compares with ErrorCode, and its message verbatim."""
 
-    def render(self, code: str, message: str, field_: str | None = None, details: dict[str, Any] | None = None,
-               extra: dict[str, Any] | None = None) -> str:  # fmt: skip
+    def render(
+        self,
+        code: str,
+        message: str,
+        field_: str | None = None,
+        details: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
         mcp = MCP_CODES.get(code, INTERNAL_ERROR)
         if code == "INVALID_INPUT" and field_ == "fields":  # the domain's "give at least one field"
             message = NO_UPDATES
@@ -122,8 +136,10 @@ def cortex_words(path: str, *, to_path: str | None = None) -> Iterator[None]:
         if exc.code == "MEMORY_NOT_FOUND":
             raise reworded(exc, f"Memory not found: {path}") from None
         if exc.code == "ALREADY_EXISTS":
-            raise reworded(exc, f"Destination already exists: {to_path}" if to_path is not None
-                           else f"Memory already exists: {path}") from None  # fmt: skip
+            raise reworded(
+                exc,
+                f"Destination already exists: {to_path}" if to_path is not None else f"Memory already exists: {path}",
+            ) from None
         if exc.code == "MEMORY_LOCKED":
             raise reworded(exc, f"Memory is locked: {path} (only an admin can change it)") from None
         raise

@@ -66,8 +66,11 @@ def gateway(call: Call, context: RequestContext) -> Gateway:
     """The context is complete (the gateway has already checked each given field against the principal)."""
     for name in REQUIRED_CONTEXT:
         if getattr(context, name) is None:
-            raise InvalidContext(f"context.{name} is required: every request carries agent_id, organization_id, "
-                                 "repository_id, intent and request_id", f"context.{name}")  # fmt: skip
+            raise InvalidContext(
+                f"context.{name} is required: every request carries agent_id, organization_id, "
+                "repository_id, intent and request_id",
+                f"context.{name}",
+            )
     assert call.gw is not None
     return call.gw
 
@@ -82,8 +85,11 @@ def rules_namespace(call: Call, context: RequestContext) -> str | None:
 def writable(call: Call) -> None:
     """System scope is read-only here: no system-level writes through this surface (the contract, 3)."""
     if call.namespace.split("/")[-1] == SYSTEM_SEGMENT:
-        raise ScopeViolation("the organization's system scope is read-only: read or search it; no system-level "
-                             "writes through this surface", "context.repository_id")  # fmt: skip
+        raise ScopeViolation(
+            "the organization's system scope is read-only: read or search it; no system-level "
+            "writes through this surface",
+            "context.repository_id",
+        )
 
 
 def canonical(memory_id: str) -> str:
@@ -105,12 +111,20 @@ async def audited(call: Call, memory_id: str, work: Callable[[str], Awaitable[T]
         exc.details.setdefault("memory_id", memory_id)
         if exc.code == "MEMORY_NOT_FOUND":
             assert call.gw is not None
-            await call.gw.access.record(AccessDenied(
-                record_id=event_id_for(f"denied:{call.request_id}:{call.tool}"), at=call.gw.now(),
-                agent_id=call.principal.agent_id, role=call.principal.role, request_id=call.request_id,
-                namespace=call.namespace, operation=call.tool, code=exc.code, message=exc.message,
-                memory_id=memory_id,
-            ))  # fmt: skip
+            await call.gw.access.record(
+                AccessDenied(
+                    record_id=event_id_for(f"denied:{call.request_id}:{call.tool}"),
+                    at=call.gw.now(),
+                    agent_id=call.principal.agent_id,
+                    role=call.principal.role,
+                    request_id=call.request_id,
+                    namespace=call.namespace,
+                    operation=call.tool,
+                    code=exc.code,
+                    message=exc.message,
+                    memory_id=memory_id,
+                )
+            )
         raise
 
 
@@ -123,12 +137,16 @@ async def not_a_rule(call: Call, context: RequestContext, memory_id: str) -> Non
         await gw.resolve(rules, memory_id, None, None, await gw.min_seq())
     except MemoryNotFound:
         return
-    raise ScopeViolation(f"memory {memory_id} is an organization rule: read-only through this surface",
-                         "memory_id")  # fmt: skip
+    raise ScopeViolation(f"memory {memory_id} is an organization rule: read-only through this surface", "memory_id")
 
 
-async def change(call: Call, context: RequestContext, memory_id: str, build: Callable[[str], Any],
-                 apply: Callable[..., Awaitable[Written]]) -> tuple[MemoryRow, Written]:  # fmt: skip
+async def change(
+    call: Call,
+    context: RequestContext,
+    memory_id: str,
+    build: Callable[[str], Any],
+    apply: Callable[..., Awaitable[Written]],
+) -> tuple[MemoryRow, Written]:
     """An existing memory of the active repository, changed through the write side (gw.change)."""
     assert call.gw is not None
     try:
@@ -142,8 +160,9 @@ async def change(call: Call, context: RequestContext, memory_id: str, build: Cal
 
 
 @tools.tool("memory-write", intent="write", hints=WRITE)
-async def memory_write(call: Call, content: Content, type: MemoryType, context: RequestContext,
-                       memory_id: EditId = None) -> WriteResult:  # fmt: skip
+async def memory_write(
+    call: Call, content: Content, type: MemoryType, context: RequestContext, memory_id: EditId = None
+) -> WriteResult:
     """Store a new fact or decision log in the active repository, written exactly as given. Returns memory_id
     and status: an AI agent's memory is 'unverified' (version 1). With memory_id, edit that memory instead
     (new content and type, next version); a locked memory is MEMORY_LOCKED. AI agents may not write the
@@ -153,29 +172,48 @@ async def memory_write(call: Call, content: Content, type: MemoryType, context: 
     writable(call)
     if memory_id is None:
         cmd = CreateMemory(namespace=call.namespace, content=content, kind=type)
-        w = await gw.commands.create(cmd, actor=call.principal.actor, request_id=call.request_id,
-                                     min_seq=await gw.min_seq())  # fmt: skip
+        w = await gw.commands.create(
+            cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
+        )
         gw.noted(w.seq)
         m = w.memory
     else:
-        _, w = await audited(call, memory_id, lambda mid: change(call, context, mid, lambda i: UpdateMemory(
-            namespace=call.namespace, memory_id=i, content=content, kind=type), gw.commands.update))  # fmt: skip
+        _, w = await audited(
+            call,
+            memory_id,
+            lambda mid: change(
+                call,
+                context,
+                mid,
+                lambda i: UpdateMemory(namespace=call.namespace, memory_id=i, content=content, kind=type),
+                gw.commands.update,
+            ),
+        )
         m = w.memory
     assert m is not None
     return WriteResult(memory_id=m.id, status=status_of(m), version=m.version)
 
 
 @tools.tool("memory-search", intent="read", hints=READ)
-async def memory_search(call: Call, query: Query, context: RequestContext, limit: Limit = 5,
-                        type_filter: TypeFilter = None) -> SearchResult:  # fmt: skip
+async def memory_search(
+    call: Call, query: Query, context: RequestContext, limit: Limit = 5, type_filter: TypeFilter = None
+) -> SearchResult:
     """Find the memories relevant to a question (RAG), in the active repository and the verified rules of
     the organization. Ordered: exact matches in the repository, then semantic matches in it, then verified
     organization rules; limit 1-10 (default 5). Each result: memory_id, content, type, status, scope_origin."""
     gw = gateway(call, context)
     rules = rules_namespace(call, context)
-    q = SearchMemories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), mode="hybrid",
-                       query=query, rule_namespaces=(rules,) if rules else (), limit=max(3 * limit, 15),
-                       threshold=0.0, kind=type_filter)  # fmt: skip
+    q = SearchMemories(
+        namespace=call.namespace,
+        now=gw.now(),
+        min_seq=await gw.min_seq(),
+        mode="hybrid",
+        query=query,
+        rule_namespaces=(rules,) if rules else (),
+        limit=max(3 * limit, 15),
+        threshold=0.0,
+        kind=type_filter,
+    )
     got = await gw.queries.ask(q)
     needle = " ".join(query.split()).casefold()
 
@@ -184,10 +222,19 @@ async def memory_search(call: Call, query: Query, context: RequestContext, limit
             return True
         return h.semantic is not None and h.semantic >= SEMANTIC_MIN
 
-    hits = sorted((h for h in got.hits if matches(h)),
-                  key=lambda h: (TIERS[h.group], h.demoted, -h.score, h.memory.id))[:limit]  # fmt: skip
-    items = [SearchItem(memory_id=h.memory.id, content=h.memory.content, type=h.memory.kind,
-                        status=status_of(h.memory), scope_origin=scope_origin(h.memory)) for h in hits]  # fmt: skip
+    hits = sorted(
+        (h for h in got.hits if matches(h)), key=lambda h: (TIERS[h.group], h.demoted, -h.score, h.memory.id)
+    )[:limit]
+    items = [
+        SearchItem(
+            memory_id=h.memory.id,
+            content=h.memory.content,
+            type=h.memory.kind,
+            status=status_of(h.memory),
+            scope_origin=scope_origin(h.memory),
+        )
+        for h in hits
+    ]
     call.read([i.memory_id for i in items])
     return SearchResult(memories=items, count=len(items))
 
@@ -201,8 +248,7 @@ async def memory_read(call: Call, memory_id: MemoryIdArg, context: RequestContex
     async def read(mid: str) -> tuple[MemoryRow, list[VersionInfo]]:
         min_seq = await gw.min_seq()
         try:
-            row, history, _ = await gw.resolve_with_history(call.namespace, mid, None, None, min_seq,
-                                                            history=HISTORY)  # fmt: skip
+            row, history, _ = await gw.resolve_with_history(call.namespace, mid, None, None, min_seq, history=HISTORY)
         except MemoryNotFound:
             rules = rules_namespace(call, context)
             if rules is None:
@@ -217,15 +263,32 @@ async def memory_read(call: Call, memory_id: MemoryIdArg, context: RequestContex
     call.read([s.id])
     admin = call.principal.trusted_view()
     return MemoryDetail(
-        memory_id=s.id, content=s.content, type=s.kind, status=status_of(s), scope_origin=scope_origin(s),
-        version=s.version, verified=s.verification == "verified", locked=s.locked, tags=list(s.tags),
-        deprecated_reason=s.status_reason, lock_reason=s.lock_reason, created_by=s.created_by,
-        updated_by=s.updated_by, created_at=s.created_at if admin else None,
+        memory_id=s.id,
+        content=s.content,
+        type=s.kind,
+        status=status_of(s),
+        scope_origin=scope_origin(s),
+        version=s.version,
+        verified=s.verification == "verified",
+        locked=s.locked,
+        tags=list(s.tags),
+        deprecated_reason=s.status_reason,
+        lock_reason=s.lock_reason,
+        created_by=s.created_by,
+        updated_by=s.updated_by,
+        created_at=s.created_at if admin else None,
         updated_at=s.updated_at if admin else None,
-        history=[VersionEntry(version=h.version, action=action_of(h.event_type), agent_id=h.agent_id,
-                              at=h.recorded_at if admin else None, request_id=h.request_id if admin else None)
-                 for h in history],
-    )  # fmt: skip
+        history=[
+            VersionEntry(
+                version=h.version,
+                action=action_of(h.event_type),
+                agent_id=h.agent_id,
+                at=h.recorded_at if admin else None,
+                request_id=h.request_id if admin else None,
+            )
+            for h in history
+        ],
+    )
 
 
 @tools.tool("memory.lock", intent="admin", hints=WRITE)
@@ -234,22 +297,37 @@ async def memory_lock(call: Call, memory_id: MemoryIdArg, context: RequestContex
     WRITE_NOT_ALLOWED). Returns status 'locked' and when it was locked."""
     gw = gateway(call, context)
     writable(call)
-    row, w = await audited(call, memory_id, lambda mid: change(call, context, mid, lambda i: LockMemory(
-        namespace=call.namespace, memory_id=i), gw.commands.govern))  # fmt: skip
+    row, w = await audited(
+        call,
+        memory_id,
+        lambda mid: change(
+            call, context, mid, lambda i: LockMemory(namespace=call.namespace, memory_id=i), gw.commands.govern
+        ),
+    )
     m = w.memory or row.memory
     locked_at = m.updated_at if w.changed else await lock_time(gw, call, m.id) or m.updated_at
     return LockResult(memory_id=m.id, status="locked", locked_at=locked_at, version=m.version)
 
 
 @tools.tool("memory.deprecate", intent="write", hints=WRITE)
-async def memory_deprecate(call: Call, memory_id: MemoryIdArg, reason: Reason,
-                           context: RequestContext) -> DeprecateResult:  # fmt: skip
+async def memory_deprecate(
+    call: Call, memory_id: MemoryIdArg, reason: Reason, context: RequestContext
+) -> DeprecateResult:
     """Mark a memory obsolete, with the reason. It stays readable, with status 'deprecated', and ranks below
     the rest in memory-search. A locked memory is MEMORY_LOCKED for AI agents."""
     gw = gateway(call, context)
     writable(call)
-    row, w = await audited(call, memory_id, lambda mid: change(call, context, mid, lambda i: DeprecateMemory(
-        namespace=call.namespace, memory_id=i, reason=reason), gw.commands.govern))  # fmt: skip
+    row, w = await audited(
+        call,
+        memory_id,
+        lambda mid: change(
+            call,
+            context,
+            mid,
+            lambda i: DeprecateMemory(namespace=call.namespace, memory_id=i, reason=reason),
+            gw.commands.govern,
+        ),
+    )
     m = w.memory or row.memory
     return DeprecateResult(memory_id=m.id, status="deprecated", reason=m.status_reason or reason, version=m.version)
 
@@ -260,8 +338,7 @@ async def memory_deprecate(call: Call, memory_id: MemoryIdArg, reason: Reason,
 async def lock_time(gw: Gateway, call: Call, memory_id: str) -> datetime | None:
     """When a memory that is already locked was locked: the time of its newest memory_locked version (the
     same clock as a fresh lock's answer)."""
-    q = MemoryHistory(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), memory_id=memory_id,
-                      limit=1)  # fmt: skip
+    q = MemoryHistory(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), memory_id=memory_id, limit=1)
     total = (await gw.queries.ask(q)).total
     got = await gw.queries.ask(msgspec.structs.replace(q, limit=100, offset=max(0, total - 100)))
     return next((v.state.updated_at for v in reversed(got.versions) if v.event_type == "memory_locked"), None)

@@ -21,18 +21,25 @@ from services.gateway.error_styles import ErrorStyle
 # -- arguments ----------------------------------------------------------------------------------------------
 
 Content = Annotated[str, Field(min_length=1, description="The fact or decision to remember, stored verbatim.")]
-MemoryType = Annotated[str, Field(
-    pattern=r"^[a-z][a-z0-9_-]{0,31}$",
-    description="What kind of memory: fact, decision, ... (lowercase). business_rule and system_constraint are "
-                "protected: only a human admin may write them.")]  # fmt: skip
+MemoryType = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+        description="What kind of memory: fact, decision, ... (lowercase). business_rule and system_constraint are "
+        "protected: only a human admin may write them.",
+    ),
+]
 MemoryIdArg = Annotated[str, Field(min_length=1, max_length=64, description="The memory's id (memory_id).")]
-EditId = Annotated[str | None, Field(
-    max_length=64, description="Give it to edit that memory (new content and type, a new version); omit it to "
-                               "store a new memory.")]  # fmt: skip
+EditId = Annotated[
+    str | None,
+    Field(
+        max_length=64,
+        description="Give it to edit that memory (new content and type, a new version); omit it to store a new memory.",
+    ),
+]
 Query = Annotated[str, Field(min_length=1, max_length=4096, description="What to look for, in natural language.")]
 Limit = Annotated[int, Field(ge=1, le=10, description="Most memories to return (at most 10).")]
-TypeFilter = Annotated[str | None, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$",
-                                         description="Only memories of this type.")]  # fmt: skip
+TypeFilter = Annotated[str | None, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="Only memories of this type.")]
 Reason = Annotated[str, Field(min_length=1, max_length=128, description="Why the memory no longer applies.")]
 
 # -- the contract's status and scope ------------------------------------------------------------------------
@@ -84,13 +91,16 @@ class SearchItem(Trimmed):
     content: str
     type: str
     status: Status
-    scope_origin: ScopeOrigin = Field(description="repository: the active repository; organization: a verified "
-                                                  "rule of the organization.")  # fmt: skip
+    scope_origin: ScopeOrigin = Field(
+        description="repository: the active repository; organization: a verified rule of the organization."
+    )
 
 
 class SearchResult(Trimmed):
-    memories: list[SearchItem] = Field(description="Exact matches in the repository first, then semantic "
-                                                   "matches in it, then verified organization rules.")  # fmt: skip
+    memories: list[SearchItem] = Field(
+        description="Exact matches in the repository first, then semantic "
+        "matches in it, then verified organization rules."
+    )
     count: int
 
 
@@ -148,8 +158,14 @@ class GovernedErrors(ErrorStyle):
     INVALID_CONTEXT. Other malformed arguments are INVALID_INPUT, and the service's own retryable conditions
     (UNAVAILABLE, PROJECTION_LAG, CONFLICT, EMBEDDING_MODEL_LOADING) and INTERNAL keep their codes."""
 
-    def render(self, code: str, message: str, field_: str | None = None, details: dict[str, Any] | None = None,
-               extra: dict[str, Any] | None = None) -> str:  # fmt: skip
+    def render(
+        self,
+        code: str,
+        message: str,
+        field_: str | None = None,
+        details: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
         field_ = FIELDS.get(field_, field_) if field_ else field_
         if code == "INVALID_INPUT" and field_ and (field_ == "context" or field_.startswith("context.")):
             code = "INVALID_CONTEXT"
@@ -160,8 +176,10 @@ ERRORS = GovernedErrors(
     codes={"PERMISSION_ERROR": "WRITE_NOT_ALLOWED", "IDEMPOTENCY_KEY_REUSED": "INVALID_CONTEXT"},
     with_details=False,  # details carry log positions: internal ids the contract trims
     messages={
-        "IDEMPOTENCY_KEY_REUSED": lambda m, d: "context.request_id was already used for another request with "
-                                               "different arguments: each request needs its own request_id",
+        "IDEMPOTENCY_KEY_REUSED": lambda m, d: (
+            "context.request_id was already used for another request with "
+            "different arguments: each request needs its own request_id"
+        ),
         "WRITE_NOT_ALLOWED": lambda m, d: m.replace("memories of the protected kind", "the protected type"),
     },
-)  # fmt: skip
+)

@@ -45,7 +45,7 @@ from services.gateway.profiles.memento_models import (
     Tags,
     Threshold,
     Updated,
-)  # fmt: skip
+)
 from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
@@ -57,16 +57,27 @@ def _given(value: str | None) -> str | None:
 
 
 @tools.tool(intent="write", hints=WRITE)
-async def store_memory(call: Call, content: Content, subject: Subject, category: CategoryArg, tags: Tags = None,
-                       confidence: Confidence = 1.0) -> Stored:  # fmt: skip
+async def store_memory(
+    call: Call,
+    content: Content,
+    subject: Subject,
+    category: CategoryArg,
+    tags: Tags = None,
+    confidence: Confidence = 1.0,
+) -> Stored:
     """Store a new fact or memory about a person, preference, or situation. Use this when you learn something new that should be remembered for future conversations."""  # noqa: E501
     return await memento_store.store(call, content, subject, category, tags or [], confidence)
 
 
 @tools.tool(intent="read", hints=READ)
-async def search_memories(call: Call, query: Query, subject_filter: SearchSubject = None,
-                          category_filter: SearchCategory = None, limit: SearchLimit = 5,
-                          threshold: Threshold = 0.7) -> FoundMemories:  # fmt: skip
+async def search_memories(
+    call: Call,
+    query: Query,
+    subject_filter: SearchSubject = None,
+    category_filter: SearchCategory = None,
+    limit: SearchLimit = 5,
+    threshold: Threshold = 0.7,
+) -> FoundMemories:
     """Search for relevant memories based on a query. Use this to recall information about subjects, preferences, or past context."""  # noqa: E501
     found = await memento_search.search(call, query, _given(subject_filter), category_filter, limit, threshold)
     call.read([f.id for f in found])
@@ -74,23 +85,39 @@ async def search_memories(call: Call, query: Query, subject_filter: SearchSubjec
 
 
 @tools.tool(intent="read", hints=READ)
-async def list_recent_memories(call: Call, limit: RecentLimit = 10, subject_filter: RecentSubject = None
-                               ) -> RecentMemories:  # fmt: skip
+async def list_recent_memories(
+    call: Call, limit: RecentLimit = 10, subject_filter: RecentSubject = None
+) -> RecentMemories:
     """List the most recently stored memories. Useful for reviewing what was just learned or stored."""
     gw = call.gw
     assert gw is not None
     now = gw.now()
-    got = await gw.queries.ask(ListMemories(namespace=call.namespace, now=now, min_seq=await gw.min_seq(),
-                                            subject=_given(subject_filter), status="active", valid_at=now,
-                                            limit=limit, sort_by="created_at", sort_order="desc"))  # fmt: skip
+    got = await gw.queries.ask(
+        ListMemories(
+            namespace=call.namespace,
+            now=now,
+            min_seq=await gw.min_seq(),
+            subject=_given(subject_filter),
+            status="active",
+            valid_at=now,
+            limit=limit,
+            sort_by="created_at",
+            sort_order="desc",
+        )
+    )
     out = [MemoryOut.of(r.memory) for r in got.items]
     call.read([m.id for m in out])
     return RecentMemories(memories=out)
 
 
 @tools.tool(intent="write", hints=WRITE)
-async def update_memory(call: Call, memory_id: MemoryIdArg, new_content: NewContent = None,
-                        mark_outdated: MarkOutdated = None, reason: Reason = None) -> Updated:  # fmt: skip
+async def update_memory(
+    call: Call,
+    memory_id: MemoryIdArg,
+    new_content: NewContent = None,
+    mark_outdated: MarkOutdated = None,
+    reason: Reason = None,
+) -> Updated:
     """Update an existing memory when information changes or becomes outdated."""
     gw = call.gw
     assert gw is not None
@@ -112,8 +139,15 @@ async def get_memory_stats(call: Call, subject_filter: StatsSubject = None) -> M
     """Get statistics about the stored memories for a subject or overall system."""
     gw = call.gw
     assert gw is not None
-    r = await gw.queries.ask(MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
-                                         subject=_given(subject_filter), top_tags=1))  # fmt: skip
+    r = await gw.queries.ask(
+        MemoryStats(
+            namespace=call.namespace,
+            now=gw.now(),
+            min_seq=await gw.min_seq(),
+            subject=_given(subject_filter),
+            top_tags=1,
+        )
+    )
     return MemoryStatsOut(
         total_memories=r.total - r.archived,  # what by_category and by_subject count: all but archived memories
         by_category=dict.fromkeys(CATEGORIES, 0) | r.by_category,
@@ -132,22 +166,29 @@ def _not_found(message: str, details: dict[str, Any]) -> str:
 # Every domain code lands on one of the contract's five codes. RATE_LIMIT is never sent: mneme limits no rate.
 ERRORS = ErrorStyle(
     codes={
-        "INVALID_INPUT": "INVALID_PARAMETER", "INVALID_STATE": "INVALID_PARAMETER",
-        "ALREADY_EXISTS": "INVALID_PARAMETER", "IDEMPOTENCY_KEY_REUSED": "INVALID_PARAMETER",
+        "INVALID_INPUT": "INVALID_PARAMETER",
+        "INVALID_STATE": "INVALID_PARAMETER",
+        "ALREADY_EXISTS": "INVALID_PARAMETER",
+        "IDEMPOTENCY_KEY_REUSED": "INVALID_PARAMETER",
         "UNKNOWN_TOOL": "INVALID_PARAMETER",
         # refusals: not worth retrying; the message says why (locked, not this principal's namespace, ...)
-        "MEMORY_LOCKED": "INVALID_PARAMETER", "WRITE_NOT_ALLOWED": "INVALID_PARAMETER",
-        "PERMISSION_ERROR": "INVALID_PARAMETER", "SCOPE_VIOLATION": "INVALID_PARAMETER",
+        "MEMORY_LOCKED": "INVALID_PARAMETER",
+        "WRITE_NOT_ALLOWED": "INVALID_PARAMETER",
+        "PERMISSION_ERROR": "INVALID_PARAMETER",
+        "SCOPE_VIOLATION": "INVALID_PARAMETER",
         "INVALID_CONTEXT": "INVALID_PARAMETER",
         # worth retrying: the log or a projector was out of reach, behind or contended
-        "CONFLICT": "STORAGE_ERROR", "PROJECTION_LAG": "STORAGE_ERROR", "UNAVAILABLE": "STORAGE_ERROR",
+        "CONFLICT": "STORAGE_ERROR",
+        "PROJECTION_LAG": "STORAGE_ERROR",
+        "UNAVAILABLE": "STORAGE_ERROR",
         "INTERNAL": "STORAGE_ERROR",
-        "EMBEDDING_MODEL_LOADING": "EMBEDDING_ERROR", "EMBEDDING_MODEL_UNAVAILABLE": "EMBEDDING_ERROR",
+        "EMBEDDING_MODEL_LOADING": "EMBEDDING_ERROR",
+        "EMBEDDING_MODEL_UNAVAILABLE": "EMBEDDING_ERROR",
     },
     with_field=False,  # the contract's error object is {code, message}; messages name the field
     with_details=False,
     messages={"MEMORY_NOT_FOUND": _not_found},
-)  # fmt: skip
+)
 
 PROFILE = Profile(
     name="memento",

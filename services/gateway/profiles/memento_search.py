@@ -60,8 +60,9 @@ def words(text: str) -> frozenset[int]:
     return frozenset(_tokenizer().query(text)[0])
 
 
-def label_hits(query_words: frozenset[int], content: str, subject: str | None, category: str | None,
-               tags: Iterable[str]) -> int:  # fmt: skip
+def label_hits(
+    query_words: frozenset[int], content: str, subject: str | None, category: str | None, tags: Iterable[str]
+) -> int:
     """How many of the query's words name the memory's category, a tag, or its subject where the content does
     not already say it (a name in both would count twice: the cosine has it)."""
     labels: set[int] = set()
@@ -82,8 +83,9 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-async def search(call: Call, query: str, subject: str | None, category: str | None, limit: int, threshold: float
-                 ) -> list[Found]:  # fmt: skip
+async def search(
+    call: Call, query: str, subject: str | None, category: str | None, limit: int, threshold: float
+) -> list[Found]:
     """The domain's semantic search (status active, outdated memories left out, the caller's filters), scored
     here. Candidates: the CANDIDATES memories closest in content, and as many of each category the query
     names ("dietary restrictions" names restriction), so a memory linked to the query by its labels alone is
@@ -91,9 +93,18 @@ async def search(call: Call, query: str, subject: str | None, category: str | No
     gw = call.gw
     assert gw is not None
     qw = words(query)
-    base: dict[str, Any] = {"namespace": call.namespace, "now": gw.now(), "min_seq": await gw.min_seq(),
-                            "mode": "semantic", "query": query, "threshold": 0.0, "limit": CANDIDATES,
-                            "status": "active", "include_invalid": False, "subject": subject}  # fmt: skip
+    base: dict[str, Any] = {
+        "namespace": call.namespace,
+        "now": gw.now(),
+        "min_seq": await gw.min_seq(),
+        "mode": "semantic",
+        "query": query,
+        "threshold": 0.0,
+        "limit": CANDIDATES,
+        "status": "active",
+        "include_invalid": False,
+        "subject": subject,
+    }
     cats = [category] if category else [None, *named_categories(qw, CATEGORIES)]
     answers = await asyncio.gather(*(gw.queries.ask(SearchMemories(**base, category=c)) for c in cats))
     scored: list[tuple[float, SearchHit]] = []

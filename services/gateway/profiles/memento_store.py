@@ -51,15 +51,31 @@ def _current(m: MemoryState, content: str, now: datetime) -> bool:
 
 
 async def _spelling(call: Call, gw: Gateway, subject: str) -> str:
-    got = await gw.queries.ask(ListMemories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(),
-                                            subject=subject, status="any", include_expired=True, limit=1,
-                                            sort_by="created_at", sort_order="asc"))  # fmt: skip
+    got = await gw.queries.ask(
+        ListMemories(
+            namespace=call.namespace,
+            now=gw.now(),
+            min_seq=await gw.min_seq(),
+            subject=subject,
+            status="any",
+            include_expired=True,
+            limit=1,
+            sort_by="created_at",
+            sort_order="asc",
+        )
+    )
     first = got.items[0].memory.subject if got.items else None
     return first or tidy_subject(subject)
 
 
-async def store(call: Call, content: str, subject: str | None, category: str | None, tags: list[str] | tuple[str, ...],
-                confidence: float) -> Stored:  # fmt: skip
+async def store(
+    call: Call,
+    content: str,
+    subject: str | None,
+    category: str | None,
+    tags: list[str] | tuple[str, ...],
+    confidence: float,
+) -> Stored:
     """Store one fact, once. Stored again, the first memory is returned (`duplicate`); stored again with other
     labels, the write side refuses the reused request id (IDEMPOTENCY_KEY_REUSED) and the memory takes this
     call's category and confidence and the tags of both. A fact stored again after it was outdated, changed
@@ -69,8 +85,15 @@ async def store(call: Call, content: str, subject: str | None, category: str | N
     label = v.label(subject, "subject")
     spelled = await _spelling(call, gw, label) if label is not None else None
     key = hashlib.sha256(f"{norm(label or '')}\n{norm(content)}".encode()).hexdigest()[:40]
-    cmd = CreateMemory(namespace=call.namespace, content=content, kind=KIND, category=category, subject=spelled,
-                       tags=tuple(tags), confidence=confidence)  # fmt: skip
+    cmd = CreateMemory(
+        namespace=call.namespace,
+        content=content,
+        kind=KIND,
+        category=category,
+        subject=spelled,
+        tags=tuple(tags),
+        confidence=confidence,
+    )
     for generation in range(1, MAX_RESTATEMENTS + 1):
         rid = f"memento-store:{key}" + (f":{generation}" if generation > 1 else "")
         m: MemoryState | None
@@ -79,8 +102,9 @@ async def store(call: Call, content: str, subject: str | None, category: str | N
         except IdempotencyKeyReused as reused:  # stored before, with other labels
             gw.noted(reused.details["seq"])
             try:
-                m = (await gw.resolve(call.namespace, reused.details["memory_id"], None, None,
-                                      await gw.min_seq())).memory  # fmt: skip
+                m = (
+                    await gw.resolve(call.namespace, reused.details["memory_id"], None, None, await gw.min_seq())
+                ).memory
             except MemoryNotFound:
                 m = None  # deleted since
         else:
@@ -99,10 +123,10 @@ async def _restated(call: Call, gw: Gateway, m: MemoryState, cmd: CreateMemory) 
     tags = tuple(dict.fromkeys((*m.tags, *v.tags(cmd.tags))))
     if (m.category, m.confidence, m.tags) == (v.label(cmd.category, "category"), cmd.confidence, tags):
         return Stored.of(m, duplicate=True)
-    up = UpdateMemory(namespace=call.namespace, memory_id=m.id, category=cmd.category, tags=tags,
-                      confidence=cmd.confidence)  # fmt: skip
-    w = await gw.commands.update(up, actor=call.principal.actor, request_id=call.request_id,
-                                 min_seq=await gw.min_seq())  # fmt: skip
+    up = UpdateMemory(
+        namespace=call.namespace, memory_id=m.id, category=cmd.category, tags=tags, confidence=cmd.confidence
+    )
+    w = await gw.commands.update(up, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq())
     gw.noted(w.seq)
     return Stored.of(w.memory or m, duplicate=True)
 
@@ -112,16 +136,22 @@ async def new_content(call: Call, gw: Gateway, old: MemoryState, content: str, r
     A reason is kept in its metadata under `update_reason`."""
     why = {"metadata": {**old.metadata, UPDATE_REASON: reason}} if reason else {}
     cmd = UpdateMemory(namespace=call.namespace, memory_id=old.id, content=content, **why)  # type: ignore[arg-type]
-    w = await gw.commands.update(cmd, actor=call.principal.actor, request_id=call.request_id,
-                                 min_seq=await gw.min_seq())  # fmt: skip
+    w = await gw.commands.update(
+        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
+    )
     gw.noted(w.seq)
     m = w.memory or old
-    return Updated.of(m, updated_at=m.updated_at, updated=w.changed, outdated=outdated(m, gw.now()), reason=reason,
-                      superseded_by=m.superseded_by)  # fmt: skip
+    return Updated.of(
+        m,
+        updated_at=m.updated_at,
+        updated=w.changed,
+        outdated=outdated(m, gw.now()),
+        reason=reason,
+        superseded_by=m.superseded_by,
+    )
 
 
-async def mark_outdated(call: Call, gw: Gateway, old: MemoryState, content: str | None, reason: str | None
-                        ) -> Updated:  # fmt: skip
+async def mark_outdated(call: Call, gw: Gateway, old: MemoryState, content: str | None, reason: str | None) -> Updated:
     """Outdated: the memory's valid time ends now, recorded as outdated (the domain's InvalidateMemory with
     outdated=True); it stays readable with its history. With new content, that is stored as a memory of its
     own (same subject, category, tags, confidence) and named as the successor (superseded_by). The domain's
@@ -129,16 +159,24 @@ async def mark_outdated(call: Call, gw: Gateway, old: MemoryState, content: str 
     why = reason or NO_REASON
 
     def invalidate(successor: str | None) -> InvalidateMemory:
-        return InvalidateMemory(namespace=call.namespace, memory_id=old.id, at=gw.now(), reason=why,
-                                superseded_by=successor, outdated=True)  # fmt: skip
+        return InvalidateMemory(
+            namespace=call.namespace, memory_id=old.id, at=gw.now(), reason=why, superseded_by=successor, outdated=True
+        )
 
     decider.decide_invalidate(old, invalidate(None), actor=call.principal.actor)  # raises what the write would
     successor = None
     if content is not None:
         successor = (await store(call, content, old.subject, old.category, old.tags, old.confidence)).id
-    w = await gw.commands.govern(invalidate(successor), actor=call.principal.actor, request_id=call.request_id,
-                                 min_seq=await gw.min_seq())  # fmt: skip
+    w = await gw.commands.govern(
+        invalidate(successor), actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
+    )
     gw.noted(w.seq)
     m = w.memory or old
-    return Updated.of(m, updated_at=m.updated_at, updated=w.changed, outdated=outdated(m, gw.now()),
-                      reason=m.invalid_reason or why, superseded_by=m.superseded_by or successor)  # fmt: skip
+    return Updated.of(
+        m,
+        updated_at=m.updated_at,
+        updated=w.changed,
+        outdated=outdated(m, gw.now()),
+        reason=m.invalid_reason or why,
+        superseded_by=m.superseded_by or successor,
+    )

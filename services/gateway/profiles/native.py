@@ -15,8 +15,13 @@ from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
 _all = Toolset()
-_all.specs = [*write_tools.tools.specs, *read_tools.tools.specs, *search_tools.tools.specs,
-              *time_tools.tools.specs, *governance_tools.tools.specs]  # fmt: skip
+_all.specs = [
+    *write_tools.tools.specs,
+    *read_tools.tools.specs,
+    *search_tools.tools.specs,
+    *time_tools.tools.specs,
+    *governance_tools.tools.specs,
+]
 tools.specs = _all.pick(
     "memory_search", "memory_add", "memory_get", "memory_update", "memory_retire", "memory_list",
     "memory_restore", "memory_move", "memory_stats", "memory_prune_expired",
