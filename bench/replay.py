@@ -256,7 +256,7 @@ async def floor_once(js: Any, target: int) -> float:
     finally:
         try:
             await sub.unsubscribe()
-        except Exception:  # noqa: BLE001, S110 - the connection may be gone
+        except Exception:  # noqa: BLE001 - the connection may be gone
             pass
     if count != target:
         raise RuntimeError(f"the floor consumer received {count} messages, not {target}")
@@ -558,7 +558,7 @@ async def run_replay(label: str, core: CoreSettings, ps: ProjectorSettings, out:
             task.cancel()
             try:
                 await task
-            except BaseException:  # noqa: BLE001, S110 - cancelled on purpose
+            except BaseException:  # noqa: BLE001 - cancelled on purpose
                 pass
     cpu = meter.stop()
     nats_noise = noise.since(mark)
@@ -582,7 +582,8 @@ async def run_replay(label: str, core: CoreSettings, ps: ProjectorSettings, out:
         folded["folded_per_s"] = rnd(folded["versions"] / last_progress_s, 1)  # what it really folded, until it stopped
     if folded.get("missing_events"):
         log(f"(2) {label}: the DuckDB view has NO version for {folded['missing_events']:,} of {target:,} events "
-            f"(checkpoint {folded['checkpoint']:,}; {folded['gaps']} gaps, first {folded['first_gaps'][:2]})")  # fmt: skip
+            f"(checkpoint {folded['checkpoint']:,}; {folded['gaps']} gaps, "
+            f"first {folded['first_gaps'][:2]})")  # fmt: skip
     return {"events": res["events"], "seconds": res["seconds"], "events_per_s": res["events_per_s"],
             "embedded": res["embedded"], "verify": res["verify"], "digest": res["digest"], "folded": folded,
             "cpu_share_of_a_core": cpu, "profile": profile, "failed": failed, "nats": nats_noise,
@@ -651,8 +652,8 @@ async def vectors_only(core: CoreSettings, ps: ProjectorSettings, js: Any, out: 
     tenths = by_tenth(commits, t0, target)
     per = {label: rnd(tm.s[label] * 1e6 / target, 2) for _, _, label in parts}
     calls = {label: tm.n[label] for _, _, label in parts}
-    log(f"(2) vectors only: {follower.committed:,} events in {secs:.1f} s = {follower.committed / secs:,.0f} events/s; {points:,} points; "
-        f"embedded {embedded}")  # fmt: skip
+    log(f"(2) vectors only: {follower.committed:,} events in {secs:.1f} s = {follower.committed / secs:,.0f} events/s; "
+        f"{points:,} points; embedded {embedded}")  # fmt: skip
     rate = None if stalled is not None else rnd(target / secs, 1)
     done = stalled if stalled is not None else target
     if stalled is not None:  # per event over what it got through, until it stopped
@@ -782,7 +783,7 @@ async def latency(nc: NATS, core: CoreSettings, ps: ProjectorSettings, view_dir:
                 hits[kind].append(len(res.hits))
 
         warm = max(5, cfg.queries // 10)
-        for i in range(warm):  # warm-up: the model, DuckDB and Edge caches
+        for _ in range(warm):  # warm-up: the model, DuckDB and Edge caches
             for kind, make in {**kinds, **now_kinds}.items():
                 await one(kind, make, False)
 
@@ -956,8 +957,9 @@ def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: 
     f_rates = [target / s for s in floors]
     floor_rate = median(f_rates)
     mode = "quick" if args.quick else "full"
-    print(f"mneme bench.replay ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, {machine['ram_gb']} GB RAM, "
-          f"Python {machine['python']}, {machine['date']}, load average at start {machine['loadavg_at_start']}")  # fmt: skip
+    print(f"mneme bench.replay ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
+          f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}, "
+          f"load average at start {machine['loadavg_at_start']}")  # fmt: skip
     print(f"log: {target:,} events ({logd['bytes'] / 1e6:,.0f} MB, {logd['mean_event_bytes']} B/event) over "
           f"{logd['memories_created']:,} memories in {cfg.namespaces} namespaces: "
           + ", ".join(f"{k} {v:,}" for k, v in logd["by_type"].items())
@@ -996,7 +998,7 @@ def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: 
                 f"{', '.join(f'{x:,.0f}' for x in f_rates)} events/s)",
                 ["measure", "events/s", "seconds", "ratio to floor", "embedded", "target",
                  "NATS: server slow consumer / disconnects / client drops", "cpu share of a core"],
-                [r[:7] + [", ".join(f"{k} {v}" for k, v in (r[7] or {}).items())] for r in rows])  # fmt: skip
+                [[*r[:7], ", ".join(f"{k} {v}" for k, v in (r[7] or {}).items())] for r in rows])  # fmt: skip
 
     if vec is not None:
         us = vec["us_per_event"]

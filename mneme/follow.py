@@ -187,7 +187,7 @@ class LogFollower:
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - the connection may be gone; the new subscription decides
+            except Exception:  # the connection may be gone; the new subscription decides
                 log.debug("unsubscribe before a resync failed", exc_info=True)
         self._resync_from = None
         await self._subscribe(start)
@@ -255,7 +255,7 @@ class LogFollower:
                 await asyncio.wait_for(
                     self.advanced.wait_for(lambda: (self.committed if committed else self.staged) >= seq), timeout
                 )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -275,7 +275,7 @@ class LogFollower:
                 if timeout > 0:
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                 if self._queue.empty() and loop.time() - self._last_arrival >= self.idle_check:
                     await self._check_tail()

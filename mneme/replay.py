@@ -24,7 +24,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,9 @@ from mneme.runtime import (
     set_current,
 )
 from mneme.settings import CoreSettings, ProjectorSettings
+from mneme.vector_build import VectorBuild
 from schemas import subjects as S
 from services.projector.memories_view import PROJECTION_VERSION
-from mneme.vector_build import VectorBuild
 from services.projector.service import Projector, catch_up
 from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
 
@@ -79,7 +79,7 @@ def parse_upto(value: str | None) -> int | datetime | None:
     except ValueError:
         raise Refused(f"--upto: {value!r} is neither a sequence number nor an ISO 8601 time") from None
     t = v.utc(t, "upto")
-    if t > datetime.now(timezone.utc):
+    if t > datetime.now(UTC):
         raise Refused(f"--upto: {t.isoformat()} is in the future")
     return t
 
@@ -137,7 +137,7 @@ async def replay(
         if frozen or not swap:
             result["path"] = str(out)
             return result
-        final = root / f"gen-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}"
+        final = root / f"gen-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
         out.rename(final)
         previous = projection_dir(core)
         set_current(core, final)
@@ -181,7 +181,7 @@ async def build(core: CoreSettings, gps: ProjectorSettings, nc: Any, out: Path, 
             snapshot = found[1]["seq"]
             restore_snapshot(found[0], found[1], out, gps.db_name)
     out.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps({**settings, "started": datetime.now(timezone.utc).isoformat()}))
+    meta.write_text(json.dumps({**settings, "started": datetime.now(UTC).isoformat()}))
     view = open_view(core, gps, base=out)
     # the vectors fold in a process of their own, beside the rows (both cores; mneme/vector_build.py)
     child = VectorBuild(core, gps, out, target, nats_url=url_of(nc)) if gps.vectors != "off" else None

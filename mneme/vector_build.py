@@ -39,7 +39,7 @@ async def build(core: CoreSettings, ps: ProjectorSettings, out: Path, target: in
                 report: Callable[[dict[str, Any]], None]) -> dict[str, Any]:  # fmt: skip
     """Fold the log into `out`'s vector index up to `target` (from its saved position), embed, save."""
     from mneme.follow import LogFollower
-    from mneme.runtime import connect, close_nats, open_vectors
+    from mneme.runtime import close_nats, connect, open_vectors
 
     assert core.nats_url, "the parent passes the URL of the log it replays"
     vectors = open_vectors(core, ps, base=out)

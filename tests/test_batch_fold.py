@@ -11,7 +11,7 @@ digest) and every point (payload and BM25 vector) must come out the same.
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from services.projector.memories_view import MemoriesView
 from services.projector.vector_index import EdgeIndex, point_id
 from services.projector.vector_view import VectorView
 
-T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 WORDS = "tea coffee deploy friday alice bob berlin tokyo roadmap schema latency invoice".split()
 
 

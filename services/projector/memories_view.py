@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS memory_versions (
     updated_by VARCHAR NOT NULL, expires_at TIMESTAMPTZ, valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ,
     verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR, lock_reason VARCHAR,
     invalid_reason VARCHAR, superseded_by VARCHAR,
-    seq_to BIGINT,  -- the sequence that replaced this version (NULL: still current); its record interval is [seq, seq_to)
+    seq_to BIGINT,  -- the sequence that replaced this version (NULL: still current);
+                    -- its record interval is [seq, seq_to)
     PRIMARY KEY (id, version)
 );
 CREATE TABLE IF NOT EXISTS stores (
@@ -115,7 +116,7 @@ def insert_rows(cur: duckdb.DuckDBPyConnection, table: str, columns: list[str], 
     (`np.fromiter` keeps a list-valued cell one cell)."""
     n = len(rows)
     cur.register(f"_{table}_batch", {c: np.fromiter(col, dtype=object, count=n)
-                                     for c, col in zip(columns, zip(*rows), strict=True)})  # fmt: skip
+                                     for c, col in zip(columns, zip(*rows, strict=True), strict=True)})  # fmt: skip
     try:
         cols = ", ".join(columns)
         cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _{table}_batch")
@@ -339,12 +340,13 @@ class MemoriesView:
                 insert_rows(w, "memories", MEMORY_COLUMNS, live)
             closed = dict(st.closed)
             if st.versions:
-                rows = [r[:-1] + (closed.pop((r[0], r[1]), None),) for r in st.versions]
+                rows = [(*r[:-1], closed.pop((r[0], r[1]), None)) for r in st.versions]
                 insert_rows(w, "memory_versions", VERSION_COLUMN_LIST, rows)
             if closed:  # versions committed earlier that this batch replaced
                 ks4 = list(closed)
                 w.execute(
-                    "UPDATE memory_versions SET seq_to = c.s FROM (SELECT unnest(?) AS i, unnest(?) AS v, unnest(?) AS s) c "
+                    "UPDATE memory_versions SET seq_to = c.s "
+                    "FROM (SELECT unnest(?) AS i, unnest(?) AS v, unnest(?) AS s) c "
                     "WHERE memory_versions.id = c.i AND memory_versions.version = c.v",
                     [[k[0] for k in ks4], [k[1] for k in ks4], [closed[k] for k in ks4]],
                 )
@@ -352,7 +354,8 @@ class MemoriesView:
                 ks = list(st.store_seq)
                 w.execute(
                     "INSERT INTO stores SELECT unnest(?), unnest(?), unnest(?), unnest(?) "
-                    "ON CONFLICT (namespace, name) DO UPDATE SET last_seq = greatest(stores.last_seq, excluded.last_seq)",
+                    "ON CONFLICT (namespace, name) "
+                    "DO UPDATE SET last_seq = greatest(stores.last_seq, excluded.last_seq)",
                     [[k[0] for k in ks], [k[1] for k in ks], [st.store_seq[k][0] for k in ks],
                      [st.store_seq[k][1] for k in ks]],
                 )  # fmt: skip

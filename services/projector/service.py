@@ -277,7 +277,7 @@ class Projector:
             old = await self.swap(view, vectors)
             close_generation(old)
             reply = {"ok": True, "seq": self.applied, "path": view.path}
-        except Exception as exc:  # noqa: BLE001 - reported to the replay command
+        except Exception as exc:  # reported to the replay command
             log.exception("swap failed")
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         try:
@@ -300,7 +300,7 @@ class Projector:
             if self.gen.view.checkpoint - last >= self.snapshot_every:
                 try:
                     last = (await self.snapshot())["seq"]
-                except Exception:  # noqa: BLE001 - a failed snapshot must not stop the projector
+                except Exception:  # a failed snapshot must not stop the projector
                     log.exception("snapshot failed")
 
     async def _on_snapshot(self, msg: Msg) -> None:
@@ -370,7 +370,7 @@ class Projector:
             return Reply(applied_seq=applied, error=exc.to_dict())
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return Reply(applied_seq=applied, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
-        except Exception as exc:  # noqa: BLE001 - a query must never take the projector down
+        except Exception as exc:  # a query must never take the projector down
             log.exception("query %s failed", op)
             return Reply(applied_seq=applied, error={"code": "INTERNAL", "message": type(exc).__name__})
 

@@ -19,7 +19,7 @@ import logging
 import shutil
 import time
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
         finally:
             cur.close()
         manifest: dict[str, Any] = {"seq": seq, "projection_version": PROJECTION_VERSION, "db": Path(view.path).name,
-                                    "created_at": datetime.now(timezone.utc).isoformat(), "model": None,
+                                    "created_at": datetime.now(UTC).isoformat(), "model": None,
                                     "vector_seq": None, "vectors": None}  # fmt: skip
         if vectors is not None and isinstance(vectors.index, EdgeIndex):
             with vectors.lock:  # the embedding filler writes dense vectors outside the followers' pauses

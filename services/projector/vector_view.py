@@ -118,7 +118,7 @@ def fold(text: str) -> str:
     """What BM25 tokenises, for documents and queries alike: compatibility forms and accents folded
     (NFKD, accents dropped, NFC: "Zürich" -> "zurich", "ﬁle" -> "file", "Ｆｏｏ" -> "foo"), case folded
     ("Straße" -> "strasse"), CJK runs as bigrams and characters, emoji as words. ASCII text is returned
-    as it is (the tokenizer lower-cases it)."""
+    as it is (the tokenizer lower-cases it)."""  # noqa: RUF002 - fullwidth on purpose
     if text.isascii():
         return text
     s = unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFKD", text))).casefold()
@@ -291,7 +291,7 @@ class VectorView:
         """Once the model is ready: add the dense vectors written without one, then save the position."""
         with self._lock:
             if self._pending_dense:
-                vectors, missing = self._vectors({pid: t for pid, (t, _) in self._pending_dense.items()})
+                vectors, _missing = self._vectors({pid: t for pid, (t, _) in self._pending_dense.items()})
                 self.index.set_dense(vectors)
                 for pid in vectors:
                     del self._pending_dense[pid]
@@ -325,7 +325,7 @@ class VectorView:
             t0 = time.monotonic()
             try:
                 vectors = self._embed(chunk, embedder)
-            except Exception:  # noqa: BLE001 - a failed model call is retried; the points stay pending meanwhile
+            except Exception:  # a failed model call is retried; the points stay pending meanwhile
                 log.exception("embedding %d pending texts failed; retrying", len(chunk))
                 time.sleep(1.0)
                 continue
