@@ -125,9 +125,14 @@ class LogFollower:
                 await self._on_msg(msg)
 
         self._sub = await self.js.subscribe(
-            self.subjects, stream=self.stream, cb=on_msg, ordered_consumer=True, config=cfg, idle_heartbeat=1.0,
+            self.subjects,
+            stream=self.stream,
+            cb=on_msg,
+            ordered_consumer=True,
+            config=cfg,
+            idle_heartbeat=1.0,
             **extra,
-        )  # fmt: skip
+        )
 
     async def _on_msg(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
@@ -137,8 +142,13 @@ class LogFollower:
             # nats-py dropped messages (its pending buffer overflowed: it answers flow control on arrival,
             # so the server does not wait for us) and the ordered consumer does not notice: fetch again
             # from the first missing sequence.
-            log.warning("%s: sequences %d..%d were lost in delivery; fetching again from %d",
-                        self.stream, self._last_seen + 1, seq - 1, self._last_seen + 1)  # fmt: skip
+            log.warning(
+                "%s: sequences %d..%d were lost in delivery; fetching again from %d",
+                self.stream,
+                self._last_seen + 1,
+                seq - 1,
+                self._last_seen + 1,
+            )
             self._resync_from = self._last_seen + 1
             self.resyncs += 1
             self._wake.set()
@@ -355,5 +365,12 @@ def access_follower(js: JetStreamContext, sink: Sink, *, batch_max: int = 5000, 
     """A follower of the access stream (read and denied records) instead of the event log."""
     from schemas.access import decode_access
 
-    return LogFollower(js, sink, batch_max=batch_max, linger=linger, stream=S.ACCESS_STREAM,
-                       subjects=S.ACCESS_SUBJECTS, decode=decode_access)  # fmt: skip
+    return LogFollower(
+        js,
+        sink,
+        batch_max=batch_max,
+        linger=linger,
+        stream=S.ACCESS_STREAM,
+        subjects=S.ACCESS_SUBJECTS,
+        decode=decode_access,
+    )

@@ -41,8 +41,11 @@ def plain_text(value: str, field: str, *, spaces: bool = False) -> str:
     for i, ch in enumerate(value):
         if unicodedata.category(ch) in _HIDDEN and not (spaces and ch.isspace()):
             name = unicodedata.name(ch, "a control character")
-            raise InvalidInput(field, f"character {i} is U+{ord(ch):04X} ({name}): control and format characters "
-                               "are not allowed here (content may hold them)")  # fmt: skip
+            raise InvalidInput(
+                field,
+                f"character {i} is U+{ord(ch):04X} ({name}): control and format characters "
+                "are not allowed here (content may hold them)",
+            )
     return value
 
 

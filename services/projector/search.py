@@ -73,8 +73,9 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
     """The payload filter: scope, record interval (as_of), status, expiry and the caller's filters."""
     scope: list[Cond | Where] = [Where(must=(Cond("namespace", "eq", q.namespace),))]
     if q.rule_namespaces:
-        scope.append(Where(must=(Cond("namespace", "any", list(q.rule_namespaces)),
-                                 Cond("verification", "eq", "verified"))))  # fmt: skip
+        scope.append(
+            Where(must=(Cond("namespace", "any", list(q.rule_namespaces)), Cond("verification", "eq", "verified")))
+        )
     must: list[Cond | Where] = [Where(should=tuple(scope))]
     if at is None:
         must.append(Cond("seq_to", "range", gte=OPEN))
@@ -141,8 +142,9 @@ class Searcher:
                 searches["bm25"] = Search("bm25", sparse, where, fetch)
                 if calibrated:  # each word's IDF, over the whole collection as Qdrant counts it
                     for t in list(terms)[:MAX_PROBES]:
-                        searches[f"idf:{t}"] = Search("bm25", ([t], [1.0]), Where(), 1, with_vectors=("bm25",),
-                                                      with_payload=False)  # fmt: skip
+                        searches[f"idf:{t}"] = Search(
+                            "bm25", ([t], [1.0]), Where(), 1, with_vectors=("bm25",), with_payload=False
+                        )
         found = self._run(searches)
         dense, keyword = found.get("dense", []), found.get("bm25", [])
         hit_of: dict[str, Hit] = {}
@@ -158,11 +160,13 @@ class Searcher:
             only_kw = [i for i in bm if i not in cos]
             only_sem = [i for i in cos if i not in bm]
             if only_kw and qvec is not None:
-                rescore["dense"] = Search("dense", qvec, Where(must=(Cond("", "ids", only_kw),)), len(only_kw),
-                                          with_payload=False)  # fmt: skip
+                rescore["dense"] = Search(
+                    "dense", qvec, Where(must=(Cond("", "ids", only_kw),)), len(only_kw), with_payload=False
+                )
             if only_sem and terms:
-                rescore["bm25"] = Search("bm25", sparse, Where(must=(Cond("", "ids", only_sem),)), len(only_sem),
-                                         with_payload=False)  # fmt: skip
+                rescore["bm25"] = Search(
+                    "bm25", sparse, Where(must=(Cond("", "ids", only_sem),)), len(only_sem), with_payload=False
+                )
             again = self._run(rescore)
             cos.update({h.id: h.score for h in again.get("dense", [])})
             bm.update(dict.fromkeys(only_sem, 0.0) if terms else {})  # no word in common: 0
@@ -173,8 +177,11 @@ class Searcher:
             relevance = {i: _coverage(s, self_score) for i, s in bm.items()}
         elif calibrated:
             w = q.semantic_weight
-            relevance = {i: w * _ramp(cos.get(i, 0.0), *SEMANTIC_RAMP)
-                         + (1 - w) * _coverage(bm.get(i, 0.0), self_score) ** COVERAGE_POWER for i in hit_of}
+            relevance = {
+                i: w * _ramp(cos.get(i, 0.0), *SEMANTIC_RAMP)
+                + (1 - w) * _coverage(bm.get(i, 0.0), self_score) ** COVERAGE_POWER
+                for i in hit_of
+            }
         else:
             relevance = {i: s for i, (s, _) in fuse(dense, keyword, q.fusion, q.semantic_weight).items()}
 
@@ -190,16 +197,37 @@ class Searcher:
             score *= STATUS_FACTOR.get(state.status, 1.0) * (ENDED_FACTOR if ended else 1.0)
             if score < threshold:
                 continue
-            hits.append(SearchHit(memory=state, score=round(score, 6), semantic=cos.get(pid), keyword=bm.get(pid),
-                                  group=group, demoted=state.status != "active" or ended))  # fmt: skip
+            hits.append(
+                SearchHit(
+                    memory=state,
+                    score=round(score, 6),
+                    semantic=cos.get(pid),
+                    keyword=bm.get(pid),
+                    group=group,
+                    demoted=state.status != "active" or ended,
+                )
+            )
         # equal scores (coverage is capped at 1): the higher raw BM25, then the closer meaning, first
         if q.order == "tiers":
-            hits.sort(key=lambda x: (TIERS[x.group], x.demoted, -x.score, -(x.keyword or 0.0), -(x.semantic or 0.0),
-                                     x.memory.id))  # fmt: skip
+            hits.sort(
+                key=lambda x: (
+                    TIERS[x.group],
+                    x.demoted,
+                    -x.score,
+                    -(x.keyword or 0.0),
+                    -(x.semantic or 0.0),
+                    x.memory.id,
+                )
+            )
         else:
             hits.sort(key=lambda x: (-x.score, x.demoted, -(x.keyword or 0.0), -(x.semantic or 0.0), x.memory.id))
-        return SearchResult(hits=_distinct(hits)[: q.limit], mode=q.mode, threshold=threshold,
-                            model=self.model.model_id if q.mode != "keyword" else None, as_of=at)  # fmt: skip
+        return SearchResult(
+            hits=_distinct(hits)[: q.limit],
+            mode=q.mode,
+            threshold=threshold,
+            model=self.model.model_id if q.mode != "keyword" else None,
+            as_of=at,
+        )
 
     def _run(self, searches: dict[str, Search]) -> dict[str, list[Hit]]:
         if not searches:

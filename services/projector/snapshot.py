@@ -71,9 +71,15 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
             cur.execute("DETACH mneme_snapshot")
         finally:
             cur.close()
-        manifest: dict[str, Any] = {"seq": seq, "projection_version": PROJECTION_VERSION, "db": Path(view.path).name,
-                                    "created_at": datetime.now(UTC).isoformat(), "model": None,
-                                    "vector_seq": None, "vectors": None}  # fmt: skip
+        manifest: dict[str, Any] = {
+            "seq": seq,
+            "projection_version": PROJECTION_VERSION,
+            "db": Path(view.path).name,
+            "created_at": datetime.now(UTC).isoformat(),
+            "model": None,
+            "vector_seq": None,
+            "vectors": None,
+        }
         if vectors is not None and isinstance(vectors.index, EdgeIndex):
             with vectors.lock:  # the embedding filler writes dense vectors outside the followers' pauses
                 vectors.save()  # flushes the shard and writes the position it covers
@@ -97,8 +103,14 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
         shutil.rmtree(old, ignore_errors=True)
     log.info("snapshot at sequence %d in %s", seq, final)
     summary = {k: v for k, v in manifest.items() if k != "files"}
-    return {**summary, "path": str(final), "files": files, "bytes": size, "disk_bytes": disk,
-            "manifest": str(final / MANIFEST)}  # fmt: skip
+    return {
+        **summary,
+        "path": str(final),
+        "files": files,
+        "bytes": size,
+        "disk_bytes": disk,
+        "manifest": str(final / MANIFEST),
+    }
 
 
 def valid_snapshot(path: Path) -> dict[str, Any] | None:
@@ -118,7 +130,11 @@ def newest_snapshot(root: Path, *, upto: int, model: str | None) -> tuple[Path, 
         if m is None:
             log.warning("snapshot %s is damaged or of another projection version: skipped", snap)
             continue
-        if m["seq"] <= upto and (m.get("vector_seq") or 0) <= upto and (model is None or m.get("model") in (None, model)):
+        if (
+            m["seq"] <= upto
+            and (m.get("vector_seq") or 0) <= upto
+            and (model is None or m.get("model") in (None, model))
+        ):
             return snap, m
     return None
 
@@ -139,8 +155,9 @@ def vector_facts(vectors: VectorView) -> dict[str, Any]:
     return {
         "points": vectors.index.count(Where(must=(Cond("seq_from", "range", gte=1),))),
         "live_points": vectors.index.count(Where(must=(Cond("seq_to", "range", gte=OPEN),))),
-        "vector_checkpoint": vectors.checkpoint, "pending_dense": vectors.pending_dense,
-    }  # fmt: skip
+        "vector_checkpoint": vectors.checkpoint,
+        "pending_dense": vectors.pending_dense,
+    }
 
 
 def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] | None, target: int) -> dict[str, Any]:
@@ -152,8 +169,9 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
         problems.append(f"rows cover sequence {view.checkpoint}, not {target}")
     memories = cur.execute("SELECT count(*) FROM memories").fetchone()[0]
     versions = cur.execute("SELECT count(*) FROM memory_versions").fetchone()[0]
-    open_versions = cur.execute(
-        "SELECT count(*) FROM memory_versions WHERE seq_to IS NULL AND NOT deleted").fetchone()[0]  # fmt: skip
+    open_versions = cur.execute("SELECT count(*) FROM memory_versions WHERE seq_to IS NULL AND NOT deleted").fetchone()[
+        0
+    ]
     if open_versions != memories:
         problems.append(f"{memories} memories but {open_versions} current versions")
     stale = cur.execute(

@@ -134,8 +134,9 @@ class EdgeIndex:
         if self.path.exists() and any(self.path.iterdir()):
             stored = self._stored_version()
             if stored != version:  # points of another shape: rebuilt from the log (the position goes to 0)
-                log.warning("vector index %s is version %s, not %s: rebuilding it from the log", self.path, stored,
-                            version)  # fmt: skip
+                log.warning(
+                    "vector index %s is version %s, not %s: rebuilding it from the log", self.path, stored, version
+                )
                 shutil.rmtree(self.path)
                 self.checkpoint_file.unlink(missing_ok=True)
         if self.path.exists() and any(self.path.iterdir()):
@@ -228,9 +229,13 @@ class EdgeIndex:
         else:
             vec = list(s.vector)
         return q.QueryRequest(
-            limit=s.limit, query=q.Query.Nearest(vec, using=s.using), filter=self._filter(s.where),
-            with_payload=s.with_payload, score_threshold=s.threshold, with_vector=list(s.with_vectors) or None,
-        )  # fmt: skip
+            limit=s.limit,
+            query=q.Query.Nearest(vec, using=s.using),
+            filter=self._filter(s.where),
+            with_payload=s.with_payload,
+            score_threshold=s.threshold,
+            with_vector=list(s.with_vectors) or None,
+        )
 
     def search(self, searches: list[Search]) -> list[list[Hit]]:
         reqs = [self._request(s) for s in searches]
@@ -270,8 +275,16 @@ class EdgeIndex:
 class ClientIndex:
     """A Qdrant server (distributed mode) through qdrant-client; `location=":memory:"` for local-mode tests."""
 
-    def __init__(self, collection: str, dim: int, *, url: str | None = None, location: str | None = None,
-                 api_key: str | None = None, version: int = INDEX_VERSION):  # fmt: skip
+    def __init__(
+        self,
+        collection: str,
+        dim: int,
+        *,
+        url: str | None = None,
+        location: str | None = None,
+        api_key: str | None = None,
+        version: int = INDEX_VERSION,
+    ):
         from qdrant_client import QdrantClient, models
 
         self.m = models
@@ -321,7 +334,9 @@ class ClientIndex:
     def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]:
         if not ids:
             return {}
-        recs = self.client.retrieve(self.collection, ids, with_payload=True, with_vectors=[DENSE] if with_dense else False)
+        recs = self.client.retrieve(
+            self.collection, ids, with_payload=True, with_vectors=[DENSE] if with_dense else False
+        )
         out = {}
         for r in recs:
             dense = None
@@ -355,11 +370,22 @@ class ClientIndex:
         m = self.m
         reqs = []
         for s in searches:
-            vec: Any = m.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1])) if s.using == SPARSE \
-                else list(s.vector)  # fmt: skip
-            reqs.append(m.QueryRequest(query=vec, using=s.using, filter=self._filter(s.where), limit=s.limit,
-                                       with_payload=s.with_payload, score_threshold=s.threshold,
-                                       with_vector=list(s.with_vectors) or False))  # fmt: skip
+            vec: Any = (
+                m.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1]))
+                if s.using == SPARSE
+                else list(s.vector)
+            )
+            reqs.append(
+                m.QueryRequest(
+                    query=vec,
+                    using=s.using,
+                    filter=self._filter(s.where),
+                    limit=s.limit,
+                    with_payload=s.with_payload,
+                    score_threshold=s.threshold,
+                    with_vector=list(s.with_vectors) or False,
+                )
+            )
         results = self.client.query_batch_points(self.collection, reqs)
         return [[_hit(p) for p in r.points] for r in results]
 
@@ -373,8 +399,9 @@ class ClientIndex:
         return int(recs[0].payload.get("checkpoint", 0)) if recs and recs[0].payload else 0
 
     def save_checkpoint(self, seq: int) -> None:
-        self.client.upsert(self.collection, [self.m.PointStruct(id=META_ID, vector={}, payload={"checkpoint": seq})],
-                           wait=True)  # fmt: skip
+        self.client.upsert(
+            self.collection, [self.m.PointStruct(id=META_ID, vector={}, payload={"checkpoint": seq})], wait=True
+        )
 
     def close(self) -> None:
         self.client.close()
