@@ -48,7 +48,8 @@ class Positioned:
 
 
 class Sink(Protocol):
-    checkpoint: int  # the committed position, read once at start
+    @property
+    def checkpoint(self) -> int: ...  # the committed position, read once at start (a sink may compute it)
 
     def stage(self, batch: list[Positioned], upto: int) -> None: ...  # fold in memory; `upto` >= last seq
 
@@ -98,7 +99,7 @@ class LogFollower:
         self._first_pending = 0.0
         self._task: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Future[object] | None = None
-        self._sub = None
+        self._sub: JetStreamContext.PushSubscription | None = None
 
     @property
     def applied(self) -> int:
@@ -116,7 +117,8 @@ class LogFollower:
         self._last_arrival = asyncio.get_running_loop().time()
         # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
         # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
-        extra = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}
+        # (nats-py keeps its own default limit unless one is given)
+        extra: dict[str, Any] = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}
         self._sub_gen += 1
         gen = self._sub_gen
 
@@ -279,7 +281,7 @@ class LogFollower:
         while True:
             self._wake.clear()
             if self._queue.empty() and (not self._commit_asked or self._paused):
-                timeout: float | None = self.idle_check
+                timeout = self.idle_check
                 if self._pending and not self._paused:
                     timeout = min(self.idle_check, self._first_pending + self.linger - loop.time())
                 if timeout > 0:

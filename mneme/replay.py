@@ -204,7 +204,7 @@ async def build(
     meta = out / "generation.json"
     resumed = False
     if out.exists():
-        old = json.loads(meta.read_text()) if meta.exists() else None
+        old: dict[str, Any] = json.loads(meta.read_text()) if meta.exists() else {}
         resumed = bool(old) and {k: old.get(k) for k in settings} == settings and resumable
         if not resumed:
             shutil.rmtree(out, ignore_errors=True)

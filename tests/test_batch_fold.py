@@ -85,7 +85,7 @@ def history(seed: int, n: int) -> list[Positioned]:
             if kind == "update":
                 fields = rng.sample(["content", "tags", "importance", "category", "subject", "metadata", "expires_at",
                                      "kind", "citations", "valid_until"], rng.randrange(1, 4))  # fmt: skip
-                values = {
+                values: dict[str, Any] = {  # MemoryUpdated's fields, each of its own type
                     "content": " ".join(rng.sample(WORDS, 5)),
                     "tags": ("x", "y")[: rng.randrange(3)],
                     "importance": round(rng.random(), 2),
@@ -186,8 +186,8 @@ def fold_points(
     def open_view() -> VectorView:
         return VectorView(
             EdgeIndex(path / "v", 4),
-            NoModel(),
-            EmbeddingCache(path / "c.sqlite"),  # type: ignore[arg-type]
+            NoModel(),  # type: ignore[arg-type]  # a stand-in with ModelHandle's attributes, not one
+            EmbeddingCache(path / "c.sqlite"),
             background=True,
         )
 

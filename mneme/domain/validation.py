@@ -7,7 +7,7 @@ import re
 import unicodedata
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 
@@ -173,6 +173,10 @@ def _metadata_keys(value: Any, field: str) -> None:
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(node))
 
 
+@overload
+def utc(value: datetime, field: str) -> datetime: ...
+@overload
+def utc(value: datetime | None, field: str) -> datetime | None: ...
 def utc(value: datetime | None, field: str) -> datetime | None:
     """Normalize to UTC; a naive time is taken as UTC."""
     if value is None:

@@ -3,9 +3,11 @@ and DuckDB, everything else from DuckDB's committed rows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
+import msgspec
 
 from mneme.domain.state import MemoryState
 from mneme.domain.validation import categories_of
@@ -38,6 +40,7 @@ from services.projector.memories_view import (
     VERSION_COLUMNS,
     VERSION_STATE_COLUMNS,
     MemoriesView,
+    one_row,
     row_state,
 )
 
@@ -74,7 +77,7 @@ def resolve_as_of(view: MemoriesView, as_of: AsOf | None) -> AsOfResolved | None
     if as_of.seq is not None:
         r = cur.execute("SELECT max(recorded_at) FROM memory_versions WHERE seq <= ?", [as_of.seq]).fetchone()
         return AsOfResolved(seq=as_of.seq, time=r[0] if r else None)
-    r = cur.execute("SELECT coalesce(max(seq), 0) FROM memory_versions WHERE recorded_at <= ?", [as_of.time]).fetchone()
+    r = one_row(cur, "SELECT coalesce(max(seq), 0) FROM memory_versions WHERE recorded_at <= ?", [as_of.time])
     return AsOfResolved(seq=int(r[0]), time=as_of.time)
 
 
@@ -187,7 +190,7 @@ def history(view: MemoriesView, q: MemoryHistory) -> HistoryResult:
     where = "id = ? AND namespace = ?" + (" AND version IN (SELECT unnest(?))" if q.versions else "")
     args: list[Any] = [q.memory_id, q.namespace] + ([list(q.versions)] if q.versions else [])
     cur = view.reader()
-    total = cur.execute(f"SELECT count(*) FROM memory_versions WHERE {where}", args).fetchone()[0]
+    total = one_row(cur, f"SELECT count(*) FROM memory_versions WHERE {where}", args)[0]
     rows = cur.execute(
         f"SELECT {VERSION_COLUMNS} FROM memory_versions WHERE {where} ORDER BY version LIMIT ? OFFSET ?",
         [*args, q.limit, q.offset],
@@ -307,10 +310,11 @@ def list_(view: MemoriesView, q: ListMemories) -> ListResult:
     if q.offset == 0 and len(rows) < q.limit:
         total = len(rows)
     else:
-        total = cur.execute(
+        total = one_row(
+            cur,
             f"SELECT count(*) FROM {source(at)} m LEFT JOIN access_stats a ON a.id = m.id WHERE {' AND '.join(where)}",
             args,
-        ).fetchone()[0]
+        )[0]
     return ListResult(items=[_row(r, past=at is not None) for r in rows], total=total, as_of=at)
 
 
@@ -326,14 +330,11 @@ def expired(view: MemoriesView, q: ExpiredMemories) -> ListResult:
 
 
 def path_owner(view: MemoriesView, q: PathOwner) -> PathOwnerResult:
-    r = (
-        view.reader()
-        .execute(
-            "SELECT (SELECT id FROM memories WHERE namespace = ? AND store = ? AND path = ?), "
-            "(SELECT last_seq FROM stores WHERE namespace = ? AND name = ?)",
-            [q.namespace, q.store, q.path, q.namespace, q.store],
-        )
-        .fetchone()
+    r = one_row(
+        view.reader(),
+        "SELECT (SELECT id FROM memories WHERE namespace = ? AND store = ? AND path = ?), "
+        "(SELECT last_seq FROM stores WHERE namespace = ? AND name = ?)",
+        [q.namespace, q.store, q.path, q.namespace, q.store],
     )
     owner = view.staged_path(q.namespace, q.store, q.path)
     if owner is None and r[0] is not None and not view.staged_state(r[0])[0]:
@@ -360,13 +361,14 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
     if q.subject is not None:  # normalized as ListMemories does
         scope += " AND lower(m.subject) = lower(?)"
         args.append(" ".join(q.subject.split()))
-    total, active, archived, deprecated, expired_n, oldest, newest, size = cur.execute(
+    total, active, archived, deprecated, expired_n, oldest, newest, size = one_row(
+        cur,
         "SELECT count(*), count(*) FILTER (m.status = 'active'), count(*) FILTER (m.status = 'archived'), "
         "count(*) FILTER (m.status = 'deprecated'), "
         "count(*) FILTER (m.expires_at IS NOT NULL AND m.expires_at <= ?), min(m.created_at), max(m.created_at), "
         f"coalesce(sum(strlen(m.content) + strlen(m.metadata)), 0) FROM {src} m WHERE {scope}",
         [now, *args],
-    ).fetchone()
+    )
     importance = "CASE WHEN m.importance >= 0.7 THEN 'high' WHEN m.importance >= 0.4 THEN 'medium' ELSE 'low' END"
     tags = cur.execute(
         f"SELECT t, count(*) AS n FROM (SELECT unnest(m.tags) AS t FROM {src} m WHERE {scope} "
@@ -383,16 +385,18 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         ).fetchall()
     )
     ns_store = [q.namespace] + ([q.store] if q.store is not None else [])
-    stores_n = cur.execute(
+    stores_n = one_row(
+        cur,
         "SELECT count(*) FROM stores WHERE namespace = ?" + (" AND name = ?" if q.store is not None else "") + upto,
         ns_store,
-    ).fetchone()[0]
-    cats_n = cur.execute(
+    )[0]
+    cats_n = one_row(
+        cur,
         "SELECT count(*) FROM categories WHERE namespace = ?"
         + (" AND store = ?" if q.store is not None else "")
         + upto,
         ns_store,
-    ).fetchone()[0]
+    )[0]
     return StatsResult(
         total=total,
         active=active,
@@ -425,13 +429,12 @@ def categories(view: MemoriesView, q: StoreCategories) -> CategoriesResult:
     """The direct subcategories of `q.parent` in the store's category index, with their live memory counts."""
     cur = view.reader()
     if q.parent:
-        exists = (
-            cur.execute(
-                "SELECT count(*) FROM categories WHERE namespace = ? AND store = ? AND path = ?",
-                [q.namespace, q.store, q.parent],
-            ).fetchone()[0]
-            > 0
-        )
+        matches = one_row(
+            cur,
+            "SELECT count(*) FROM categories WHERE namespace = ? AND store = ? AND path = ?",
+            [q.namespace, q.store, q.parent],
+        )[0]
+        exists = matches > 0
         child = "starts_with(c.path, ?) AND NOT contains(substr(c.path, ?), '/')"
         child_args: list[Any] = [q.parent + "/", len(q.parent) + 2]
     else:
@@ -478,10 +481,11 @@ def reindex_categories(view: MemoriesView, q: ReindexCategories) -> ReindexResul
                 "INSERT INTO categories SELECT ?, ?, unnest(?), unnest(?)",
                 [q.namespace, q.store, missing, [want[p] for p in missing]],
             )
-        memories = cur.execute(
+        memories = one_row(
+            cur,
             "SELECT count(*) FROM memories WHERE namespace = ? AND store = ? AND status <> 'archived'",
             [q.namespace, q.store],
-        ).fetchone()[0]
+        )[0]
         cur.execute("COMMIT")
     except BaseException:
         cur.execute("ROLLBACK")
@@ -494,7 +498,8 @@ def reindex_categories(view: MemoriesView, q: ReindexCategories) -> ReindexResul
 # Answered from staged state: they do not wait for a commit.
 STAGED_READS = frozenset({GetMemory, PathOwner})  # (a get with as_of waits for the commit: see service.py)
 
-HANDLERS = {
+# query type -> its answer (each handler takes its own query type)
+HANDLERS: dict[type[msgspec.Struct], Callable[[MemoriesView, Any], Any]] = {
     GetMemory: get,
     ListMemories: list_,
     ExpiredMemories: expired,

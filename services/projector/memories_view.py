@@ -111,6 +111,13 @@ MEMORY_COLUMNS = [c.strip() for c in STATE_COLUMNS.split(",")]
 VERSION_COLUMN_LIST = [c.strip() for c in VERSION_COLUMNS.split(",")]
 
 
+def one_row(cur: duckdb.DuckDBPyConnection, sql: str, args: object = None) -> tuple[Any, ...]:
+    """The row of a query that always answers one: an aggregate without GROUP BY, scalar subqueries."""
+    row = cur.execute(sql, args).fetchone()
+    assert row is not None  # such a query answers one row
+    return row
+
+
 def insert_rows(cur: duckdb.DuckDBPyConnection, table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
     """Insert rows as columns in one statement: DuckDB scans a registered dict of NumPy object arrays
     (`np.fromiter` keeps a list-valued cell one cell)."""
@@ -468,8 +475,9 @@ class MemoriesView:
         cur = self.reader()
         for table, (key, rows) in CANONICAL_TABLES.items():
             order = ", ".join(f"t.{k.strip()}" for k in key.split(","))
-            out[table] = cur.execute(
+            out[table] = one_row(
+                cur,
                 f"SELECT sha256(coalesce(string_agg(md5(CAST(to_json(t) AS VARCHAR)), '' ORDER BY {order}), '')) "
-                f"FROM {table} t WHERE {rows}"
-            ).fetchone()[0]
+                f"FROM {table} t WHERE {rows}",
+            )[0]
         return out

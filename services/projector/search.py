@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from mneme.domain import validation as v
 from mneme.embed_cache import EmbeddingCache, text_key
@@ -98,8 +98,8 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
         must.append(Cond("category", "eq", q.category))
     if q.subject:
         must.append(Cond("subject", "eq", normalize_subject(q.subject)))
-    for t in v.tags(q.tags):  # normalised as stored tags are
-        must.append(Cond("tags", "eq", t))
+    for tag in v.tags(q.tags):  # normalised as stored tags are
+        must.append(Cond("tags", "eq", tag))
     if q.importance_min is not None or q.importance_max is not None:
         must.append(Cond("importance", "range", gte=q.importance_min, lte=q.importance_max))
     return Where(must=tuple(must))
@@ -114,10 +114,12 @@ class Searcher:
         key = text_key(text)
         got = self.cache.get_many(embedder.model_id, [key])
         if key in got:
-            return got[key].tolist()
+            cached: list[float] = got[key].tolist()
+            return cached
         vec = embedder.embed([text])[0]
         self.cache.put_many(embedder.model_id, {key: vec})
-        return vec.tolist()
+        fresh: list[float] = vec.tolist()
+        return fresh
 
     def search(self, q: SearchMemories, at: AsOfResolved | None = None) -> SearchResult:
         text = q.query.strip()
@@ -190,7 +192,9 @@ class Searcher:
         for pid, rel in relevance.items():
             state = state_of(hit_of[pid].payload)
             contains = bool(needle) and needle in _norm(state.content)
-            group = "rules" if state.namespace != q.namespace else "exact" if contains else "scope"
+            group: Literal["exact", "scope", "rules"] = (
+                "rules" if state.namespace != q.namespace else "exact" if contains else "scope"
+            )
             until = state.valid_until
             ended = until is not None and until <= now
             score = min(1.0, rel + EXACT_BOOST) if contains else rel

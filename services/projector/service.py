@@ -271,19 +271,19 @@ class Projector:
                 for f in old.followers:
                     await f.stop()
             else:  # mneme serve: the old followers keep feeding the audit trail, without the old views
-                for f, sink in (
+                for follower, sink in (
                     (old.follower, old.view),
                     (old.access_follower, None),
                     (old.vector_follower, old.vectors),
                 ):
-                    if f is None:
+                    if follower is None:
                         continue
-                    if isinstance(f.sink, FanOut):
-                        f.sink.remove(sink if sink is not None else f.sink.sinks[0])
-                        await f.idle()
-                        self._retired.append(f)
+                    if isinstance(follower.sink, FanOut):
+                        follower.sink.remove(sink if sink is not None else follower.sink.sinks[0])
+                        await follower.idle()
+                        self._retired.append(follower)
                     else:
-                        await f.stop()
+                        await follower.stop()
             return old
 
     async def _on_swap(self, msg: Msg) -> None:

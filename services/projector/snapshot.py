@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mneme.sparse import copy_sparse, copytree_sparse, disk_usage
-from services.projector.memories_view import PROJECTION_VERSION, MemoriesView
+from services.projector.memories_view import PROJECTION_VERSION, MemoriesView, one_row
 from services.projector.vector_index import OPEN, Cond, EdgeIndex, Where
 from services.projector.vector_view import VectorView
 
@@ -65,7 +65,7 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
         # a transactional copy (MVCC): readers go on, and no CHECKPOINT has to wait for them
         cur = view.con.cursor()
         try:
-            db = cur.execute("SELECT current_database()").fetchone()[0]
+            db = one_row(cur, "SELECT current_database()")[0]
             cur.execute(f"ATTACH '{tmp / Path(view.path).name}' AS mneme_snapshot")
             cur.execute(f'COPY FROM DATABASE "{db}" TO mneme_snapshot')
             cur.execute("DETACH mneme_snapshot")
@@ -115,7 +115,7 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
 
 def valid_snapshot(path: Path) -> dict[str, Any] | None:
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text())
     except (FileNotFoundError, ValueError):
         return None
     if manifest.get("projection_version") != PROJECTION_VERSION or _files(path) != manifest.get("files"):
@@ -167,17 +167,16 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
     problems = []
     if view.checkpoint != target:
         problems.append(f"rows cover sequence {view.checkpoint}, not {target}")
-    memories = cur.execute("SELECT count(*) FROM memories").fetchone()[0]
-    versions = cur.execute("SELECT count(*) FROM memory_versions").fetchone()[0]
-    open_versions = cur.execute("SELECT count(*) FROM memory_versions WHERE seq_to IS NULL AND NOT deleted").fetchone()[
-        0
-    ]
+    memories = one_row(cur, "SELECT count(*) FROM memories")[0]
+    versions = one_row(cur, "SELECT count(*) FROM memory_versions")[0]
+    open_versions = one_row(cur, "SELECT count(*) FROM memory_versions WHERE seq_to IS NULL AND NOT deleted")[0]
     if open_versions != memories:
         problems.append(f"{memories} memories but {open_versions} current versions")
-    stale = cur.execute(
+    stale = one_row(
+        cur,
         "SELECT count(*) FROM memories m LEFT JOIN memory_versions v ON v.id = m.id AND v.version = m.version "
-        "WHERE v.id IS NULL OR v.seq_to IS NOT NULL OR v.deleted OR v.content <> m.content"
-    ).fetchone()[0]
+        "WHERE v.id IS NULL OR v.seq_to IS NOT NULL OR v.deleted OR v.content <> m.content",
+    )[0]
     if stale:
         problems.append(f"{stale} memories differ from their latest version")
     out: dict[str, Any] = {"memories": memories, "versions": versions}
@@ -189,7 +188,7 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
             problems.append(f"vectors cover sequence {checkpoint} ({facts['pending_dense']} without a vector)")
         if live_points != memories:
             problems.append(f"{memories} memories but {live_points} current points")
-        nondeleted = cur.execute("SELECT count(*) FROM memory_versions WHERE NOT deleted").fetchone()[0]
+        nondeleted = one_row(cur, "SELECT count(*) FROM memory_versions WHERE NOT deleted")[0]
         if all_points != nondeleted:
             problems.append(f"{nondeleted} versions but {all_points} points")
     out["ok"] = not problems

@@ -24,7 +24,13 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+
+# The libraries take a list of point ids (int | str | UUID); ours are str, in lists they only read: cast, not
+# copied. (Each library is imported where an index of its own is opened.)
+if TYPE_CHECKING:
+    from qdrant_client.conversions.common_types import PointId as ClientPointId
+    from qdrant_edge import PointId as EdgePointId
 
 log = logging.getLogger("mneme.projector.vectors")
 DENSE, SPARSE = "dense", "bm25"
@@ -181,7 +187,7 @@ class EdgeIndex:
 
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
         if ids:
-            self.shard.update(self.q.UpdateOperation.set_payload(ids, payload))
+            self.shard.update(self.q.UpdateOperation.set_payload(cast("list[EdgePointId]", ids), payload))
 
     def set_dense(self, vectors: dict[str, list[float]]) -> None:
         if vectors:
@@ -191,12 +197,14 @@ class EdgeIndex:
     def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]:
         if not ids:
             return {}
-        recs = self.shard.retrieve(ids, with_payload=True, with_vector=[DENSE] if with_dense else False)
+        recs = self.shard.retrieve(
+            cast("list[EdgePointId]", ids), with_payload=True, with_vector=[DENSE] if with_dense else False
+        )
         out = {}
         for r in recs:
             dense = None
             if with_dense and isinstance(r.vector, dict) and DENSE in r.vector:
-                dense = list(r.vector[DENSE])
+                dense = list(cast("list[float]", r.vector[DENSE]))  # the dense vector: one list of floats
             out[str(r.id)] = VPoint(id=str(r.id), payload=dict(r.payload or {}), dense=dense)
         return out
 
@@ -324,7 +332,9 @@ class ClientIndex:
 
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
         if ids:
-            self.client.set_payload(self.collection, payload=payload, points=ids, wait=True)
+            self.client.set_payload(
+                self.collection, payload=payload, points=cast("list[ClientPointId]", ids), wait=True
+            )
 
     def set_dense(self, vectors: dict[str, list[float]]) -> None:
         if vectors:
@@ -341,7 +351,7 @@ class ClientIndex:
         for r in recs:
             dense = None
             if with_dense and isinstance(r.vector, dict) and DENSE in r.vector:
-                dense = list(r.vector[DENSE])  # type: ignore[arg-type]
+                dense = list(cast("list[float]", r.vector[DENSE]))  # the dense vector: one list of floats
             out[str(r.id)] = VPoint(id=str(r.id), payload=dict(r.payload or {}), dense=dense)
         return out
 
