@@ -220,15 +220,23 @@ def prefill_cache(path: Path, model_name: str, pool: list[str], threads: int | N
                 cache.put_many(model_id, {k: v for (k, _), v in zip(chunk, vecs, strict=True)})
                 if (i // 1024) % 10 == 9:
                     done = i + len(chunk)
-                    log(f"(0) embedded {done:,} of {len(todo):,} pool texts "
-                        f"({done / (time.perf_counter() - t1):,.0f}/s)")  # fmt: skip
+                    log(
+                        f"(0) embedded {done:,} of {len(todo):,} pool texts "
+                        f"({done / (time.perf_counter() - t1):,.0f}/s)"
+                    )
             embed_s = time.perf_counter() - t1
     finally:
         cache.close()
-    return {"cache": str(path), "model": model_id, "pool_texts": len(pool), "already_cached": len(have),
-            "embedded_now": len(todo), "embed_seconds": rnd(embed_s, 2),
-            "embed_per_s": rnd(len(todo) / embed_s, 1) if embed_s else None,
-            "seconds": rnd(time.perf_counter() - t0, 2)}  # fmt: skip
+    return {
+        "cache": str(path),
+        "model": model_id,
+        "pool_texts": len(pool),
+        "already_cached": len(have),
+        "embedded_now": len(todo),
+        "embed_seconds": rnd(embed_s, 2),
+        "embed_per_s": rnd(len(todo) / embed_s, 1) if embed_s else None,
+        "seconds": rnd(time.perf_counter() - t0, 2),
+    }
 
 
 # -- the floor ----------------------------------------------------------------------------------------------
@@ -248,15 +256,21 @@ async def floor_once(js: Any, target: int) -> float:
             done.set()
 
     t0 = time.perf_counter()
-    sub = await js.subscribe(S.EVENTS_SUBJECTS, stream=S.EVENTS_STREAM, cb=cb, ordered_consumer=True,
-                             config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL), idle_heartbeat=1.0)  # fmt: skip
+    sub = await js.subscribe(
+        S.EVENTS_SUBJECTS,
+        stream=S.EVENTS_STREAM,
+        cb=cb,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        idle_heartbeat=1.0,
+    )
     try:
         await asyncio.wait_for(done.wait(), 900)
         secs = time.perf_counter() - t0
     finally:
         try:
             await sub.unsubscribe()
-        except Exception:  # noqa: BLE001, S110 - the connection may be gone
+        except Exception:  # noqa: BLE001 - the connection may be gone
             pass
     if count != target:
         raise RuntimeError(f"the floor consumer received {count} messages, not {target}")
@@ -396,11 +410,13 @@ def summarize_profile(path: Path, top: int = 14) -> dict[str, Any]:
         return frame
 
     return {
-        "samples": total, "hz": PROFILE_HZ, "cpu_seconds_sampled": rnd(total / PROFILE_HZ, 1),
+        "samples": total,
+        "hz": PROFILE_HZ,
+        "cpu_seconds_sampled": rnd(total / PROFILE_HZ, 1),
         "by_thread": {k: rnd(v / total, 3) for k, v in sorted(threads.items(), key=lambda x: -x[1])},
         "categories": {k: rnd(v / total, 3) for k, v in sorted(cats.items(), key=lambda x: -x[1])},
         "top_frames": [[label(f), rnd(v / total, 3)] for f, v in sorted(frames.items(), key=lambda x: -x[1])[:top]],
-    }  # fmt: skip
+    }
 
 
 def _commit_line(file: str, ln: int) -> str:
@@ -524,16 +540,31 @@ def completeness(db: Path, target: int) -> dict[str, Any]:
         gaps = con.execute(
             "WITH m AS (SELECT s FROM range(1, ? + 1) t(s) ANTI JOIN memory_versions v ON v.seq = t.s), "
             "g AS (SELECT s, s - row_number() OVER (ORDER BY s) AS grp FROM m) "
-            "SELECT min(s), max(s), count(*) FROM g GROUP BY grp ORDER BY 1", [target]).fetchall()  # fmt: skip
+            "SELECT min(s), max(s), count(*) FROM g GROUP BY grp ORDER BY 1",
+            [target],
+        ).fetchall()
     finally:
         con.close()
     missing = sum(g[2] for g in gaps)
-    return {"checkpoint": ck[0] if ck else None, "versions": versions, "missing_events": missing,
-            "gaps": len(gaps), "first_gaps": [list(g) for g in gaps[:5]]}  # fmt: skip
+    return {
+        "checkpoint": ck[0] if ck else None,
+        "versions": versions,
+        "missing_events": missing,
+        "gaps": len(gaps),
+        "first_gaps": [list(g) for g in gaps[:5]],
+    }
 
 
-async def run_replay(label: str, core: CoreSettings, ps: ProjectorSettings, out: Path, meter: Meter,
-                     prof: Profiler | None, noise: Noise, target: int) -> dict[str, Any]:  # fmt: skip
+async def run_replay(
+    label: str,
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    out: Path,
+    meter: Meter,
+    prof: Profiler | None,
+    noise: Noise,
+    target: int,
+) -> dict[str, Any]:
     log(f"(2) {label}: replay() into {out.name}")
     if prof is not None:
         await prof.start()
@@ -558,7 +589,7 @@ async def run_replay(label: str, core: CoreSettings, ps: ProjectorSettings, out:
             task.cancel()
             try:
                 await task
-            except BaseException:  # noqa: BLE001, S110 - cancelled on purpose
+            except BaseException:  # noqa: BLE001 - cancelled on purpose
                 pass
     cpu = meter.stop()
     nats_noise = noise.since(mark)
@@ -566,8 +597,14 @@ async def run_replay(label: str, core: CoreSettings, ps: ProjectorSettings, out:
     log(f"(2) {label}: NATS: {nats_noise or 'nothing to report'}")
     last_progress_s = seen["at"] - t0
     if stalled is not None:
-        res = {"events": target, "seconds": None, "events_per_s": None, "embedded": None, "digest": None,
-               "verify": {"stalled_at": stalled, "last_progress_s": rnd(last_progress_s, 1)}}  # fmt: skip
+        res = {
+            "events": target,
+            "seconds": None,
+            "events_per_s": None,
+            "embedded": None,
+            "digest": None,
+            "verify": {"stalled_at": stalled, "last_progress_s": rnd(last_progress_s, 1)},
+        }
         failed: Any = f"stalled at {stalled} of {target}"
     else:
         try:
@@ -575,37 +612,62 @@ async def run_replay(label: str, core: CoreSettings, ps: ProjectorSettings, out:
             failed = None
         except ReplayFailed as exc:
             res, failed = exc.result, exc.result.get("verify")
-        log(f"(2) {label}: {res['events']:,} events in {res['seconds']:.1f} s = {res['events_per_s']:,.0f} events/s; "
-            f"embedded {res['embedded']}; verify {'ok' if failed is None else failed}")  # fmt: skip
+        log(
+            f"(2) {label}: {res['events']:,} events in {res['seconds']:.1f} s = {res['events_per_s']:,.0f} events/s; "
+            f"embedded {res['embedded']}; verify {'ok' if failed is None else failed}"
+        )
     folded = completeness(out / ps.db_name, target)
     if stalled is not None and folded.get("versions") is not None:
         folded["folded_per_s"] = rnd(folded["versions"] / last_progress_s, 1)  # what it really folded, until it stopped
     if folded.get("missing_events"):
-        log(f"(2) {label}: the DuckDB view has NO version for {folded['missing_events']:,} of {target:,} events "
-            f"(checkpoint {folded['checkpoint']:,}; {folded['gaps']} gaps, first {folded['first_gaps'][:2]})")  # fmt: skip
-    return {"events": res["events"], "seconds": res["seconds"], "events_per_s": res["events_per_s"],
-            "embedded": res["embedded"], "verify": res["verify"], "digest": res["digest"], "folded": folded,
-            "cpu_share_of_a_core": cpu, "profile": profile, "failed": failed, "nats": nats_noise,
-            "disk_mb": rnd(du(out) / 1e6, 1)}  # fmt: skip
+        log(
+            f"(2) {label}: the DuckDB view has NO version for {folded['missing_events']:,} of {target:,} events "
+            f"(checkpoint {folded['checkpoint']:,}; {folded['gaps']} gaps, "
+            f"first {folded['first_gaps'][:2]})"
+        )
+    return {
+        "events": res["events"],
+        "seconds": res["seconds"],
+        "events_per_s": res["events_per_s"],
+        "embedded": res["embedded"],
+        "verify": res["verify"],
+        "digest": res["digest"],
+        "folded": folded,
+        "cpu_share_of_a_core": cpu,
+        "profile": profile,
+        "failed": failed,
+        "nats": nats_noise,
+        "disk_mb": rnd(du(out) / 1e6, 1),
+    }
 
 
-async def vectors_only(core: CoreSettings, ps: ProjectorSettings, js: Any, out: Path, target: int, meter: Meter,
-                       prof: Profiler | None, noise: Noise) -> dict[str, Any]:  # fmt: skip
+async def vectors_only(
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    js: Any,
+    out: Path,
+    target: int,
+    meter: Meter,
+    prof: Profiler | None,
+    noise: Noise,
+) -> dict[str, Any]:
     """A LogFollower into a VectorView alone (what the replay's vector follower does), parts timed."""
     log(f"(2) vectors only: a LogFollower into a VectorView in {out.name}")
     out.mkdir(parents=True)
     vv = open_vectors(core, ps, base=out)
     assert vv is not None
     tm = Timings()
-    parts = ((vv, "stage", "stage (worker thread or loop)"),
-             (vv.index, "retrieve", "  stage: Edge retrieve (previous states)"),
-             (vv.bm25, "document", "  stage: BM25 sparse encoding"),
-             (vv, "commit", "commit (worker thread)"),
-             (vv, "_vectors", "  commit: cache lookups + vectors to lists"),
-             (vv.cache, "get_many", "    of which EmbeddingCache.get_many"),
-             (vv.index, "upsert", "  commit: Edge upsert (build points + update)"),
-             (vv.index, "set_payload", "  commit: Edge set_payload (seq_to), one call per seq"),
-             (vv.index, "save_checkpoint", "  commit: Edge flush + checkpoint file"))  # fmt: skip
+    parts = (
+        (vv, "stage", "stage (worker thread or loop)"),
+        (vv.index, "retrieve", "  stage: Edge retrieve (previous states)"),
+        (vv.bm25, "document", "  stage: BM25 sparse encoding"),
+        (vv, "commit", "commit (worker thread)"),
+        (vv, "_vectors", "  commit: cache lookups + vectors to lists"),
+        (vv.cache, "get_many", "    of which EmbeddingCache.get_many"),
+        (vv.index, "upsert", "  commit: Edge upsert (build points + update)"),
+        (vv.index, "set_payload", "  commit: Edge set_payload (seq_to), one call per seq"),
+        (vv.index, "save_checkpoint", "  commit: Edge flush + checkpoint file"),
+    )
     commits: list[tuple[float, int, float, float, float]] = []  # (end, committed seq, commit s, upsert s, flush s)
     flush_label, upsert_label, commit_label = parts[8][2], parts[6][2], parts[3][2]
 
@@ -637,8 +699,10 @@ async def vectors_only(core: CoreSettings, ps: ProjectorSettings, js: Any, out: 
             break
         if time.perf_counter() - last_log >= 15:
             last_log = time.perf_counter()
-            log(f"    vectors only: {follower.committed:,} of {target:,} "
-                f"({follower.committed / (last_log - t0):,.0f} events/s)")  # fmt: skip
+            log(
+                f"    vectors only: {follower.committed:,} of {target:,} "
+                f"({follower.committed / (last_log - t0):,.0f} events/s)"
+            )
     secs = time.perf_counter() - t0
     cpu = meter.stop()
     nats_noise = noise.since(mark)
@@ -651,18 +715,38 @@ async def vectors_only(core: CoreSettings, ps: ProjectorSettings, js: Any, out: 
     tenths = by_tenth(commits, t0, target)
     per = {label: rnd(tm.s[label] * 1e6 / target, 2) for _, _, label in parts}
     calls = {label: tm.n[label] for _, _, label in parts}
-    log(f"(2) vectors only: {follower.committed:,} events in {secs:.1f} s = {follower.committed / secs:,.0f} events/s; {points:,} points; "
-        f"embedded {embedded}")  # fmt: skip
+    log(
+        f"(2) vectors only: {follower.committed:,} events in {secs:.1f} s = {follower.committed / secs:,.0f} events/s; "
+        f"{points:,} points; embedded {embedded}"
+    )
     rate = None if stalled is not None else rnd(target / secs, 1)
     done = stalled if stalled is not None else target
     if stalled is not None:  # per event over what it got through, until it stopped
         per = {label: rnd(tm.s[label] * 1e6 / max(done, 1), 2) for _, _, label in parts}
-    return {"events": target, "seconds": rnd(secs, 3), "events_per_s": rate, "points": points,
-            "embedded": embedded, "us_per_event": per, "calls": calls, "cpu_share_of_a_core": cpu, "nats": nats_noise,
-            "stalled_at": stalled, "events_done": done,
-            "stalled": None if stalled is None else {"at": stalled, "last_progress_s": rnd(last_progress, 1),
-                                                     "points": points, "points_per_s": rnd(points / last_progress, 1)},
-            "profile": profile, "disk_mb": rnd(du(out) / 1e6, 1), "by_tenth": tenths}  # fmt: skip
+    return {
+        "events": target,
+        "seconds": rnd(secs, 3),
+        "events_per_s": rate,
+        "points": points,
+        "embedded": embedded,
+        "us_per_event": per,
+        "calls": calls,
+        "cpu_share_of_a_core": cpu,
+        "nats": nats_noise,
+        "stalled_at": stalled,
+        "events_done": done,
+        "stalled": None
+        if stalled is None
+        else {
+            "at": stalled,
+            "last_progress_s": rnd(last_progress, 1),
+            "points": points,
+            "points_per_s": rnd(points / last_progress, 1),
+        },
+        "profile": profile,
+        "disk_mb": rnd(du(out) / 1e6, 1),
+        "by_tenth": tenths,
+    }
 
 
 def by_tenth(commits: list[tuple[float, int, float, float, float]], t0: float, target: int) -> list[dict[str, Any]]:
@@ -677,10 +761,16 @@ def by_tenth(commits: list[tuple[float, int, float, float, float]], t0: float, t
             continue
         end_t, end_seq = inside[-1][0], inside[-1][1]
         n = len(inside)
-        out.append({"upto": end_seq, "events_per_s": rnd((end_seq - prev_seq) / (end_t - prev_t), 1), "commits": n,
-                    "commit_ms": rnd(sum(c[2] for c in inside) * 1000 / n, 1),
-                    "upsert_ms": rnd(sum(c[3] for c in inside) * 1000 / n, 1),
-                    "flush_ms": rnd(sum(c[4] for c in inside) * 1000 / n, 1)})  # fmt: skip
+        out.append(
+            {
+                "upto": end_seq,
+                "events_per_s": rnd((end_seq - prev_seq) / (end_t - prev_t), 1),
+                "commits": n,
+                "commit_ms": rnd(sum(c[2] for c in inside) * 1000 / n, 1),
+                "upsert_ms": rnd(sum(c[3] for c in inside) * 1000 / n, 1),
+                "flush_ms": rnd(sum(c[4] for c in inside) * 1000 / n, 1),
+            }
+        )
         prev_t, prev_seq = end_t, end_seq
     return out
 
@@ -707,23 +797,47 @@ def du(path: Path) -> int:
 
 def summary_ms(samples: list[float]) -> dict[str, Any]:
     ms = [s * 1000 for s in samples]
-    return {"n": len(ms), "p50_ms": rnd(percentile(ms, 50), 2), "p95_ms": rnd(percentile(ms, 95), 2),
-            "p99_ms": rnd(percentile(ms, 99), 2), "max_ms": rnd(max(ms), 2) if ms else None}  # fmt: skip
+    return {
+        "n": len(ms),
+        "p50_ms": rnd(percentile(ms, 50), 2),
+        "p95_ms": rnd(percentile(ms, 95), 2),
+        "p99_ms": rnd(percentile(ms, 99), 2),
+        "max_ms": rnd(max(ms), 2) if ms else None,
+    }
 
 
-async def latency(nc: NATS, core: CoreSettings, ps: ProjectorSettings, view_dir: Path, vec_dir: Path, facts: LogFacts,
-                  cfg: Config, target: int, tmp: Path) -> dict[str, Any]:  # fmt: skip
+async def latency(
+    nc: NATS,
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    view_dir: Path,
+    vec_dir: Path,
+    facts: LogFacts,
+    cfg: Config,
+    target: int,
+    tmp: Path,
+) -> dict[str, Any]:
     log(f"(3) a projector serving queries on {view_dir.name} (rows) and {vec_dir.name} (vectors)")
     t0 = time.perf_counter()
     view = open_view(core, ps, base=view_dir)
     qcache = EmbeddingCache(tmp / "query-cache.sqlite")  # empty: every query text is embedded cold
     vectors = open_vectors(core, ps, base=vec_dir, cache=qcache)
     assert vectors is not None
-    proj = Projector(nc, view, vectors=vectors, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout,
-                     linger=ps.linger, vector_batch_max=ps.vector_batch_max)  # fmt: skip
-    out: dict[str, Any] = {"rows_from": view_dir.name, "vectors_from": vec_dir.name,
-                           "versions": (view.con.execute("SELECT count(*) FROM memory_versions").fetchone() or (0,))[0],
-                           "points": vectors.index.count(_all_points())}  # fmt: skip
+    proj = Projector(
+        nc,
+        view,
+        vectors=vectors,
+        batch_max=ps.batch_max,
+        wait_timeout=ps.wait_timeout,
+        linger=ps.linger,
+        vector_batch_max=ps.vector_batch_max,
+    )
+    out: dict[str, Any] = {
+        "rows_from": view_dir.name,
+        "vectors_from": vec_dir.name,
+        "versions": (view.con.execute("SELECT count(*) FROM memory_versions").fetchone() or (0,))[0],
+        "points": vectors.index.count(_all_points()),
+    }
     try:
         await proj.start()
         await asyncio.wait_for(proj.serving.wait(), 300)
@@ -750,8 +864,9 @@ async def latency(nc: NATS, core: CoreSettings, ps: ProjectorSettings, view_dir:
         def search_q(mode: Any, as_of: bool) -> SearchMemories:
             text = " ".join(rng.choices(VOCAB, k=rng.randint(2, 5)))
             at = AsOf(seq=rng.randint(1, target)) if as_of else None
-            return SearchMemories(namespace=f"ns{rng.randrange(n_ns)}", now=datetime.now(UTC), mode=mode,
-                                  query=text, limit=10, as_of=at)  # fmt: skip
+            return SearchMemories(
+                namespace=f"ns{rng.randrange(n_ns)}", now=datetime.now(UTC), mode=mode, query=text, limit=10, as_of=at
+            )
 
         kinds: dict[str, Callable[[], Any]] = {"get": lambda: get_q(True)}
         for m in MODES:
@@ -782,7 +897,7 @@ async def latency(nc: NATS, core: CoreSettings, ps: ProjectorSettings, view_dir:
                 hits[kind].append(len(res.hits))
 
         warm = max(5, cfg.queries // 10)
-        for i in range(warm):  # warm-up: the model, DuckDB and Edge caches
+        for _ in range(warm):  # warm-up: the model, DuckDB and Edge caches
             for kind, make in {**kinds, **now_kinds}.items():
                 await one(kind, make, False)
 
@@ -851,8 +966,10 @@ async def amain(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Any], 
             pool = pool_texts(cfg.pool)
             log(f"(0) {len(pool):,} pool texts; filling the embedding cache {cache_path}")
             pre = await asyncio.to_thread(prefill_cache, cache_path, ps.embedding_model, pool, ps.embedding_threads)
-            log(f"(0) cache: {pre['already_cached']:,} already there, {pre['embedded_now']:,} embedded now in "
-                f"{pre['embed_seconds']} s")  # fmt: skip
+            log(
+                f"(0) cache: {pre['already_cached']:,} already there, {pre['embedded_now']:,} embedded now in "
+                f"{pre['embed_seconds']} s"
+            )
             facts = LogFacts()
             log(f"(0) publishing {cfg.events:,} events over {cfg.memories:,} memories")
             t = time.perf_counter()
@@ -863,12 +980,20 @@ async def amain(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Any], 
                 raise RuntimeError(f"the log holds {info.messages} messages up to {info.last_seq}, not {cfg.events}")
             target = info.last_seq
             log(f"(0) published {target:,} events ({info.bytes / 1e6:,.0f} MB) in {pub_s:.1f} s")
-            logd = {"events": target, "bytes": info.bytes, "mean_event_bytes": rnd(info.bytes / target, 1),
-                    "publish_seconds": rnd(pub_s, 2), "publish_per_s": rnd(target / pub_s, 1),
-                    "memories_created": len(facts.created), "memories_deleted": len(facts.ended),
-                    "by_type": dict(sorted(facts.by_type.items(), key=lambda x: -x[1])),
-                    "content_updates": facts.content_changes, "distinct_texts_used": len(facts.texts_used),
-                    "namespaces": cfg.namespaces, "pool": cfg.pool}  # fmt: skip
+            logd = {
+                "events": target,
+                "bytes": info.bytes,
+                "mean_event_bytes": rnd(info.bytes / target, 1),
+                "publish_seconds": rnd(pub_s, 2),
+                "publish_per_s": rnd(target / pub_s, 1),
+                "memories_created": len(facts.created),
+                "memories_deleted": len(facts.ended),
+                "by_type": dict(sorted(facts.by_type.items(), key=lambda x: -x[1])),
+                "content_updates": facts.content_changes,
+                "distinct_texts_used": len(facts.texts_used),
+                "namespaces": cfg.namespaces,
+                "pool": cfg.pool,
+            }
 
             meter = Meter({"bench": os.getpid(), "nats": nats_pid})
             floors: list[float] = []
@@ -905,8 +1030,11 @@ async def amain(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Any], 
             def whole(r: dict[str, Any] | None) -> bool:
                 if not r:
                     return False
-                return not r.get("failed") and not r.get("stalled_at") and \
-                    not (r.get("folded") or {}).get("missing_events")  # fmt: skip
+                return (
+                    not r.get("failed")
+                    and not r.get("stalled_at")
+                    and not (r.get("folded") or {}).get("missing_events")
+                )
 
             view_dir, vec_dir, note = tmp / "gen-full", tmp / "gen-full", None
             if not whole(full):  # (a stalled replay still holds its files: serve the other two generations)
@@ -919,8 +1047,14 @@ async def amain(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Any], 
                 lat = await latency(nc, core, ps, view_dir, vec_dir, facts, cfg, target, tmp)
             except Exception as exc:  # noqa: BLE001 - reported
                 log(f"(3) latency phase failed: {type(exc).__name__}: {exc}")
-                lat = {"skipped": f"{type(exc).__name__}: {exc}", "latency": {}, "found": {}, "hits_mean": {},
-                       "failures": 0, "first_failures": []}  # fmt: skip
+                lat = {
+                    "skipped": f"{type(exc).__name__}: {exc}",
+                    "latency": {},
+                    "found": {},
+                    "hits_mean": {},
+                    "failures": 0,
+                    "first_failures": [],
+                }
             lat["note"] = note
             lat["nats"] = noise.since(mark)
         finally:
@@ -935,9 +1069,20 @@ async def amain(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Any], 
 
             traceback.print_exc()
             problems.append(f"report failed: {type(exc).__name__}: {exc}")
-            result = {"bench": "replay", "report_error": str(exc), "machine": machine, "config": dataclasses.asdict(cfg),
-                      "cache": pre, "log": logd, "floor_seconds": floors, "floor_nats": floor_noise,
-                      "replay_full": full, "replay_duckdb_only": duck, "vectors_only": vec, "latency": lat}  # fmt: skip
+            result = {
+                "bench": "replay",
+                "report_error": str(exc),
+                "machine": machine,
+                "config": dataclasses.asdict(cfg),
+                "cache": pre,
+                "log": logd,
+                "floor_seconds": floors,
+                "floor_nats": floor_noise,
+                "replay_full": full,
+                "replay_duckdb_only": duck,
+                "vectors_only": vec,
+                "latency": lat,
+            }
         return result, problems
     finally:
         if args.keep:
@@ -949,21 +1094,40 @@ async def amain(cfg: Config, args: argparse.Namespace) -> tuple[dict[str, Any], 
 # -- report ---------------------------------------------------------------------------------------------------------
 
 
-def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: dict[str, Any], logd: dict[str, Any],
-           floors: list[float], floor_cpu: list[dict[str, Any]], full: dict[str, Any], duck: dict[str, Any],
-           vec: dict[str, Any] | None, lat: dict[str, Any], wall: float, problems: list[str]) -> dict[str, Any]:  # fmt: skip
+def report(
+    cfg: Config,
+    machine: dict[str, Any],
+    args: argparse.Namespace,
+    pre: dict[str, Any],
+    logd: dict[str, Any],
+    floors: list[float],
+    floor_cpu: list[dict[str, Any]],
+    full: dict[str, Any],
+    duck: dict[str, Any],
+    vec: dict[str, Any] | None,
+    lat: dict[str, Any],
+    wall: float,
+    problems: list[str],
+) -> dict[str, Any]:
     target = logd["events"]
     f_rates = [target / s for s in floors]
     floor_rate = median(f_rates)
     mode = "quick" if args.quick else "full"
-    print(f"mneme bench.replay ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, {machine['ram_gb']} GB RAM, "
-          f"Python {machine['python']}, {machine['date']}, load average at start {machine['loadavg_at_start']}")  # fmt: skip
-    print(f"log: {target:,} events ({logd['bytes'] / 1e6:,.0f} MB, {logd['mean_event_bytes']} B/event) over "
-          f"{logd['memories_created']:,} memories in {cfg.namespaces} namespaces: "
-          + ", ".join(f"{k} {v:,}" for k, v in logd["by_type"].items())
-          + f"; contents from a pool of {cfg.pool:,} sentences ({logd['distinct_texts_used']:,} used)")  # fmt: skip
-    print(f"embedding cache {pre['cache']}: {pre['already_cached']:,} of {pre['pool_texts']:,} pool texts were "
-          f"there, {pre['embedded_now']:,} embedded in this run ({pre['embed_seconds']} s)")  # fmt: skip
+    print(
+        f"mneme bench.replay ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
+        f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}, "
+        f"load average at start {machine['loadavg_at_start']}"
+    )
+    print(
+        f"log: {target:,} events ({logd['bytes'] / 1e6:,.0f} MB, {logd['mean_event_bytes']} B/event) over "
+        f"{logd['memories_created']:,} memories in {cfg.namespaces} namespaces: "
+        + ", ".join(f"{k} {v:,}" for k, v in logd["by_type"].items())
+        + f"; contents from a pool of {cfg.pool:,} sentences ({logd['distinct_texts_used']:,} used)"
+    )
+    print(
+        f"embedding cache {pre['cache']}: {pre['already_cached']:,} of {pre['pool_texts']:,} pool texts were "
+        f"there, {pre['embedded_now']:,} embedded in this run ({pre['embed_seconds']} s)"
+    )
 
     rows: list[list[Any]] = [["floor: ordered push consumer, callback: receive + seq + decode_envelope", floor_rate,
              rnd(target / floor_rate, 2), 1.0, None, "", "-", floor_cpu[0]]]  # fmt: skip
@@ -984,19 +1148,36 @@ def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: 
         r["vs_floor"] = rnd(ratio, 3)
         ok = ratio is not None and ratio >= TARGET_RATIO
         nn = r.get("nats") or {}
-        trouble = (f"{nn.get('server_slow_consumer', 0)} / {nn.get('disconnected_unexpected_eof', 0)} / "
-                   f"{nn.get('client_dropped_slow_consumer', 0):,}")  # fmt: skip
+        trouble = (
+            f"{nn.get('server_slow_consumer', 0)} / {nn.get('disconnected_unexpected_eof', 0)} / "
+            f"{nn.get('client_dropped_slow_consumer', 0):,}"
+        )
         rows.append([name, r["events_per_s"], r["seconds"], rnd(ratio, 3), r["embedded"],
                      f">= {TARGET_RATIO:.2f} {verdict(ok)}" if is_target else "", trouble,
                      r["cpu_share_of_a_core"]])  # fmt: skip
         if is_target:
-            targets["replay_vs_floor"] = {"ratio": rnd(ratio, 3), "target": TARGET_RATIO, "pass": ok,
-                                          "replay_events_per_s": r["events_per_s"], "floor_events_per_s": rnd(floor_rate, 1)}  # fmt: skip
-    print_table(f"(1)+(2) Replay of {target:,} events beside the floor (floor: median of {len(floors)} rounds "
-                f"{', '.join(f'{x:,.0f}' for x in f_rates)} events/s)",
-                ["measure", "events/s", "seconds", "ratio to floor", "embedded", "target",
-                 "NATS: server slow consumer / disconnects / client drops", "cpu share of a core"],
-                [r[:7] + [", ".join(f"{k} {v}" for k, v in (r[7] or {}).items())] for r in rows])  # fmt: skip
+            targets["replay_vs_floor"] = {
+                "ratio": rnd(ratio, 3),
+                "target": TARGET_RATIO,
+                "pass": ok,
+                "replay_events_per_s": r["events_per_s"],
+                "floor_events_per_s": rnd(floor_rate, 1),
+            }
+    print_table(
+        f"(1)+(2) Replay of {target:,} events beside the floor (floor: median of {len(floors)} rounds "
+        f"{', '.join(f'{x:,.0f}' for x in f_rates)} events/s)",
+        [
+            "measure",
+            "events/s",
+            "seconds",
+            "ratio to floor",
+            "embedded",
+            "target",
+            "NATS: server slow consumer / disconnects / client drops",
+            "cpu share of a core",
+        ],
+        [[*r[:7], ", ".join(f"{k} {v}" for k, v in (r[7] or {}).items())] for r in rows],
+    )
 
     if vec is not None:
         us = vec["us_per_event"]
@@ -1008,17 +1189,24 @@ def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: 
             ["part", "µs/event", "share of wall", "calls"],
             prow,
         )
-        print_table("(2) vectors only, per tenth of the log: does it slow down as the shard grows? (ms per commit)",
-                    ["up to seq", "events/s", "commits", "commit ms", "Edge upsert ms", "Edge flush ms"],
-                    [[x["upto"], x["events_per_s"], x["commits"], x["commit_ms"], x["upsert_ms"], x["flush_ms"]]
-                     for x in vec["by_tenth"]])  # fmt: skip
+        print_table(
+            "(2) vectors only, per tenth of the log: does it slow down as the shard grows? (ms per commit)",
+            ["up to seq", "events/s", "commits", "commit ms", "Edge upsert ms", "Edge flush ms"],
+            [
+                [x["upto"], x["events_per_s"], x["commits"], x["commit_ms"], x["upsert_ms"], x["flush_ms"]]
+                for x in vec["by_tenth"]
+            ],
+        )
     for name, rr in (("DuckDB only", duck), ("vectors only", vec)):
         p = (rr or {}).get("profile")
         if not p or not p.get("samples"):
             continue
-        print_table(f"(2) {name}: py-spy, on-CPU samples of all threads at {PROFILE_HZ} Hz "
-                    f"({p['cpu_seconds_sampled']} CPU s; by thread {p['by_thread']})",
-                    ["category", "share of samples"], list(p["categories"].items()))  # fmt: skip
+        print_table(
+            f"(2) {name}: py-spy, on-CPU samples of all threads at {PROFILE_HZ} Hz "
+            f"({p['cpu_seconds_sampled']} CPU s; by thread {p['by_thread']})",
+            ["category", "share of samples"],
+            list(p["categories"].items()),
+        )
         print_table(
             f"(2) {name}: top frames (the leaf-most frame that decided the category)",
             ["frame", "share"],
@@ -1032,9 +1220,11 @@ def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: 
             problems.append(f"{name} replay embedded {r['embedded']} texts: the cache was not warm")
         fo = r.get("folded") or {}
         if fo.get("missing_events"):
-            problems.append(f"{name} replay: the DuckDB view has no version for {fo['missing_events']:,} of "
-                            f"{target:,} events although its checkpoint is {fo.get('checkpoint')} (events skipped; "
-                            f"{fo['gaps']} gaps, first {fo['first_gaps'][:3]})")  # fmt: skip
+            problems.append(
+                f"{name} replay: the DuckDB view has no version for {fo['missing_events']:,} of "
+                f"{target:,} events although its checkpoint is {fo.get('checkpoint')} (events skipped; "
+                f"{fo['gaps']} gaps, first {fo['first_gaps'][:3]})"
+            )
     if vec is not None and vec["embedded"]:
         problems.append(f"vectors-only replay embedded {vec['embedded']} texts")
     if vec is not None and vec.get("stalled_at") is not None:
@@ -1063,10 +1253,13 @@ def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: 
     x = L.get("echo", {})
     lrows.append(["core NATS request/reply echo (floor)", x.get("n"), x.get("p50_ms"), x.get("p95_ms"),
                   x.get("p99_ms"), x.get("max_ms"), ""])  # fmt: skip
-    print_table(f"(3) Query latency at {target:,} events ({lat.get('versions') or 0:,} versions from "
-                f"{lat.get('rows_from')}, {lat.get('points') or 0:,} points from {lat.get('vectors_from')}) "
-                "through QueryClient.ask (ms)",
-                ["query", "n", "p50", "p95", "p99", "max", "target"], lrows)  # fmt: skip
+    print_table(
+        f"(3) Query latency at {target:,} events ({lat.get('versions') or 0:,} versions from "
+        f"{lat.get('rows_from')}, {lat.get('points') or 0:,} points from {lat.get('vectors_from')}) "
+        "through QueryClient.ask (ms)",
+        ["query", "n", "p50", "p95", "p99", "max", "target"],
+        lrows,
+    )
     print(f"gets found: {lat['found']}; search hits per query (mean): {lat['hits_mean']}; failures {lat['failures']}")
     if lat["failures"]:
         problems.append(f"{lat['failures']} queries failed or missed: {lat['first_failures']}")
@@ -1076,26 +1269,47 @@ def report(cfg: Config, machine: dict[str, Any], args: argparse.Namespace, pre: 
     for rr in (full, duck, vec):
         if rr is not None:
             rr.pop("digest", None)
-    return {"bench": "replay", "mode": mode, "machine": machine, "config": dataclasses.asdict(cfg),
-            "cache": pre, "log": logd,
-            "floor": {"events_per_s": rnd(floor_rate, 1), "per_round": [rnd(x, 1) for x in f_rates],
-                      "cpu_share_of_a_core": floor_cpu},
-            "replay_full": full, "replay_duckdb_only": duck, "vectors_only": vec, "latency": lat,
-            "settings": {"batch_max": ProjectorSettings().batch_max, "vector_batch_max": ProjectorSettings().vector_batch_max,
-                         "linger_s": ProjectorSettings().linger, "model": ProjectorSettings().embedding_model},
-            "targets": targets, "wall_seconds": rnd(wall, 1)}  # fmt: skip
+    return {
+        "bench": "replay",
+        "mode": mode,
+        "machine": machine,
+        "config": dataclasses.asdict(cfg),
+        "cache": pre,
+        "log": logd,
+        "floor": {
+            "events_per_s": rnd(floor_rate, 1),
+            "per_round": [rnd(x, 1) for x in f_rates],
+            "cpu_share_of_a_core": floor_cpu,
+        },
+        "replay_full": full,
+        "replay_duckdb_only": duck,
+        "vectors_only": vec,
+        "latency": lat,
+        "settings": {
+            "batch_max": ProjectorSettings().batch_max,
+            "vector_batch_max": ProjectorSettings().vector_batch_max,
+            "linger_s": ProjectorSettings().linger,
+            "model": ProjectorSettings().embedding_model,
+        },
+        "targets": targets,
+        "wall_seconds": rnd(wall, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100,000 events over 20,000 memories, 100 queries per kind")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (DuckDB files, Edge shards, "
-                    "profiles)")  # fmt: skip
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (DuckDB files, Edge shards, profiles)"
+    )
     ap.add_argument("--no-profile", action="store_true", help="do not sample with py-spy")
     ap.add_argument("--no-vectors-only", action="store_true", help="skip the vectors-only replay")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"embedding cache file (default {DEFAULT_CACHE})")
-    ap.add_argument("--fresh-cache", action="store_true", help="an empty cache in the temporary directory, "
-                    "filled before anything is timed")  # fmt: skip
+    ap.add_argument(
+        "--fresh-cache",
+        action="store_true",
+        help="an empty cache in the temporary directory, filled before anything is timed",
+    )
     ap.add_argument("--events", type=int)
     ap.add_argument("--memories", type=int)
     ap.add_argument("--pool", type=int)

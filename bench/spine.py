@@ -819,14 +819,19 @@ def serve_variant(data_dir: Path, variant: str) -> None:
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
+    from mneme.follow import Positioned
     from services.auditor.trail import Trail
 
-    def no_stage(self: Trail, batch: list[Any], upto: int | None = None) -> None:
-        self.staged = max(self.staged, upto or 0)
+    # Trail's own signatures (its sources call trail.stage(name, batch, upto), then trail.commit()): no record
+    # is hashed or written, but each source's staged position and checkpoint move as they would, so the
+    # followers feeding the trail go on.
+    def no_stage(self: Trail, source: str, batch: list[Positioned], upto: int | None) -> None:
+        with self._lock:
+            self.staged[source] = max(self.staged[source], batch[-1].seq if batch else 0, upto or 0)
 
-    def no_commit(self: Trail) -> int:
-        self.checkpoint = self.staged
-        return self.checkpoint
+    def no_commit(self: Trail) -> None:
+        with self._lock:
+            self.checkpoints = dict(self.staged)
 
     Trail.stage = no_stage  # type: ignore[method-assign]
     Trail.commit = no_commit  # type: ignore[method-assign]

@@ -48,7 +48,8 @@ class Positioned:
 
 
 class Sink(Protocol):
-    checkpoint: int  # the committed position, read once at start
+    @property
+    def checkpoint(self) -> int: ...  # the committed position, read once at start (a sink may compute it)
 
     def stage(self, batch: list[Positioned], upto: int) -> None: ...  # fold in memory; `upto` >= last seq
 
@@ -98,7 +99,7 @@ class LogFollower:
         self._first_pending = 0.0
         self._task: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Future[object] | None = None
-        self._sub = None
+        self._sub: JetStreamContext.PushSubscription | None = None
 
     @property
     def applied(self) -> int:
@@ -116,7 +117,8 @@ class LogFollower:
         self._last_arrival = asyncio.get_running_loop().time()
         # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
         # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
-        extra = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}
+        # (nats-py keeps its own default limit unless one is given)
+        extra: dict[str, Any] = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}
         self._sub_gen += 1
         gen = self._sub_gen
 
@@ -125,9 +127,14 @@ class LogFollower:
                 await self._on_msg(msg)
 
         self._sub = await self.js.subscribe(
-            self.subjects, stream=self.stream, cb=on_msg, ordered_consumer=True, config=cfg, idle_heartbeat=1.0,
+            self.subjects,
+            stream=self.stream,
+            cb=on_msg,
+            ordered_consumer=True,
+            config=cfg,
+            idle_heartbeat=1.0,
             **extra,
-        )  # fmt: skip
+        )
 
     async def _on_msg(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
@@ -137,8 +144,13 @@ class LogFollower:
             # nats-py dropped messages (its pending buffer overflowed: it answers flow control on arrival,
             # so the server does not wait for us) and the ordered consumer does not notice: fetch again
             # from the first missing sequence.
-            log.warning("%s: sequences %d..%d were lost in delivery; fetching again from %d",
-                        self.stream, self._last_seen + 1, seq - 1, self._last_seen + 1)  # fmt: skip
+            log.warning(
+                "%s: sequences %d..%d were lost in delivery; fetching again from %d",
+                self.stream,
+                self._last_seen + 1,
+                seq - 1,
+                self._last_seen + 1,
+            )
             self._resync_from = self._last_seen + 1
             self.resyncs += 1
             self._wake.set()
@@ -187,7 +199,7 @@ class LogFollower:
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - the connection may be gone; the new subscription decides
+            except Exception:  # the connection may be gone; the new subscription decides
                 log.debug("unsubscribe before a resync failed", exc_info=True)
         self._resync_from = None
         await self._subscribe(start)
@@ -255,7 +267,7 @@ class LogFollower:
                 await asyncio.wait_for(
                     self.advanced.wait_for(lambda: (self.committed if committed else self.staged) >= seq), timeout
                 )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -269,13 +281,13 @@ class LogFollower:
         while True:
             self._wake.clear()
             if self._queue.empty() and (not self._commit_asked or self._paused):
-                timeout: float | None = self.idle_check
+                timeout = self.idle_check
                 if self._pending and not self._paused:
                     timeout = min(self.idle_check, self._first_pending + self.linger - loop.time())
                 if timeout > 0:
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                 if self._queue.empty() and loop.time() - self._last_arrival >= self.idle_check:
                     await self._check_tail()
@@ -355,5 +367,12 @@ def access_follower(js: JetStreamContext, sink: Sink, *, batch_max: int = 5000, 
     """A follower of the access stream (read and denied records) instead of the event log."""
     from schemas.access import decode_access
 
-    return LogFollower(js, sink, batch_max=batch_max, linger=linger, stream=S.ACCESS_STREAM,
-                       subjects=S.ACCESS_SUBJECTS, decode=decode_access)  # fmt: skip
+    return LogFollower(
+        js,
+        sink,
+        batch_max=batch_max,
+        linger=linger,
+        stream=S.ACCESS_STREAM,
+        subjects=S.ACCESS_SUBJECTS,
+        decode=decode_access,
+    )

@@ -24,7 +24,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,9 @@ from mneme.runtime import (
     set_current,
 )
 from mneme.settings import CoreSettings, ProjectorSettings
+from mneme.vector_build import VectorBuild
 from schemas import subjects as S
 from services.projector.memories_view import PROJECTION_VERSION
-from mneme.vector_build import VectorBuild
 from services.projector.service import Projector, catch_up
 from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
 
@@ -79,13 +79,14 @@ def parse_upto(value: str | None) -> int | datetime | None:
     except ValueError:
         raise Refused(f"--upto: {value!r} is neither a sequence number nor an ISO 8601 time") from None
     t = v.utc(t, "upto")
-    if t > datetime.now(timezone.utc):
+    if t > datetime.now(UTC):
         raise Refused(f"--upto: {t.isoformat()} is in the future")
     return t
 
 
-def check(core: CoreSettings, gps: ProjectorSettings, *, upto: str | None, output: Path | None,
-          model: str | None) -> int | datetime | None:  # fmt: skip
+def check(
+    core: CoreSettings, gps: ProjectorSettings, *, upto: str | None, output: Path | None, model: str | None
+) -> int | datetime | None:
     """Everything a replay can be refused for before it connects or creates anything."""
     require_log(core)
     if gps.vectors != "off":
@@ -107,10 +108,16 @@ async def target_of(js: JetStreamContext, bound: int | datetime | None, head: in
 
 
 async def replay(
-    core: CoreSettings, ps: ProjectorSettings, *, upto: str | None = None, output: Path | None = None,
-    model: str | None = None, use_snapshots: bool = True, swap: bool = True,
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    *,
+    upto: str | None = None,
+    output: Path | None = None,
+    model: str | None = None,
+    use_snapshots: bool = True,
+    swap: bool = True,
     progress: Callable[[int, int, float], None] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     gps = ps.model_copy(update={"embedding_model": model}) if model else ps
     frozen = upto is not None or output is not None
     bound = check(core, gps, upto=upto, output=output, model=model)
@@ -120,11 +127,25 @@ async def replay(
         target = await target_of(js, bound, head)
         root = projections_root(core)
         out = output or (root / (f"asof-{target}" if frozen else BUILDING))
-        settings = {"model": gps.embedding_model if gps.vectors != "off" else None, "upto": target if frozen else None,
-                    "projection_version": PROJECTION_VERSION, "vectors": gps.vectors}  # fmt: skip
+        settings = {
+            "model": gps.embedding_model if gps.vectors != "off" else None,
+            "upto": target if frozen else None,
+            "projection_version": PROJECTION_VERSION,
+            "vectors": gps.vectors,
+        }
         try:
-            result = await build(core, gps, nc, out, settings, target=target, frozen=frozen, resumable=not output,
-                                 use_snapshots=use_snapshots, progress=progress)  # fmt: skip
+            result = await build(
+                core,
+                gps,
+                nc,
+                out,
+                settings,
+                target=target,
+                frozen=frozen,
+                resumable=not output,
+                use_snapshots=use_snapshots,
+                progress=progress,
+            )
         except Exception:
             # a failure leaves nothing half-built (only a kill leaves `building/`, for the next run to resume)
             discard(out, root)
@@ -137,21 +158,24 @@ async def replay(
         if frozen or not swap:
             result["path"] = str(out)
             return result
-        final = root / f"gen-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}"
+        final = root / f"gen-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
         out.rename(final)
         previous = projection_dir(core)
         set_current(core, final)
         result["path"] = str(final)
         try:
-            msg = await nc.request(S.control_subject(control_id(core), "swap"),
-                                   json.dumps({"path": str(final)}).encode(), timeout=600)  # fmt: skip
+            msg = await nc.request(
+                S.control_subject(control_id(core), "swap"), json.dumps({"path": str(final)}).encode(), timeout=600
+            )
             answer = json.loads(msg.data)
             if not answer.get("ok"):
                 raise ReplayFailed({**result, "swap": answer})
             result["swap"] = {"live": True, "serving_seq": answer.get("seq")}
         except nats.errors.NoRespondersError:
-            result["swap"] = {"live": False, "note": "no projector is running on this data directory; the next "
-                              "start serves the new generation"}  # fmt: skip
+            result["swap"] = {
+                "live": False,
+                "note": "no projector is running on this data directory; the next start serves the new generation",
+            }
         result["removed"] = remove_generation(core, previous, gps)
         return result
 
@@ -163,14 +187,24 @@ def discard(out: Path, root: Path) -> None:
             root.rmdir()  # only if nothing else is in it
 
 
-async def build(core: CoreSettings, gps: ProjectorSettings, nc: Any, out: Path, settings: dict[str, Any], *,
-                target: int, frozen: bool, resumable: bool, use_snapshots: bool,
-                progress: Callable[[int, int, float], None] | None) -> dict[str, Any]:  # fmt: skip
+async def build(
+    core: CoreSettings,
+    gps: ProjectorSettings,
+    nc: Any,
+    out: Path,
+    settings: dict[str, Any],
+    *,
+    target: int,
+    frozen: bool,
+    resumable: bool,
+    use_snapshots: bool,
+    progress: Callable[[int, int, float], None] | None,
+) -> dict[str, Any]:
     """Fold the log into `out` up to `target` (resuming a killed build with the same settings), verify it."""
     meta = out / "generation.json"
     resumed = False
     if out.exists():
-        old = json.loads(meta.read_text()) if meta.exists() else None
+        old: dict[str, Any] = json.loads(meta.read_text()) if meta.exists() else {}
         resumed = bool(old) and {k: old.get(k) for k in settings} == settings and resumable
         if not resumed:
             shutil.rmtree(out, ignore_errors=True)
@@ -181,7 +215,7 @@ async def build(core: CoreSettings, gps: ProjectorSettings, nc: Any, out: Path, 
             snapshot = found[1]["seq"]
             restore_snapshot(found[0], found[1], out, gps.db_name)
     out.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps({**settings, "started": datetime.now(timezone.utc).isoformat()}))
+    meta.write_text(json.dumps({**settings, "started": datetime.now(UTC).isoformat()}))
     view = open_view(core, gps, base=out)
     # the vectors fold in a process of their own, beside the rows (both cores; mneme/vector_build.py)
     child = VectorBuild(core, gps, out, target, nats_url=url_of(nc)) if gps.vectors != "off" else None
@@ -221,11 +255,17 @@ async def build(core: CoreSettings, gps: ProjectorSettings, nc: Any, out: Path, 
         if child is not None:
             await child.kill()
     return {
-        "target_seq": target, "resumed_from": start_seq, "snapshot_seq": snapshot,
-        "events": target - start_seq, "seconds": round(seconds, 3),
+        "target_seq": target,
+        "resumed_from": start_seq,
+        "snapshot_seq": snapshot,
+        "events": target - start_seq,
+        "seconds": round(seconds, 3),
         "events_per_s": round((target - start_seq) / seconds, 1) if seconds else None,
-        "embedded": embedded, "model": settings["model"], "verify": report, "digest": digest,
-    }  # fmt: skip
+        "embedded": embedded,
+        "model": settings["model"],
+        "verify": report,
+        "digest": digest,
+    }
 
 
 def url_of(nc: Any) -> str:
@@ -243,8 +283,7 @@ def remove_generation(core: CoreSettings, gen_dir: Path, ps: ProjectorSettings) 
     """Delete a swapped-out generation: a directory under projections/, or the read models at the root."""
     if gen_dir == core.data_dir:
         gone = []
-        for p in [core.data_dir / ps.db_name, core.data_dir / f"{ps.db_name}.wal",
-                  *core.data_dir.glob("vectors-*")]:  # fmt: skip
+        for p in [core.data_dir / ps.db_name, core.data_dir / f"{ps.db_name}.wal", *core.data_dir.glob("vectors-*")]:
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
             elif p.exists():

@@ -50,9 +50,14 @@ async def connect(url: str, name: str) -> NATS:
         log.warning("nats (%s): %s", name, exc)
 
     return await nats.connect(
-        servers=url.split(","), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-        connect_timeout=3, error_cb=quiet, allow_reconnect=True,
-    )  # fmt: skip
+        servers=url.split(","),
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        connect_timeout=3,
+        error_cb=quiet,
+        allow_reconnect=True,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -132,8 +137,9 @@ def control_id(core: CoreSettings) -> str:
     return hashlib.sha256(str(core.data_dir.resolve()).encode()).hexdigest()[:16]
 
 
-def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False, base: Path | None = None
-              ) -> MemoriesView:  # fmt: skip
+def open_view(
+    core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False, base: Path | None = None
+) -> MemoriesView:
     base = base or projection_dir(core)
     base.mkdir(parents=True, exist_ok=True)
     path = base / ps.db_name
@@ -143,9 +149,16 @@ def open_view(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False,
     return MemoriesView(str(path))
 
 
-def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False, base: Path | None = None,
-                 model: ModelHandle | None = None, cache: EmbeddingCache | None = None,
-                 background: bool = False) -> VectorView | None:  # fmt: skip
+def open_vectors(
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    *,
+    fresh: bool = False,
+    base: Path | None = None,
+    model: ModelHandle | None = None,
+    cache: EmbeddingCache | None = None,
+    background: bool = False,
+) -> VectorView | None:
     """The vector projection: one shard (or collection) per embedding model, so a new model folds anew.
     `background`: a live projector's (dense vectors embedded by a filler thread; keyword search never waits)."""
     if ps.vectors == "off":
@@ -171,16 +184,27 @@ def open_vectors(core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = Fal
     return VectorView(index, model, cache, background=background)
 
 
-def opener(core: CoreSettings, ps: ProjectorSettings, current: VectorView | None
-           ) -> Callable[[Path], tuple[MemoriesView, VectorView | None]]:  # fmt: skip
+def opener(
+    core: CoreSettings, ps: ProjectorSettings, current: VectorView | None
+) -> Callable[[Path], tuple[MemoriesView, VectorView | None]]:
     """How a live projector opens a generation `mneme replay` built (sharing its model and cache)."""
+
     def open_generation(path: Path) -> tuple[MemoriesView, VectorView | None]:
-        model = json.loads((path / "generation.json").read_text()).get("model") if (path / "generation.json").exists() \
-            else None  # fmt: skip
+        model = (
+            json.loads((path / "generation.json").read_text()).get("model")
+            if (path / "generation.json").exists()
+            else None
+        )
         gps = ps.model_copy(update={"embedding_model": model}) if model else ps
         view = open_view(core, gps, base=path)
-        vectors = open_vectors(core, gps, base=path, model=current.model if current else None,
-                               cache=current.cache if current else None, background=True)  # fmt: skip
+        vectors = open_vectors(
+            core,
+            gps,
+            base=path,
+            model=current.model if current else None,
+            cache=current.cache if current else None,
+            background=True,
+        )
         return view, vectors
 
     return open_generation
@@ -190,36 +214,67 @@ def make_gateway(nc: NATS, gs: GatewaySettings) -> Gateway:
     elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
     queries = QueryClient(nc, timeout=gs.query_timeout)
     commands = CommandService(elog, queries, max_content=gs.max_content_chars)
-    principal = Principal(agent_id=gs.agent_id, role=gs.role, organization=gs.organization,
-                          namespaces=tuple(gs.namespaces), read_only=tuple(gs.read_only),
-                          default_namespace=gs.namespace)  # fmt: skip
+    principal = Principal(
+        agent_id=gs.agent_id,
+        role=gs.role,
+        organization=gs.organization,
+        namespaces=tuple(gs.namespaces),
+        read_only=tuple(gs.read_only),
+        default_namespace=gs.namespace,
+    )
     directory = Directory.load(gs.principals_file) if gs.principals_file else None
-    return Gateway(commands=commands, queries=queries, log=elog, access=AccessLog(nc.jetstream()),
-                   principal=principal, directory=directory, require_context=gs.require_context,
-                   trim_for_agents=gs.trim_for_agents, native_context="required" if gs.require_context else gs.context,
-                   tool_groups=tuple(gs.tools) if gs.tools is not None else None,
-                   consistency=gs.consistency, stores=dict(gs.stores))  # fmt: skip
+    return Gateway(
+        commands=commands,
+        queries=queries,
+        log=elog,
+        access=AccessLog(nc.jetstream()),
+        principal=principal,
+        directory=directory,
+        require_context=gs.require_context,
+        trim_for_agents=gs.trim_for_agents,
+        native_context="required" if gs.require_context else gs.context,
+        tool_groups=tuple(gs.tools) if gs.tools is not None else None,
+        consistency=gs.consistency,
+        stores=dict(gs.stores),
+    )
 
 
-async def serve(core: CoreSettings, gs: GatewaySettings, ps: ProjectorSettings, aus: AuditorSettings,
-                listener: socket.socket | None = None) -> None:  # fmt: skip
+async def serve(
+    core: CoreSettings,
+    gs: GatewaySettings,
+    ps: ProjectorSettings,
+    aus: AuditorSettings,
+    listener: socket.socket | None = None,
+) -> None:
     listener = http_listener(gs, listener)
     ps = checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-serve", stack_embedded=True))
-        log_nc = await connect(str(nc.connected_url.geturl()) if nc.connected_url else core.nats_url or "",
-                               "mneme-serve-log")  # fmt: skip
+        log_nc = await connect(
+            str(nc.connected_url.geturl()) if nc.connected_url else core.nats_url or "", "mneme-serve-log"
+        )
         stack.push_async_callback(close_nats, log_nc)
         trail = Trail(str(core.data_dir / aus.db_name))
         stack.callback(trail.close)
         view = open_view(core, ps)
         vectors = open_vectors(core, ps, background=True)
         # the projector's followers also feed the audit trail: one delivery, one decode per message
-        projector = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
-                              also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),),
-                              vectors=vectors, vector_batch_max=ps.vector_batch_max, control_id=control_id(core),
-                              opener=opener(core, ps, vectors), snapshots=core.data_dir / "snapshots",
-                              snapshot_every=ps.snapshot_every, log_nc=log_nc)  # fmt: skip
+        projector = Projector(
+            nc,
+            view,
+            batch_max=ps.batch_max,
+            wait_timeout=ps.wait_timeout,
+            linger=ps.linger,
+            also=(trail.source(EVENTS),),
+            also_access=(trail.source(ACCESS),),
+            vectors=vectors,
+            vector_batch_max=ps.vector_batch_max,
+            control_id=control_id(core),
+            opener=opener(core, ps, vectors),
+            snapshots=core.data_dir / "snapshots",
+            snapshot_every=ps.snapshot_every,
+            log_nc=log_nc,
+        )
         stack.callback(lambda: close_generation(projector.gen))  # (the serving one: a replay may have swapped it)
         await projector.start()
         stack.push_async_callback(projector.stop)
@@ -247,9 +302,12 @@ def http_listener(gs: GatewaySettings, listener: socket.socket | None) -> socket
 
 
 async def projector(
-    core: CoreSettings, ps: ProjectorSettings, *, rebuild: bool = False,
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    *,
+    rebuild: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     ps = checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(nats_connection(core, "mneme-projector", stack_embedded=False))
@@ -257,10 +315,20 @@ async def projector(
         stack.push_async_callback(close_nats, log_nc)
         view = open_view(core, ps, fresh=rebuild)
         vectors = open_vectors(core, ps, fresh=rebuild, background=True)
-        proj = Projector(nc, view, batch_max=ps.batch_max, wait_timeout=ps.wait_timeout, linger=ps.linger,
-                         vectors=vectors, vector_batch_max=ps.vector_batch_max, control_id=control_id(core),
-                         opener=opener(core, ps, vectors), snapshots=core.data_dir / "snapshots",
-                         snapshot_every=ps.snapshot_every, log_nc=log_nc)  # fmt: skip
+        proj = Projector(
+            nc,
+            view,
+            batch_max=ps.batch_max,
+            wait_timeout=ps.wait_timeout,
+            linger=ps.linger,
+            vectors=vectors,
+            vector_batch_max=ps.vector_batch_max,
+            control_id=control_id(core),
+            opener=opener(core, ps, vectors),
+            snapshots=core.data_dir / "snapshots",
+            snapshot_every=ps.snapshot_every,
+            log_nc=log_nc,
+        )
         stack.callback(lambda: close_generation(proj.gen))
         await proj.start()
         stack.push_async_callback(proj.stop)

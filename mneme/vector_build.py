@@ -35,19 +35,19 @@ from services.projector.vector_view import VectorView
 PROGRESS_EVERY = 0.5  # seconds between progress lines
 
 
-async def build(core: CoreSettings, ps: ProjectorSettings, out: Path, target: int,
-                report: Callable[[dict[str, Any]], None]) -> dict[str, Any]:  # fmt: skip
+async def build(
+    core: CoreSettings, ps: ProjectorSettings, out: Path, target: int, report: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
     """Fold the log into `out`'s vector index up to `target` (from its saved position), embed, save."""
     from mneme.follow import LogFollower
-    from mneme.runtime import connect, close_nats, open_vectors
+    from mneme.runtime import close_nats, connect, open_vectors
 
     assert core.nats_url, "the parent passes the URL of the log it replays"
     vectors = open_vectors(core, ps, base=out)
     assert vectors is not None
     nc = await connect(core.nats_url, "mneme-vector-build")
     try:
-        follower = LogFollower(nc.jetstream(), vectors, batch_max=ps.vector_batch_max, linger=ps.linger,
-                               stop_at=target)  # fmt: skip
+        follower = LogFollower(nc.jetstream(), vectors, batch_max=ps.vector_batch_max, linger=ps.linger, stop_at=target)
         start = vectors.checkpoint
         t0 = time.monotonic()
         await follower.start()
@@ -66,8 +66,12 @@ async def build(core: CoreSettings, ps: ProjectorSettings, out: Path, target: in
             await follower.stop()
         seconds = time.monotonic() - t0
         vectors.save()
-        result = {**vector_facts(vectors), "resumed_from": start, "embedded": vectors.embedded,
-                  "seconds": round(seconds, 3)}  # fmt: skip
+        result = {
+            **vector_facts(vectors),
+            "resumed_from": start,
+            "embedded": vectors.embedded,
+            "seconds": round(seconds, 3),
+        }
         report({"applied": follower.committed})
         return result
     finally:
@@ -85,16 +89,25 @@ class VectorBuild:
     """The child process, seen from the replay: start it, follow its progress, await its result."""
 
     def __init__(self, core: CoreSettings, ps: ProjectorSettings, out: Path, target: int, nats_url: str):
-        self.request = {"core": json.loads(core.model_copy(update={"nats_url": nats_url}).model_dump_json()),
-                        "projector": json.loads(ps.model_dump_json()), "out": str(out), "target": target}  # fmt: skip
+        self.request = {
+            "core": json.loads(core.model_copy(update={"nats_url": nats_url}).model_dump_json()),
+            "projector": json.loads(ps.model_dump_json()),
+            "out": str(out),
+            "target": target,
+        }
         self.applied = 0
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mneme.vector_build", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=None, limit=1 << 20,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "mneme.vector_build",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=None,
+            limit=1 << 20,
+        )
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(self.request).encode() + b"\n")
         await self.proc.stdin.drain()

@@ -11,7 +11,7 @@ digest) and every point (payload and BM25 vector) must come out the same.
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from services.projector.memories_view import MemoriesView
 from services.projector.vector_index import EdgeIndex, point_id
 from services.projector.vector_view import VectorView
 
-T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 WORDS = "tea coffee deploy friday alice bob berlin tokyo roadmap schema latency invoice".split()
 
 
@@ -59,13 +59,20 @@ def history(seed: int, n: int) -> list[Positioned]:
             path = f"{rng.choice(['a', 'b'])}/{rng.choice(['x', 'y'])}/n{made}" if store else None
             ns = rng.choice(["ns1", "ns2"])
             ev: Any = MemoryCreated(
-                memory_id=mid, version=1, store=store, path=path, content=" ".join(rng.sample(WORDS, 4)),
-                kind=rng.choice(["note", "fact"]), category=rng.choice(["work", None]),
-                subject=rng.choice(["Alice", None]), tags=tuple(sorted(rng.sample(WORDS, rng.randrange(3)))),
-                importance=round(rng.random(), 2), metadata={"k": rng.randrange(3)},
+                memory_id=mid,
+                version=1,
+                store=store,
+                path=path,
+                content=" ".join(rng.sample(WORDS, 4)),
+                kind=rng.choice(["note", "fact"]),
+                category=rng.choice(["work", None]),
+                subject=rng.choice(["Alice", None]),
+                tags=tuple(sorted(rng.sample(WORDS, rng.randrange(3)))),
+                importance=round(rng.random(), 2),
+                metadata={"k": rng.randrange(3)},
                 valid_from=rng.choice([None, T0 - timedelta(days=3)]),
                 expires_at=rng.choice([None, T0 + timedelta(days=30)]),
-            )  # fmt: skip
+            )
             live[mid] = {"ns": ns, "v": 1, "store": store, "path": path, "status": "active"}
         elif roll < 0.28:  # an event about a memory this log never created: folded as nothing
             mid, ns, ev = f"ghost-{i}", "ns1", MemoryUpdated(memory_id=f"ghost-{i}", version=2, content="boo")
@@ -78,11 +85,18 @@ def history(seed: int, n: int) -> list[Positioned]:
             if kind == "update":
                 fields = rng.sample(["content", "tags", "importance", "category", "subject", "metadata", "expires_at",
                                      "kind", "citations", "valid_until"], rng.randrange(1, 4))  # fmt: skip
-                values = {"content": " ".join(rng.sample(WORDS, 5)), "tags": ("x", "y")[: rng.randrange(3)],
-                          "importance": round(rng.random(), 2), "category": rng.choice(["diet", None]),
-                          "subject": rng.choice(["Bob", None]), "metadata": {"n": i}, "kind": "decision",
-                          "expires_at": rng.choice([None, T0 + timedelta(days=1)]), "citations": ("doc:1",),
-                          "valid_until": rng.choice([None, T0 + timedelta(days=9)])}  # fmt: skip
+                values: dict[str, Any] = {  # MemoryUpdated's fields, each of its own type
+                    "content": " ".join(rng.sample(WORDS, 5)),
+                    "tags": ("x", "y")[: rng.randrange(3)],
+                    "importance": round(rng.random(), 2),
+                    "category": rng.choice(["diet", None]),
+                    "subject": rng.choice(["Bob", None]),
+                    "metadata": {"n": i},
+                    "kind": "decision",
+                    "expires_at": rng.choice([None, T0 + timedelta(days=1)]),
+                    "citations": ("doc:1",),
+                    "valid_until": rng.choice([None, T0 + timedelta(days=9)]),
+                }
                 ev = MemoryUpdated(memory_id=mid, version=v, **{f: values[f] for f in fields})
             elif kind == "move" and m["store"]:
                 to_store = rng.choice(["s", "t"])
@@ -90,8 +104,11 @@ def history(seed: int, n: int) -> list[Positioned]:
                 ev = MemoryMoved(memory_id=mid, version=v, from_path=m["path"], to_path=to_path, to_store=to_store)
                 m["store"], m["path"] = to_store, to_path
             elif kind == "archive":
-                ev = MemoryArchived(memory_id=mid, version=v) if m["status"] == "active" else \
-                    MemoryRestored(memory_id=mid, version=v)  # fmt: skip
+                ev = (
+                    MemoryArchived(memory_id=mid, version=v)
+                    if m["status"] == "active"
+                    else MemoryRestored(memory_id=mid, version=v)
+                )
                 m["status"] = "archived" if m["status"] == "active" else "active"
             elif kind == "verify":
                 ev = MemoryVerified(memory_id=mid, version=v)
@@ -109,8 +126,16 @@ def history(seed: int, n: int) -> list[Positioned]:
                 del live[mid]
             if mid in live:
                 m["v"] = v
-        env = Envelope(event_id=f"e{i}", schema_version=1, namespace=ns, aggregate_id=mid, occurred_at=at,
-                       actor=Actor(agent_id=f"a{i % 2}"), request_id=f"r{i}", event=ev)  # fmt: skip
+        env = Envelope(
+            event_id=f"e{i}",
+            schema_version=1,
+            namespace=ns,
+            aggregate_id=mid,
+            occurred_at=at,
+            actor=Actor(agent_id=f"a{i % 2}"),
+            request_id=f"r{i}",
+            event=ev,
+        )
         out.append(Positioned(seq=i + 1, recorded_at=at + timedelta(milliseconds=5), envelope=env))
     return out
 
@@ -141,8 +166,7 @@ class NoModel:
         return False
 
 
-def fold_rows(path: Path, events: list[Positioned], plan: list[tuple[list[int], bool]], reopen: bool
-              ) -> dict[str, str]:  # fmt: skip
+def fold_rows(path: Path, events: list[Positioned], plan: list[tuple[list[int], bool]], reopen: bool) -> dict[str, str]:
     view = MemoriesView(str(path))
     for ix, commit in plan:
         view.stage([events[i] for i in ix], events[ix[-1]].seq)
@@ -156,11 +180,16 @@ def fold_rows(path: Path, events: list[Positioned], plan: list[tuple[list[int], 
     return digest
 
 
-def fold_points(path: Path, events: list[Positioned], plan: list[tuple[list[int], bool]], reopen: bool
-                ) -> dict[str, Any]:  # fmt: skip
+def fold_points(
+    path: Path, events: list[Positioned], plan: list[tuple[list[int], bool]], reopen: bool
+) -> dict[str, Any]:
     def open_view() -> VectorView:
-        return VectorView(EdgeIndex(path / "v", 4), NoModel(), EmbeddingCache(path / "c.sqlite"),  # type: ignore[arg-type]
-                          background=True)  # fmt: skip
+        return VectorView(
+            EdgeIndex(path / "v", 4),
+            NoModel(),  # type: ignore[arg-type]  # a stand-in with ModelHandle's attributes, not one
+            EmbeddingCache(path / "c.sqlite"),
+            background=True,
+        )
 
     vv = open_view()
     for ix, commit in plan:

@@ -120,8 +120,9 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
     if isinstance(ev, MemoryDeprecated):
         return msgspec.structs.replace(state, status=DEPRECATED, status_reason=ev.reason, **common)
     if isinstance(ev, MemoryInvalidated):
-        return msgspec.structs.replace(state, valid_until=ev.valid_until, invalid_reason=ev.reason,
-                                       superseded_by=ev.superseded_by, **common)  # fmt: skip
+        return msgspec.structs.replace(
+            state, valid_until=ev.valid_until, invalid_reason=ev.reason, superseded_by=ev.superseded_by, **common
+        )
     if isinstance(ev, MemoryDeleted):
         return None
     raise TypeError(f"unknown event {type(ev).__name__}")

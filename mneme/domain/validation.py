@@ -6,8 +6,8 @@ import math
 import re
 import unicodedata
 import uuid
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, overload
 
 import msgspec
 
@@ -41,8 +41,11 @@ def plain_text(value: str, field: str, *, spaces: bool = False) -> str:
     for i, ch in enumerate(value):
         if unicodedata.category(ch) in _HIDDEN and not (spaces and ch.isspace()):
             name = unicodedata.name(ch, "a control character")
-            raise InvalidInput(field, f"character {i} is U+{ord(ch):04X} ({name}): control and format characters "
-                               "are not allowed here (content may hold them)")  # fmt: skip
+            raise InvalidInput(
+                field,
+                f"character {i} is U+{ord(ch):04X} ({name}): control and format characters "
+                "are not allowed here (content may hold them)",
+            )
     return value
 
 
@@ -170,13 +173,17 @@ def _metadata_keys(value: Any, field: str) -> None:
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(node))
 
 
+@overload
+def utc(value: datetime, field: str) -> datetime: ...
+@overload
+def utc(value: datetime | None, field: str) -> datetime | None: ...
 def utc(value: datetime | None, field: str) -> datetime | None:
     """Normalize to UTC; a naive time is taken as UTC."""
     if value is None:
         return None
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def memory_id(value: str, field: str = "id") -> str:

@@ -55,8 +55,10 @@ class AccessView:
                     "access_count = access_stats.access_count + excluded.access_count",
                     [ids, [acc[i][0] for i in ids], [acc[i][1] for i in ids]],
                 )
-            c.execute("INSERT INTO checkpoints VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
-                      [CHECKPOINT, staged])  # fmt: skip
+            c.execute(
+                "INSERT INTO checkpoints VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
+                [CHECKPOINT, staged],
+            )
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")

@@ -3,9 +3,11 @@ and DuckDB, everything else from DuckDB's committed rows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
+import msgspec
 
 from mneme.domain.state import MemoryState
 from mneme.domain.validation import categories_of
@@ -38,6 +40,7 @@ from services.projector.memories_view import (
     VERSION_COLUMNS,
     VERSION_STATE_COLUMNS,
     MemoriesView,
+    one_row,
     row_state,
 )
 
@@ -50,13 +53,17 @@ def source(as_of: AsOfResolved | None) -> str:
     if as_of is None:
         return "memories"
     x = int(as_of.seq)
-    return (f"(SELECT {VERSION_STATE_COLUMNS} FROM memory_versions WHERE seq <= {x} "
-            f"AND (seq_to IS NULL OR seq_to > {x}) AND NOT deleted)")  # fmt: skip
+    return (
+        f"(SELECT {VERSION_STATE_COLUMNS} FROM memory_versions WHERE seq <= {x} "
+        f"AND (seq_to IS NULL OR seq_to > {x}) AND NOT deleted)"
+    )
 
 
 def _select(as_of: AsOfResolved | None) -> str:
-    return f"SELECT {_COLS}, a.accessed_at, coalesce(a.access_count, 0) FROM {source(as_of)} m " \
-        "LEFT JOIN access_stats a ON a.id = m.id"  # fmt: skip
+    return (
+        f"SELECT {_COLS}, a.accessed_at, coalesce(a.access_count, 0) FROM {source(as_of)} m "
+        "LEFT JOIN access_stats a ON a.id = m.id"
+    )
 
 
 _SELECT = _select(None)
@@ -70,13 +77,15 @@ def resolve_as_of(view: MemoriesView, as_of: AsOf | None) -> AsOfResolved | None
     if as_of.seq is not None:
         r = cur.execute("SELECT max(recorded_at) FROM memory_versions WHERE seq <= ?", [as_of.seq]).fetchone()
         return AsOfResolved(seq=as_of.seq, time=r[0] if r else None)
-    r = cur.execute("SELECT coalesce(max(seq), 0) FROM memory_versions WHERE recorded_at <= ?", [as_of.time]).fetchone()
+    r = one_row(cur, "SELECT coalesce(max(seq), 0) FROM memory_versions WHERE recorded_at <= ?", [as_of.time])
     return AsOfResolved(seq=int(r[0]), time=as_of.time)
 
 
 def version_row_state(v: tuple[Any, ...]) -> MemoryState:
     """A memory_versions row (VERSION_COLUMNS order) as the state it recorded."""
     return row_state((v[0], *v[8:21], v[1], *v[21:28], v[2], *v[28:34]))
+
+
 _SORT = {
     "created_at": "m.created_at",
     "updated_at": "m.updated_at",
@@ -104,8 +113,12 @@ def _visible(s: MemoryState | None, q: GetMemory) -> bool:
 
 
 def _history(view: MemoriesView, memory_id: str, newest: int) -> list[VersionInfo]:
-    return [VersionInfo(version=r[1], seq=r[2], recorded_at=r[3], event_type=r[4], request_id=r[5], agent_id=r[6],
-                        deleted=r[7]) for r in view.recent_versions(memory_id, newest)]  # fmt: skip
+    return [
+        VersionInfo(
+            version=r[1], seq=r[2], recorded_at=r[3], event_type=r[4], request_id=r[5], agent_id=r[6], deleted=r[7]
+        )
+        for r in view.recent_versions(memory_id, newest)
+    ]
 
 
 def _version_state(view: MemoriesView, current: MemoryState, version: int) -> MemoryState | None:
@@ -155,10 +168,21 @@ def _get_as_of(view: MemoriesView, q: GetMemory) -> GetResult:
     row = _row(r, past=True)
     history = []
     if q.history:
-        history = [VersionInfo(version=v[0], seq=v[1], recorded_at=v[2], event_type=v[3], request_id=v[4],
-                               agent_id=v[5], deleted=v[6]) for v in view.reader().execute(
-            "SELECT version, seq, recorded_at, event_type, request_id, agent_id, deleted FROM memory_versions "
-            "WHERE id = ? AND seq <= ? ORDER BY version DESC LIMIT ?", [row.memory.id, at.seq, q.history]).fetchall()]  # fmt: skip
+        versions = (
+            view.reader()
+            .execute(
+                "SELECT version, seq, recorded_at, event_type, request_id, agent_id, deleted FROM memory_versions "
+                "WHERE id = ? AND seq <= ? ORDER BY version DESC LIMIT ?",
+                [row.memory.id, at.seq, q.history],
+            )
+            .fetchall()
+        )
+        history = [
+            VersionInfo(
+                version=v[0], seq=v[1], recorded_at=v[2], event_type=v[3], request_id=v[4], agent_id=v[5], deleted=v[6]
+            )
+            for v in versions
+        ]
     return GetResult(item=row, history=history, as_of=at)
 
 
@@ -166,12 +190,28 @@ def history(view: MemoriesView, q: MemoryHistory) -> HistoryResult:
     where = "id = ? AND namespace = ?" + (" AND version IN (SELECT unnest(?))" if q.versions else "")
     args: list[Any] = [q.memory_id, q.namespace] + ([list(q.versions)] if q.versions else [])
     cur = view.reader()
-    total = cur.execute(f"SELECT count(*) FROM memory_versions WHERE {where}", args).fetchone()[0]
-    rows = cur.execute(f"SELECT {VERSION_COLUMNS} FROM memory_versions WHERE {where} ORDER BY version "
-                       "LIMIT ? OFFSET ?", [*args, q.limit, q.offset]).fetchall()  # fmt: skip
-    return HistoryResult(total=total, versions=[
-        VersionDetail(version=r[1], seq=r[2], seq_to=r[34], recorded_at=r[3], event_type=r[4], request_id=r[5],
-                      agent_id=r[6], deleted=r[7], state=version_row_state(r)) for r in rows])  # fmt: skip
+    total = one_row(cur, f"SELECT count(*) FROM memory_versions WHERE {where}", args)[0]
+    rows = cur.execute(
+        f"SELECT {VERSION_COLUMNS} FROM memory_versions WHERE {where} ORDER BY version LIMIT ? OFFSET ?",
+        [*args, q.limit, q.offset],
+    ).fetchall()
+    return HistoryResult(
+        total=total,
+        versions=[
+            VersionDetail(
+                version=r[1],
+                seq=r[2],
+                seq_to=r[34],
+                recorded_at=r[3],
+                event_type=r[4],
+                request_id=r[5],
+                agent_id=r[6],
+                deleted=r[7],
+                state=version_row_state(r),
+            )
+            for r in rows
+        ],
+    )
 
 
 def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
@@ -259,18 +299,22 @@ def list_(view: MemoriesView, q: ListMemories) -> ListResult:
     cur = view.reader()
     at = resolve_as_of(view, q.as_of)
     where, args = _filters(q, at.time if at is not None else None)
-    key = "coalesce(a.accessed_at, m.created_at)" if q.sort_by == "accessed_at" and q.unread_as_created \
-        else _SORT[q.sort_by]  # fmt: skip
+    key = (
+        "coalesce(a.accessed_at, m.created_at)"
+        if q.sort_by == "accessed_at" and q.unread_as_created
+        else _SORT[q.sort_by]
+    )
     order = f"{key} {q.sort_order.upper()} NULLS LAST, m.id"
     sql = f"{_select(at)} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
     rows = cur.execute(sql, [*args, q.limit, q.offset]).fetchall()
     if q.offset == 0 and len(rows) < q.limit:
         total = len(rows)
     else:
-        total = cur.execute(
+        total = one_row(
+            cur,
             f"SELECT count(*) FROM {source(at)} m LEFT JOIN access_stats a ON a.id = m.id WHERE {' AND '.join(where)}",
             args,
-        ).fetchone()[0]
+        )[0]
     return ListResult(items=[_row(r, past=at is not None) for r in rows], total=total, as_of=at)
 
 
@@ -286,11 +330,12 @@ def expired(view: MemoriesView, q: ExpiredMemories) -> ListResult:
 
 
 def path_owner(view: MemoriesView, q: PathOwner) -> PathOwnerResult:
-    r = view.reader().execute(
+    r = one_row(
+        view.reader(),
         "SELECT (SELECT id FROM memories WHERE namespace = ? AND store = ? AND path = ?), "
         "(SELECT last_seq FROM stores WHERE namespace = ? AND name = ?)",
         [q.namespace, q.store, q.path, q.namespace, q.store],
-    ).fetchone()
+    )
     owner = view.staged_path(q.namespace, q.store, q.path)
     if owner is None and r[0] is not None and not view.staged_state(r[0])[0]:
         owner = r[0]  # the committed holder, unless it moved away or went since the commit
@@ -316,35 +361,42 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
     if q.subject is not None:  # normalized as ListMemories does
         scope += " AND lower(m.subject) = lower(?)"
         args.append(" ".join(q.subject.split()))
-    total, active, archived, deprecated, expired_n, oldest, newest, size = cur.execute(
+    total, active, archived, deprecated, expired_n, oldest, newest, size = one_row(
+        cur,
         "SELECT count(*), count(*) FILTER (m.status = 'active'), count(*) FILTER (m.status = 'archived'), "
         "count(*) FILTER (m.status = 'deprecated'), "
         "count(*) FILTER (m.expires_at IS NOT NULL AND m.expires_at <= ?), min(m.created_at), max(m.created_at), "
         f"coalesce(sum(strlen(m.content) + strlen(m.metadata)), 0) FROM {src} m WHERE {scope}",
         [now, *args],
-    ).fetchone()
-    importance = (
-        "CASE WHEN m.importance >= 0.7 THEN 'high' WHEN m.importance >= 0.4 THEN 'medium' ELSE 'low' END"
     )
+    importance = "CASE WHEN m.importance >= 0.7 THEN 'high' WHEN m.importance >= 0.4 THEN 'medium' ELSE 'low' END"
     tags = cur.execute(
         f"SELECT t, count(*) AS n FROM (SELECT unnest(m.tags) AS t FROM {src} m WHERE {scope} "
         "AND m.status <> 'archived') GROUP BY t ORDER BY n DESC, t LIMIT ?",
         [*args, q.top_tags],
     ).fetchall()
-    most = [] if at is not None else cur.execute(  # statistics are not kept per moment (see _row)
-        f"SELECT m.id, a.access_count FROM {src} m JOIN access_stats a ON a.id = m.id WHERE {scope} "
-        "ORDER BY a.access_count DESC, m.id LIMIT 5",
-        args,
-    ).fetchall()
+    most = (
+        []
+        if at is not None
+        else cur.execute(  # statistics are not kept per moment (see _row)
+            f"SELECT m.id, a.access_count FROM {src} m JOIN access_stats a ON a.id = m.id WHERE {scope} "
+            "ORDER BY a.access_count DESC, m.id LIMIT 5",
+            args,
+        ).fetchall()
+    )
     ns_store = [q.namespace] + ([q.store] if q.store is not None else [])
-    stores_n = cur.execute(
+    stores_n = one_row(
+        cur,
         "SELECT count(*) FROM stores WHERE namespace = ?" + (" AND name = ?" if q.store is not None else "") + upto,
         ns_store,
-    ).fetchone()[0]
-    cats_n = cur.execute(
-        "SELECT count(*) FROM categories WHERE namespace = ?" + (" AND store = ?" if q.store is not None else "")
-        + upto, ns_store,
-    ).fetchone()[0]
+    )[0]
+    cats_n = one_row(
+        cur,
+        "SELECT count(*) FROM categories WHERE namespace = ?"
+        + (" AND store = ?" if q.store is not None else "")
+        + upto,
+        ns_store,
+    )[0]
     return StatsResult(
         total=total,
         active=active,
@@ -355,10 +407,13 @@ def stats(view: MemoriesView, q: MemoryStats) -> StatsResult:
         by_importance=_counts(cur, importance, scope, args, src),
         by_category=_counts(cur, "m.category", scope, args, src),
         by_subject=_counts(cur, "lower(m.subject)", scope, args, src),
-        subject_names=dict(cur.execute(
-            f"SELECT lower(m.subject), arg_min(m.subject, m.created_at) FROM {src} m WHERE {scope} "
-            "AND m.status <> 'archived' AND m.subject IS NOT NULL GROUP BY 1", args,
-        ).fetchall()),
+        subject_names=dict(
+            cur.execute(
+                f"SELECT lower(m.subject), arg_min(m.subject, m.created_at) FROM {src} m WHERE {scope} "
+                "AND m.status <> 'archived' AND m.subject IS NOT NULL GROUP BY 1",
+                args,
+            ).fetchall()
+        ),
         top_tags=[(t, n) for t, n in tags],
         most_accessed=[(i, n) for i, n in most],
         oldest=oldest,
@@ -374,8 +429,12 @@ def categories(view: MemoriesView, q: StoreCategories) -> CategoriesResult:
     """The direct subcategories of `q.parent` in the store's category index, with their live memory counts."""
     cur = view.reader()
     if q.parent:
-        exists = cur.execute("SELECT count(*) FROM categories WHERE namespace = ? AND store = ? AND path = ?",
-                             [q.namespace, q.store, q.parent]).fetchone()[0] > 0  # fmt: skip
+        matches = one_row(
+            cur,
+            "SELECT count(*) FROM categories WHERE namespace = ? AND store = ? AND path = ?",
+            [q.namespace, q.store, q.parent],
+        )[0]
+        exists = matches > 0
         child = "starts_with(c.path, ?) AND NOT contains(substr(c.path, ?), '/')"
         child_args: list[Any] = [q.parent + "/", len(q.parent) + 2]
     else:
@@ -400,34 +459,47 @@ def reindex_categories(view: MemoriesView, q: ReindexCategories) -> ReindexResul
         want: dict[str, int] = {}
         for path, seq in cur.execute(
             "SELECT path, min(seq) FROM memory_versions WHERE namespace = ? AND store = ? AND path IS NOT NULL "
-            "AND NOT deleted GROUP BY path", [q.namespace, q.store],
-        ).fetchall():  # fmt: skip
+            "AND NOT deleted GROUP BY path",
+            [q.namespace, q.store],
+        ).fetchall():
             for c in categories_of(path):
                 want[c] = min(want.get(c, seq), seq)
-        have = dict(cur.execute("SELECT path, created_seq FROM categories WHERE namespace = ? AND store = ?",
-                                [q.namespace, q.store]).fetchall())  # fmt: skip
+        have = dict(
+            cur.execute(
+                "SELECT path, created_seq FROM categories WHERE namespace = ? AND store = ?", [q.namespace, q.store]
+            ).fetchall()
+        )
         stale = [p for p, seq in have.items() if want.get(p) != seq]
         missing = [p for p, seq in want.items() if have.get(p) != seq]
         if stale:
-            cur.execute("DELETE FROM categories WHERE namespace = ? AND store = ? AND path IN (SELECT unnest(?))",
-                        [q.namespace, q.store, stale])  # fmt: skip
+            cur.execute(
+                "DELETE FROM categories WHERE namespace = ? AND store = ? AND path IN (SELECT unnest(?))",
+                [q.namespace, q.store, stale],
+            )
         if missing:
-            cur.execute("INSERT INTO categories SELECT ?, ?, unnest(?), unnest(?)",
-                        [q.namespace, q.store, missing, [want[p] for p in missing]])  # fmt: skip
-        memories = cur.execute("SELECT count(*) FROM memories WHERE namespace = ? AND store = ? "
-                               "AND status <> 'archived'", [q.namespace, q.store]).fetchone()[0]  # fmt: skip
+            cur.execute(
+                "INSERT INTO categories SELECT ?, ?, unnest(?), unnest(?)",
+                [q.namespace, q.store, missing, [want[p] for p in missing]],
+            )
+        memories = one_row(
+            cur,
+            "SELECT count(*) FROM memories WHERE namespace = ? AND store = ? AND status <> 'archived'",
+            [q.namespace, q.store],
+        )[0]
         cur.execute("COMMIT")
     except BaseException:
         cur.execute("ROLLBACK")
         raise
-    return ReindexResult(categories=len(want), added=len(missing), removed=len([p for p in stale if p not in want]),
-                         memories=memories)  # fmt: skip
+    return ReindexResult(
+        categories=len(want), added=len(missing), removed=len([p for p in stale if p not in want]), memories=memories
+    )
 
 
 # Answered from staged state: they do not wait for a commit.
 STAGED_READS = frozenset({GetMemory, PathOwner})  # (a get with as_of waits for the commit: see service.py)
 
-HANDLERS = {
+# query type -> its answer (each handler takes its own query type)
+HANDLERS: dict[type[msgspec.Struct], Callable[[MemoriesView, Any], Any]] = {
     GetMemory: get,
     ListMemories: list_,
     ExpiredMemories: expired,

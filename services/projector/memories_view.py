@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS memory_versions (
     updated_by VARCHAR NOT NULL, expires_at TIMESTAMPTZ, valid_from TIMESTAMPTZ, valid_until TIMESTAMPTZ,
     verification VARCHAR NOT NULL, locked BOOLEAN NOT NULL, status_reason VARCHAR, lock_reason VARCHAR,
     invalid_reason VARCHAR, superseded_by VARCHAR,
-    seq_to BIGINT,  -- the sequence that replaced this version (NULL: still current); its record interval is [seq, seq_to)
+    seq_to BIGINT,  -- the sequence that replaced this version (NULL: still current);
+                    -- its record interval is [seq, seq_to)
     PRIMARY KEY (id, version)
 );
 CREATE TABLE IF NOT EXISTS stores (
@@ -110,12 +111,21 @@ MEMORY_COLUMNS = [c.strip() for c in STATE_COLUMNS.split(",")]
 VERSION_COLUMN_LIST = [c.strip() for c in VERSION_COLUMNS.split(",")]
 
 
+def one_row(cur: duckdb.DuckDBPyConnection, sql: str, args: object = None) -> tuple[Any, ...]:
+    """The row of a query that always answers one: an aggregate without GROUP BY, scalar subqueries."""
+    row = cur.execute(sql, args).fetchone()
+    assert row is not None  # such a query answers one row
+    return row
+
+
 def insert_rows(cur: duckdb.DuckDBPyConnection, table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
     """Insert rows as columns in one statement: DuckDB scans a registered dict of NumPy object arrays
     (`np.fromiter` keeps a list-valued cell one cell)."""
     n = len(rows)
-    cur.register(f"_{table}_batch", {c: np.fromiter(col, dtype=object, count=n)
-                                     for c, col in zip(columns, zip(*rows), strict=True)})  # fmt: skip
+    cur.register(
+        f"_{table}_batch",
+        {c: np.fromiter(col, dtype=object, count=n) for c, col in zip(columns, zip(*rows, strict=True), strict=True)},
+    )
     try:
         cols = ", ".join(columns)
         cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _{table}_batch")
@@ -125,22 +135,70 @@ def insert_rows(cur: duckdb.DuckDBPyConnection, table: str, columns: list[str], 
 
 def state_row(s: MemoryState) -> tuple[Any, ...]:
     return (
-        s.id, s.namespace, s.store, s.path, s.content, s.kind, s.category, s.subject, list(s.tags),
-        s.importance, s.confidence, list(s.citations), _json.encode(s.metadata).decode(), s.status, s.version,
-        s.created_at, s.updated_at, s.created_by, s.updated_by, s.expires_at, s.valid_from, s.valid_until,
-        s.last_seq, s.verification, s.locked, s.status_reason, s.lock_reason, s.invalid_reason, s.superseded_by,
-    )  # fmt: skip
+        s.id,
+        s.namespace,
+        s.store,
+        s.path,
+        s.content,
+        s.kind,
+        s.category,
+        s.subject,
+        list(s.tags),
+        s.importance,
+        s.confidence,
+        list(s.citations),
+        _json.encode(s.metadata).decode(),
+        s.status,
+        s.version,
+        s.created_at,
+        s.updated_at,
+        s.created_by,
+        s.updated_by,
+        s.expires_at,
+        s.valid_from,
+        s.valid_until,
+        s.last_seq,
+        s.verification,
+        s.locked,
+        s.status_reason,
+        s.lock_reason,
+        s.invalid_reason,
+        s.superseded_by,
+    )
 
 
 def row_state(r: tuple[Any, ...]) -> MemoryState:
     return MemoryState(
-        id=r[0], namespace=r[1], store=r[2], path=r[3], content=r[4], kind=r[5], category=r[6], subject=r[7],
-        tags=tuple(r[8]), importance=r[9], confidence=r[10], citations=tuple(r[11]),
-        metadata=msgspec.json.decode(r[12]), status=r[13], version=r[14], created_at=r[15], updated_at=r[16],
-        created_by=r[17], updated_by=r[18], expires_at=r[19], valid_from=r[20], valid_until=r[21], last_seq=r[22],
-        verification=r[23], locked=r[24], status_reason=r[25], lock_reason=r[26], invalid_reason=r[27],
+        id=r[0],
+        namespace=r[1],
+        store=r[2],
+        path=r[3],
+        content=r[4],
+        kind=r[5],
+        category=r[6],
+        subject=r[7],
+        tags=tuple(r[8]),
+        importance=r[9],
+        confidence=r[10],
+        citations=tuple(r[11]),
+        metadata=msgspec.json.decode(r[12]),
+        status=r[13],
+        version=r[14],
+        created_at=r[15],
+        updated_at=r[16],
+        created_by=r[17],
+        updated_by=r[18],
+        expires_at=r[19],
+        valid_from=r[20],
+        valid_until=r[21],
+        last_seq=r[22],
+        verification=r[23],
+        locked=r[24],
+        status_reason=r[25],
+        lock_reason=r[26],
+        invalid_reason=r[27],
         superseded_by=r[28],
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -193,8 +251,12 @@ class MemoriesView:
             row = self.con.execute("SELECT value FROM meta WHERE key = 'projection_version'").fetchone()
             version = int(row[0]) if row else None
         if version != PROJECTION_VERSION:
-            log.warning("projection %s is version %s, not %s: rebuilding it from the log", self.path, version,
-                        PROJECTION_VERSION)  # fmt: skip
+            log.warning(
+                "projection %s is version %s, not %s: rebuilding it from the log",
+                self.path,
+                version,
+                PROJECTION_VERSION,
+            )
             for t in TABLES:
                 self.con.execute(f"DROP TABLE IF EXISTS {t}")
 
@@ -235,10 +297,15 @@ class MemoriesView:
                 self._recent.move_to_end(memory_id)
                 return list(reversed(self._recent[memory_id]))[:newest]
             before = self.checkpoint
-        rows = self.reader().execute(
-            "SELECT id, version, seq, recorded_at, event_type, request_id, agent_id, deleted FROM memory_versions "
-            "WHERE id = ? ORDER BY version DESC LIMIT ?", [memory_id, RECENT],
-        ).fetchall()  # fmt: skip
+        rows = (
+            self.reader()
+            .execute(
+                "SELECT id, version, seq, recorded_at, event_type, request_id, agent_id, deleted FROM memory_versions "
+                "WHERE id = ? ORDER BY version DESC LIMIT ?",
+                [memory_id, RECENT],
+            )
+            .fetchall()
+        )
         with self._lock:
             by_version = {r[1]: r for r in rows}
             by_version.update({r[1]: r[:8] for r in self._st.versions_of.get(memory_id, ())})
@@ -297,9 +364,20 @@ class MemoriesView:
                 if new is not None and new.store is not None and new.path is not None:
                     st.paths[(new.namespace, new.store, new.path)] = mid
                 r = state_row(shown)
-                vrow = (shown.id, env.event.version, p.seq, p.recorded_at, event_name(env.event),
-                        env.request_id, env.actor.agent_id, new is None, *r[1:14], *r[15:22], *r[23:29],
-                        None)  # fmt: skip
+                vrow = (
+                    shown.id,
+                    env.event.version,
+                    p.seq,
+                    p.recorded_at,
+                    event_name(env.event),
+                    env.request_id,
+                    env.actor.agent_id,
+                    new is None,
+                    *r[1:14],
+                    *r[15:22],
+                    *r[23:29],
+                    None,
+                )
                 if prev is not None:  # the version it replaces ends here: [seq, seq_to)
                     st.closed[(mid, prev.version)] = p.seq
                 st.versions.append(vrow)
@@ -317,8 +395,11 @@ class MemoriesView:
                     st.store_seq[key2] = (st.store_seq.get(key2, (p.seq, p.seq))[0], p.seq)
                     # a path's categories are recorded at the first sequence that put a memory there: only
                     # a create or a move can (an unchanged path recorded them before)
-                    if new is not None and new.path and (prev is None or prev.path != new.path
-                                                          or prev.store != new.store):  # fmt: skip
+                    if (
+                        new is not None
+                        and new.path
+                        and (prev is None or prev.path != new.path or prev.store != new.store)
+                    ):
                         for c in categories_of(new.path):
                             st.categories.setdefault((new.namespace, new.store, c), p.seq)  # type: ignore[arg-type]
             self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
@@ -339,12 +420,13 @@ class MemoriesView:
                 insert_rows(w, "memories", MEMORY_COLUMNS, live)
             closed = dict(st.closed)
             if st.versions:
-                rows = [r[:-1] + (closed.pop((r[0], r[1]), None),) for r in st.versions]
+                rows = [(*r[:-1], closed.pop((r[0], r[1]), None)) for r in st.versions]
                 insert_rows(w, "memory_versions", VERSION_COLUMN_LIST, rows)
             if closed:  # versions committed earlier that this batch replaced
                 ks4 = list(closed)
                 w.execute(
-                    "UPDATE memory_versions SET seq_to = c.s FROM (SELECT unnest(?) AS i, unnest(?) AS v, unnest(?) AS s) c "
+                    "UPDATE memory_versions SET seq_to = c.s "
+                    "FROM (SELECT unnest(?) AS i, unnest(?) AS v, unnest(?) AS s) c "
                     "WHERE memory_versions.id = c.i AND memory_versions.version = c.v",
                     [[k[0] for k in ks4], [k[1] for k in ks4], [closed[k] for k in ks4]],
                 )
@@ -352,10 +434,15 @@ class MemoriesView:
                 ks = list(st.store_seq)
                 w.execute(
                     "INSERT INTO stores SELECT unnest(?), unnest(?), unnest(?), unnest(?) "
-                    "ON CONFLICT (namespace, name) DO UPDATE SET last_seq = greatest(stores.last_seq, excluded.last_seq)",
-                    [[k[0] for k in ks], [k[1] for k in ks], [st.store_seq[k][0] for k in ks],
-                     [st.store_seq[k][1] for k in ks]],
-                )  # fmt: skip
+                    "ON CONFLICT (namespace, name) "
+                    "DO UPDATE SET last_seq = greatest(stores.last_seq, excluded.last_seq)",
+                    [
+                        [k[0] for k in ks],
+                        [k[1] for k in ks],
+                        [st.store_seq[k][0] for k in ks],
+                        [st.store_seq[k][1] for k in ks],
+                    ],
+                )
             if st.categories:
                 ks3 = list(st.categories)
                 w.execute(
@@ -388,8 +475,9 @@ class MemoriesView:
         cur = self.reader()
         for table, (key, rows) in CANONICAL_TABLES.items():
             order = ", ".join(f"t.{k.strip()}" for k in key.split(","))
-            out[table] = cur.execute(
+            out[table] = one_row(
+                cur,
                 f"SELECT sha256(coalesce(string_agg(md5(CAST(to_json(t) AS VARCHAR)), '' ORDER BY {order}), '')) "
-                f"FROM {table} t WHERE {rows}"
-            ).fetchone()[0]  # fmt: skip
+                f"FROM {table} t WHERE {rows}",
+            )[0]
         return out

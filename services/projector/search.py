@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from mneme.domain import validation as v
 from mneme.embed_cache import EmbeddingCache, text_key
@@ -73,8 +73,9 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
     """The payload filter: scope, record interval (as_of), status, expiry and the caller's filters."""
     scope: list[Cond | Where] = [Where(must=(Cond("namespace", "eq", q.namespace),))]
     if q.rule_namespaces:
-        scope.append(Where(must=(Cond("namespace", "any", list(q.rule_namespaces)),
-                                 Cond("verification", "eq", "verified"))))  # fmt: skip
+        scope.append(
+            Where(must=(Cond("namespace", "any", list(q.rule_namespaces)), Cond("verification", "eq", "verified")))
+        )
     must: list[Cond | Where] = [Where(should=tuple(scope))]
     if at is None:
         must.append(Cond("seq_to", "range", gte=OPEN))
@@ -97,8 +98,8 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
         must.append(Cond("category", "eq", q.category))
     if q.subject:
         must.append(Cond("subject", "eq", normalize_subject(q.subject)))
-    for t in v.tags(q.tags):  # normalised as stored tags are
-        must.append(Cond("tags", "eq", t))
+    for tag in v.tags(q.tags):  # normalised as stored tags are
+        must.append(Cond("tags", "eq", tag))
     if q.importance_min is not None or q.importance_max is not None:
         must.append(Cond("importance", "range", gte=q.importance_min, lte=q.importance_max))
     return Where(must=tuple(must))
@@ -113,10 +114,12 @@ class Searcher:
         key = text_key(text)
         got = self.cache.get_many(embedder.model_id, [key])
         if key in got:
-            return got[key].tolist()
+            cached: list[float] = got[key].tolist()
+            return cached
         vec = embedder.embed([text])[0]
         self.cache.put_many(embedder.model_id, {key: vec})
-        return vec.tolist()
+        fresh: list[float] = vec.tolist()
+        return fresh
 
     def search(self, q: SearchMemories, at: AsOfResolved | None = None) -> SearchResult:
         text = q.query.strip()
@@ -141,8 +144,9 @@ class Searcher:
                 searches["bm25"] = Search("bm25", sparse, where, fetch)
                 if calibrated:  # each word's IDF, over the whole collection as Qdrant counts it
                     for t in list(terms)[:MAX_PROBES]:
-                        searches[f"idf:{t}"] = Search("bm25", ([t], [1.0]), Where(), 1, with_vectors=("bm25",),
-                                                      with_payload=False)  # fmt: skip
+                        searches[f"idf:{t}"] = Search(
+                            "bm25", ([t], [1.0]), Where(), 1, with_vectors=("bm25",), with_payload=False
+                        )
         found = self._run(searches)
         dense, keyword = found.get("dense", []), found.get("bm25", [])
         hit_of: dict[str, Hit] = {}
@@ -158,11 +162,13 @@ class Searcher:
             only_kw = [i for i in bm if i not in cos]
             only_sem = [i for i in cos if i not in bm]
             if only_kw and qvec is not None:
-                rescore["dense"] = Search("dense", qvec, Where(must=(Cond("", "ids", only_kw),)), len(only_kw),
-                                          with_payload=False)  # fmt: skip
+                rescore["dense"] = Search(
+                    "dense", qvec, Where(must=(Cond("", "ids", only_kw),)), len(only_kw), with_payload=False
+                )
             if only_sem and terms:
-                rescore["bm25"] = Search("bm25", sparse, Where(must=(Cond("", "ids", only_sem),)), len(only_sem),
-                                         with_payload=False)  # fmt: skip
+                rescore["bm25"] = Search(
+                    "bm25", sparse, Where(must=(Cond("", "ids", only_sem),)), len(only_sem), with_payload=False
+                )
             again = self._run(rescore)
             cos.update({h.id: h.score for h in again.get("dense", [])})
             bm.update(dict.fromkeys(only_sem, 0.0) if terms else {})  # no word in common: 0
@@ -173,8 +179,11 @@ class Searcher:
             relevance = {i: _coverage(s, self_score) for i, s in bm.items()}
         elif calibrated:
             w = q.semantic_weight
-            relevance = {i: w * _ramp(cos.get(i, 0.0), *SEMANTIC_RAMP)
-                         + (1 - w) * _coverage(bm.get(i, 0.0), self_score) ** COVERAGE_POWER for i in hit_of}
+            relevance = {
+                i: w * _ramp(cos.get(i, 0.0), *SEMANTIC_RAMP)
+                + (1 - w) * _coverage(bm.get(i, 0.0), self_score) ** COVERAGE_POWER
+                for i in hit_of
+            }
         else:
             relevance = {i: s for i, (s, _) in fuse(dense, keyword, q.fusion, q.semantic_weight).items()}
 
@@ -183,23 +192,46 @@ class Searcher:
         for pid, rel in relevance.items():
             state = state_of(hit_of[pid].payload)
             contains = bool(needle) and needle in _norm(state.content)
-            group = "rules" if state.namespace != q.namespace else "exact" if contains else "scope"
+            group: Literal["exact", "scope", "rules"] = (
+                "rules" if state.namespace != q.namespace else "exact" if contains else "scope"
+            )
             until = state.valid_until
             ended = until is not None and until <= now
             score = min(1.0, rel + EXACT_BOOST) if contains else rel
             score *= STATUS_FACTOR.get(state.status, 1.0) * (ENDED_FACTOR if ended else 1.0)
             if score < threshold:
                 continue
-            hits.append(SearchHit(memory=state, score=round(score, 6), semantic=cos.get(pid), keyword=bm.get(pid),
-                                  group=group, demoted=state.status != "active" or ended))  # fmt: skip
+            hits.append(
+                SearchHit(
+                    memory=state,
+                    score=round(score, 6),
+                    semantic=cos.get(pid),
+                    keyword=bm.get(pid),
+                    group=group,
+                    demoted=state.status != "active" or ended,
+                )
+            )
         # equal scores (coverage is capped at 1): the higher raw BM25, then the closer meaning, first
         if q.order == "tiers":
-            hits.sort(key=lambda x: (TIERS[x.group], x.demoted, -x.score, -(x.keyword or 0.0), -(x.semantic or 0.0),
-                                     x.memory.id))  # fmt: skip
+            hits.sort(
+                key=lambda x: (
+                    TIERS[x.group],
+                    x.demoted,
+                    -x.score,
+                    -(x.keyword or 0.0),
+                    -(x.semantic or 0.0),
+                    x.memory.id,
+                )
+            )
         else:
             hits.sort(key=lambda x: (-x.score, x.demoted, -(x.keyword or 0.0), -(x.semantic or 0.0), x.memory.id))
-        return SearchResult(hits=_distinct(hits)[: q.limit], mode=q.mode, threshold=threshold,
-                            model=self.model.model_id if q.mode != "keyword" else None, as_of=at)  # fmt: skip
+        return SearchResult(
+            hits=_distinct(hits)[: q.limit],
+            mode=q.mode,
+            threshold=threshold,
+            model=self.model.model_id if q.mode != "keyword" else None,
+            as_of=at,
+        )
 
     def _run(self, searches: dict[str, Search]) -> dict[str, list[Hit]]:
         if not searches:

@@ -119,19 +119,31 @@ class Projector:
         self._vector_start: asyncio.Task[None] | None = None
         self._vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
 
-    def generation(self, view: MemoriesView, vectors: VectorView | None, *, also: tuple[Sink, ...] = (),
-                   also_access: tuple[Sink, ...] = ()) -> Generation:  # fmt: skip
+    def generation(
+        self,
+        view: MemoriesView,
+        vectors: VectorView | None,
+        *,
+        also: tuple[Sink, ...] = (),
+        also_access: tuple[Sink, ...] = (),
+    ) -> Generation:
         sink: Sink = FanOut(view, *also) if also else view
         follower = LogFollower(self.js, sink, batch_max=self.batch_max, linger=self.linger, stop_at=self.stop_at)
         access: Sink = AccessView(view)
         access = FanOut(access, *also_access) if also_access else access
         acc = access_follower(self.js, access, batch_max=self.batch_max, linger=self.linger)
-        gen = Generation(view=view, follower=follower, access_follower=acc, followers_own=not (also or also_access),
-                         fold_access=self.fold_access)  # fmt: skip
+        gen = Generation(
+            view=view,
+            follower=follower,
+            access_follower=acc,
+            followers_own=not (also or also_access),
+            fold_access=self.fold_access,
+        )
         if vectors is not None:  # a follower of its own: embedding never holds the rows back
             gen.vectors = vectors
-            gen.vector_follower = LogFollower(self.js, vectors, batch_max=self.vector_batch_max, linger=self.linger,
-                                              stop_at=self.stop_at)  # fmt: skip
+            gen.vector_follower = LogFollower(
+                self.js, vectors, batch_max=self.vector_batch_max, linger=self.linger, stop_at=self.stop_at
+            )
             gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25)
         return gen
 
@@ -185,8 +197,9 @@ class Projector:
         if self.control_id and self.opener:
             self._subs.append(await self.nc.subscribe(S.control_subject(self.control_id, "swap"), cb=self._on_swap))
         if self.control_id and self.snapshots:
-            self._subs.append(await self.nc.subscribe(S.control_subject(self.control_id, "snapshot"),
-                                                      cb=self._on_snapshot))  # fmt: skip
+            self._subs.append(
+                await self.nc.subscribe(S.control_subject(self.control_id, "snapshot"), cb=self._on_snapshot)
+            )
         if self.snapshots and self.snapshot_every:
             self._spawn(self._snapshot_periodically())
 
@@ -243,7 +256,10 @@ class Projector:
                 await asyncio.to_thread(vectors.fill_pending)
             while True:
                 head = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
-                if await new.caught_up(head, 60) and head == (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq:
+                if (
+                    await new.caught_up(head, 60)
+                    and head == (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
+                ):
                     while vectors is not None and vectors.dense_applied < vectors.committed:  # the filler's last
                         await asyncio.sleep(0.01)
                     break
@@ -255,15 +271,19 @@ class Projector:
                 for f in old.followers:
                     await f.stop()
             else:  # mneme serve: the old followers keep feeding the audit trail, without the old views
-                for f, sink in ((old.follower, old.view), (old.access_follower, None), (old.vector_follower, old.vectors)):
-                    if f is None:
+                for follower, sink in (
+                    (old.follower, old.view),
+                    (old.access_follower, None),
+                    (old.vector_follower, old.vectors),
+                ):
+                    if follower is None:
                         continue
-                    if isinstance(f.sink, FanOut):
-                        f.sink.remove(sink if sink is not None else f.sink.sinks[0])
-                        await f.idle()
-                        self._retired.append(f)
+                    if isinstance(follower.sink, FanOut):
+                        follower.sink.remove(sink if sink is not None else follower.sink.sinks[0])
+                        await follower.idle()
+                        self._retired.append(follower)
                     else:
-                        await f.stop()
+                        await follower.stop()
             return old
 
     async def _on_swap(self, msg: Msg) -> None:
@@ -277,7 +297,7 @@ class Projector:
             old = await self.swap(view, vectors)
             close_generation(old)
             reply = {"ok": True, "seq": self.applied, "path": view.path}
-        except Exception as exc:  # noqa: BLE001 - reported to the replay command
+        except Exception as exc:  # reported to the replay command
             log.exception("swap failed")
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         try:
@@ -300,7 +320,7 @@ class Projector:
             if self.gen.view.checkpoint - last >= self.snapshot_every:
                 try:
                     last = (await self.snapshot())["seq"]
-                except Exception:  # noqa: BLE001 - a failed snapshot must not stop the projector
+                except Exception:  # a failed snapshot must not stop the projector
                     log.exception("snapshot failed")
 
     async def _on_snapshot(self, msg: Msg) -> None:
@@ -370,7 +390,7 @@ class Projector:
             return Reply(applied_seq=applied, error=exc.to_dict())
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return Reply(applied_seq=applied, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
-        except Exception as exc:  # noqa: BLE001 - a query must never take the projector down
+        except Exception as exc:  # a query must never take the projector down
             log.exception("query %s failed", op)
             return Reply(applied_seq=applied, error={"code": "INTERNAL", "message": type(exc).__name__})
 
@@ -404,10 +424,18 @@ class Projector:
             return
         rate, eta = self._fold_rate(vf.committed, floor)
         left = f"about {eta:.0f} s left" if eta is not None else "starting"
-        raise Indexing(f"the search index is folding the log ({vf.committed:,} of {floor:,} events; {left}); "
-                       "memory_get and memory_list answer now", details={
-                           "stage": "folding", "done": vf.committed, "total": floor, "pending": floor - vf.committed,
-                           "events_per_s": round(rate, 1), "eta_s": eta})  # fmt: skip
+        raise Indexing(
+            f"the search index is folding the log ({vf.committed:,} of {floor:,} events; {left}); "
+            "memory_get and memory_list answer now",
+            details={
+                "stage": "folding",
+                "done": vf.committed,
+                "total": floor,
+                "pending": floor - vf.committed,
+                "events_per_s": round(rate, 1),
+                "eta_s": eta,
+            },
+        )
 
     def _fold_rate(self, done: int, total: int) -> tuple[float, float | None]:
         """Events/s the vector fold has made since it started, and the seconds it needs for the rest."""
@@ -422,9 +450,11 @@ class Projector:
     def _indexing(vectors: VectorView, need: int) -> Indexing:
         p = vectors.progress()
         eta = f"about {p['eta_s']:.0f} s left" if p["eta_s"] is not None else "the model is loading"
-        return Indexing(f"the vector index is embedding memories ({p['done']:,} of {p['total']:,} done, "
-                        f"{p['pending']:,} waiting; {eta}); keyword search (mode 'keyword') answers now",
-                        details={**p, "min_seq": need})  # fmt: skip
+        return Indexing(
+            f"the vector index is embedding memories ({p['done']:,} of {p['total']:,} done, "
+            f"{p['pending']:,} waiting; {eta}); keyword search (mode 'keyword') answers now",
+            details={**p, "min_seq": need},
+        )
 
     def run_query(self, query: Any) -> Any:
         return run_query(self.gen, query)
@@ -443,16 +473,20 @@ def close_generation(gen: Generation) -> None:
         gen.vectors.close()
 
 
-async def catch_up(projector: Projector, *, progress: Callable[[int, int, float], None] | None = None,
-                   target: int | None = None) -> int:  # fmt: skip
+async def catch_up(
+    projector: Projector, *, progress: Callable[[int, int, float], None] | None = None, target: int | None = None
+) -> int:
     """Wait until the projector has applied the log as it stands now (or up to `target`); report progress."""
     if target is None:
         target = (await projector.js.stream_info(S.EVENTS_STREAM)).state.last_seq
     start = time.monotonic()
     while not await projector.gen.caught_up(target, 0.5):
         if progress:
-            progress(min(f.applied for f in (projector.follower, projector.vector_follower) if f is not None),
-                     target, time.monotonic() - start)  # fmt: skip
+            progress(
+                min(f.applied for f in (projector.follower, projector.vector_follower) if f is not None),
+                target,
+                time.monotonic() - start,
+            )
     if progress:
         progress(projector.applied, target, time.monotonic() - start)
     return target

@@ -19,12 +19,12 @@ import logging
 import shutil
 import time
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mneme.sparse import copy_sparse, copytree_sparse, disk_usage
-from services.projector.memories_view import PROJECTION_VERSION, MemoriesView
+from services.projector.memories_view import PROJECTION_VERSION, MemoriesView, one_row
 from services.projector.vector_index import OPEN, Cond, EdgeIndex, Where
 from services.projector.vector_view import VectorView
 
@@ -65,15 +65,21 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
         # a transactional copy (MVCC): readers go on, and no CHECKPOINT has to wait for them
         cur = view.con.cursor()
         try:
-            db = cur.execute("SELECT current_database()").fetchone()[0]
+            db = one_row(cur, "SELECT current_database()")[0]
             cur.execute(f"ATTACH '{tmp / Path(view.path).name}' AS mneme_snapshot")
             cur.execute(f'COPY FROM DATABASE "{db}" TO mneme_snapshot')
             cur.execute("DETACH mneme_snapshot")
         finally:
             cur.close()
-        manifest: dict[str, Any] = {"seq": seq, "projection_version": PROJECTION_VERSION, "db": Path(view.path).name,
-                                    "created_at": datetime.now(timezone.utc).isoformat(), "model": None,
-                                    "vector_seq": None, "vectors": None}  # fmt: skip
+        manifest: dict[str, Any] = {
+            "seq": seq,
+            "projection_version": PROJECTION_VERSION,
+            "db": Path(view.path).name,
+            "created_at": datetime.now(UTC).isoformat(),
+            "model": None,
+            "vector_seq": None,
+            "vectors": None,
+        }
         if vectors is not None and isinstance(vectors.index, EdgeIndex):
             with vectors.lock:  # the embedding filler writes dense vectors outside the followers' pauses
                 vectors.save()  # flushes the shard and writes the position it covers
@@ -97,13 +103,19 @@ def write_snapshot(view: MemoriesView, vectors: VectorView | None, root: Path, *
         shutil.rmtree(old, ignore_errors=True)
     log.info("snapshot at sequence %d in %s", seq, final)
     summary = {k: v for k, v in manifest.items() if k != "files"}
-    return {**summary, "path": str(final), "files": files, "bytes": size, "disk_bytes": disk,
-            "manifest": str(final / MANIFEST)}  # fmt: skip
+    return {
+        **summary,
+        "path": str(final),
+        "files": files,
+        "bytes": size,
+        "disk_bytes": disk,
+        "manifest": str(final / MANIFEST),
+    }
 
 
 def valid_snapshot(path: Path) -> dict[str, Any] | None:
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text())
     except (FileNotFoundError, ValueError):
         return None
     if manifest.get("projection_version") != PROJECTION_VERSION or _files(path) != manifest.get("files"):
@@ -118,7 +130,11 @@ def newest_snapshot(root: Path, *, upto: int, model: str | None) -> tuple[Path, 
         if m is None:
             log.warning("snapshot %s is damaged or of another projection version: skipped", snap)
             continue
-        if m["seq"] <= upto and (m.get("vector_seq") or 0) <= upto and (model is None or m.get("model") in (None, model)):
+        if (
+            m["seq"] <= upto
+            and (m.get("vector_seq") or 0) <= upto
+            and (model is None or m.get("model") in (None, model))
+        ):
             return snap, m
     return None
 
@@ -139,8 +155,9 @@ def vector_facts(vectors: VectorView) -> dict[str, Any]:
     return {
         "points": vectors.index.count(Where(must=(Cond("seq_from", "range", gte=1),))),
         "live_points": vectors.index.count(Where(must=(Cond("seq_to", "range", gte=OPEN),))),
-        "vector_checkpoint": vectors.checkpoint, "pending_dense": vectors.pending_dense,
-    }  # fmt: skip
+        "vector_checkpoint": vectors.checkpoint,
+        "pending_dense": vectors.pending_dense,
+    }
 
 
 def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] | None, target: int) -> dict[str, Any]:
@@ -150,16 +167,16 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
     problems = []
     if view.checkpoint != target:
         problems.append(f"rows cover sequence {view.checkpoint}, not {target}")
-    memories = cur.execute("SELECT count(*) FROM memories").fetchone()[0]
-    versions = cur.execute("SELECT count(*) FROM memory_versions").fetchone()[0]
-    open_versions = cur.execute(
-        "SELECT count(*) FROM memory_versions WHERE seq_to IS NULL AND NOT deleted").fetchone()[0]  # fmt: skip
+    memories = one_row(cur, "SELECT count(*) FROM memories")[0]
+    versions = one_row(cur, "SELECT count(*) FROM memory_versions")[0]
+    open_versions = one_row(cur, "SELECT count(*) FROM memory_versions WHERE seq_to IS NULL AND NOT deleted")[0]
     if open_versions != memories:
         problems.append(f"{memories} memories but {open_versions} current versions")
-    stale = cur.execute(
+    stale = one_row(
+        cur,
         "SELECT count(*) FROM memories m LEFT JOIN memory_versions v ON v.id = m.id AND v.version = m.version "
-        "WHERE v.id IS NULL OR v.seq_to IS NOT NULL OR v.deleted OR v.content <> m.content"
-    ).fetchone()[0]
+        "WHERE v.id IS NULL OR v.seq_to IS NOT NULL OR v.deleted OR v.content <> m.content",
+    )[0]
     if stale:
         problems.append(f"{stale} memories differ from their latest version")
     out: dict[str, Any] = {"memories": memories, "versions": versions}
@@ -171,7 +188,7 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
             problems.append(f"vectors cover sequence {checkpoint} ({facts['pending_dense']} without a vector)")
         if live_points != memories:
             problems.append(f"{memories} memories but {live_points} current points")
-        nondeleted = cur.execute("SELECT count(*) FROM memory_versions WHERE NOT deleted").fetchone()[0]
+        nondeleted = one_row(cur, "SELECT count(*) FROM memory_versions WHERE NOT deleted")[0]
         if all_points != nondeleted:
             problems.append(f"{nondeleted} versions but {all_points} points")
     out["ok"] = not problems

@@ -24,7 +24,13 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+
+# The libraries take a list of point ids (int | str | UUID); ours are str, in lists they only read: cast, not
+# copied. (Each library is imported where an index of its own is opened.)
+if TYPE_CHECKING:
+    from qdrant_client.conversions.common_types import PointId as ClientPointId
+    from qdrant_edge import PointId as EdgePointId
 
 log = logging.getLogger("mneme.projector.vectors")
 DENSE, SPARSE = "dense", "bm25"
@@ -134,8 +140,9 @@ class EdgeIndex:
         if self.path.exists() and any(self.path.iterdir()):
             stored = self._stored_version()
             if stored != version:  # points of another shape: rebuilt from the log (the position goes to 0)
-                log.warning("vector index %s is version %s, not %s: rebuilding it from the log", self.path, stored,
-                            version)  # fmt: skip
+                log.warning(
+                    "vector index %s is version %s, not %s: rebuilding it from the log", self.path, stored, version
+                )
                 shutil.rmtree(self.path)
                 self.checkpoint_file.unlink(missing_ok=True)
         if self.path.exists() and any(self.path.iterdir()):
@@ -180,7 +187,7 @@ class EdgeIndex:
 
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
         if ids:
-            self.shard.update(self.q.UpdateOperation.set_payload(ids, payload))
+            self.shard.update(self.q.UpdateOperation.set_payload(cast("list[EdgePointId]", ids), payload))
 
     def set_dense(self, vectors: dict[str, list[float]]) -> None:
         if vectors:
@@ -190,12 +197,14 @@ class EdgeIndex:
     def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]:
         if not ids:
             return {}
-        recs = self.shard.retrieve(ids, with_payload=True, with_vector=[DENSE] if with_dense else False)
+        recs = self.shard.retrieve(
+            cast("list[EdgePointId]", ids), with_payload=True, with_vector=[DENSE] if with_dense else False
+        )
         out = {}
         for r in recs:
             dense = None
             if with_dense and isinstance(r.vector, dict) and DENSE in r.vector:
-                dense = list(r.vector[DENSE])
+                dense = list(cast("list[float]", r.vector[DENSE]))  # the dense vector: one list of floats
             out[str(r.id)] = VPoint(id=str(r.id), payload=dict(r.payload or {}), dense=dense)
         return out
 
@@ -228,9 +237,13 @@ class EdgeIndex:
         else:
             vec = list(s.vector)
         return q.QueryRequest(
-            limit=s.limit, query=q.Query.Nearest(vec, using=s.using), filter=self._filter(s.where),
-            with_payload=s.with_payload, score_threshold=s.threshold, with_vector=list(s.with_vectors) or None,
-        )  # fmt: skip
+            limit=s.limit,
+            query=q.Query.Nearest(vec, using=s.using),
+            filter=self._filter(s.where),
+            with_payload=s.with_payload,
+            score_threshold=s.threshold,
+            with_vector=list(s.with_vectors) or None,
+        )
 
     def search(self, searches: list[Search]) -> list[list[Hit]]:
         reqs = [self._request(s) for s in searches]
@@ -270,8 +283,16 @@ class EdgeIndex:
 class ClientIndex:
     """A Qdrant server (distributed mode) through qdrant-client; `location=":memory:"` for local-mode tests."""
 
-    def __init__(self, collection: str, dim: int, *, url: str | None = None, location: str | None = None,
-                 api_key: str | None = None, version: int = INDEX_VERSION):  # fmt: skip
+    def __init__(
+        self,
+        collection: str,
+        dim: int,
+        *,
+        url: str | None = None,
+        location: str | None = None,
+        api_key: str | None = None,
+        version: int = INDEX_VERSION,
+    ):
         from qdrant_client import QdrantClient, models
 
         self.m = models
@@ -311,7 +332,9 @@ class ClientIndex:
 
     def set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
         if ids:
-            self.client.set_payload(self.collection, payload=payload, points=ids, wait=True)
+            self.client.set_payload(
+                self.collection, payload=payload, points=cast("list[ClientPointId]", ids), wait=True
+            )
 
     def set_dense(self, vectors: dict[str, list[float]]) -> None:
         if vectors:
@@ -321,12 +344,14 @@ class ClientIndex:
     def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]:
         if not ids:
             return {}
-        recs = self.client.retrieve(self.collection, ids, with_payload=True, with_vectors=[DENSE] if with_dense else False)
+        recs = self.client.retrieve(
+            self.collection, ids, with_payload=True, with_vectors=[DENSE] if with_dense else False
+        )
         out = {}
         for r in recs:
             dense = None
             if with_dense and isinstance(r.vector, dict) and DENSE in r.vector:
-                dense = list(r.vector[DENSE])  # type: ignore[arg-type]
+                dense = list(cast("list[float]", r.vector[DENSE]))  # the dense vector: one list of floats
             out[str(r.id)] = VPoint(id=str(r.id), payload=dict(r.payload or {}), dense=dense)
         return out
 
@@ -355,11 +380,22 @@ class ClientIndex:
         m = self.m
         reqs = []
         for s in searches:
-            vec: Any = m.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1])) if s.using == SPARSE \
-                else list(s.vector)  # fmt: skip
-            reqs.append(m.QueryRequest(query=vec, using=s.using, filter=self._filter(s.where), limit=s.limit,
-                                       with_payload=s.with_payload, score_threshold=s.threshold,
-                                       with_vector=list(s.with_vectors) or False))  # fmt: skip
+            vec: Any = (
+                m.SparseVector(indices=list(s.vector[0]), values=list(s.vector[1]))
+                if s.using == SPARSE
+                else list(s.vector)
+            )
+            reqs.append(
+                m.QueryRequest(
+                    query=vec,
+                    using=s.using,
+                    filter=self._filter(s.where),
+                    limit=s.limit,
+                    with_payload=s.with_payload,
+                    score_threshold=s.threshold,
+                    with_vector=list(s.with_vectors) or False,
+                )
+            )
         results = self.client.query_batch_points(self.collection, reqs)
         return [[_hit(p) for p in r.points] for r in results]
 
@@ -373,8 +409,9 @@ class ClientIndex:
         return int(recs[0].payload.get("checkpoint", 0)) if recs and recs[0].payload else 0
 
     def save_checkpoint(self, seq: int) -> None:
-        self.client.upsert(self.collection, [self.m.PointStruct(id=META_ID, vector={}, payload={"checkpoint": seq})],
-                           wait=True)  # fmt: skip
+        self.client.upsert(
+            self.collection, [self.m.PointStruct(id=META_ID, vector={}, payload={"checkpoint": seq})], wait=True
+        )
 
     def close(self) -> None:
         self.client.close()

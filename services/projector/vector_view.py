@@ -75,10 +75,18 @@ def payload_of(s: MemoryState, seq: int) -> dict[str, Any]:
     uses (id, version, store, path, lock, event) live only in `state`, and a field left empty (no category,
     subject or tags) is left out: an `eq` filter on a missing key matches nothing, as on an empty one."""
     p = {
-        "namespace": s.namespace, "kind": s.kind, "status": s.status, "verification": s.verification,
-        "importance": s.importance, "valid_from": epoch(s.valid_from, -FAR), "valid_until": epoch(s.valid_until, FAR),
-        "expires_at": epoch(s.expires_at, FAR), "seq_from": seq, "seq_to": OPEN, "state": _state_enc.encode(s).decode(),
-    }  # fmt: skip
+        "namespace": s.namespace,
+        "kind": s.kind,
+        "status": s.status,
+        "verification": s.verification,
+        "importance": s.importance,
+        "valid_from": epoch(s.valid_from, -FAR),
+        "valid_until": epoch(s.valid_until, FAR),
+        "expires_at": epoch(s.expires_at, FAR),
+        "seq_from": seq,
+        "seq_to": OPEN,
+        "state": _state_enc.encode(s).decode(),
+    }
     if s.category is not None:
         p["category"] = s.category
     if s.subject:
@@ -95,13 +103,16 @@ def state_of(payload: dict[str, Any]) -> MemoryState:
 # Combining marks that are accents on a letter, dropped when folding (Latin, Greek, Cyrillic: the combining
 # diacritical blocks; Hebrew points; Arabic harakat). Marks that are letters' own parts (Indic vowel signs,
 # the kana voicing marks, Thai) stay: dropping them would merge different words.
-_ACCENTS = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
-                      "\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7"
-                      "\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed]")
+_ACCENTS = re.compile(
+    "[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+    "\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7"
+    "\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed]"
+)
 # Scripts written without spaces between words (Han, kana) and Hangul: indexed as overlapping character
 # bigrams plus single characters (as Lucene's CJK analyzer does), so a word matches inside a sentence.
-_CJK = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-                  "\U00020000-\U0002fa1f]+")
+_CJK = re.compile(
+    "[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f]+"
+)
 
 
 def _cjk_grams(m: re.Match[str]) -> str:
@@ -118,7 +129,7 @@ def fold(text: str) -> str:
     """What BM25 tokenises, for documents and queries alike: compatibility forms and accents folded
     (NFKD, accents dropped, NFC: "Zürich" -> "zurich", "ﬁle" -> "file", "Ｆｏｏ" -> "foo"), case folded
     ("Straße" -> "strasse"), CJK runs as bigrams and characters, emoji as words. ASCII text is returned
-    as it is (the tokenizer lower-cases it)."""
+    as it is (the tokenizer lower-cases it)."""  # noqa: RUF002 - fullwidth on purpose
     if text.isascii():
         return text
     s = unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFKD", text))).casefold()
@@ -149,8 +160,15 @@ class BM25:
 
 
 class VectorView:
-    def __init__(self, index: VectorIndex, model: ModelHandle, cache: EmbeddingCache, *, bm25: BM25 | None = None,
-                 background: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        index: VectorIndex,
+        model: ModelHandle,
+        cache: EmbeddingCache,
+        *,
+        bm25: BM25 | None = None,
+        background: bool = False,
+    ):
         self.index = index
         self.model = model
         self.cache = cache
@@ -181,8 +199,11 @@ class VectorView:
 
     # -- Sink
     def _missing(self, batch: list[Positioned]) -> set[str]:
-        return {p.envelope.aggregate_id for p in batch
-                if p.seq > self.staged and p.envelope.event.version > 1} - self._states.keys() - self._known.keys()  # fmt: skip
+        return (
+            {p.envelope.aggregate_id for p in batch if p.seq > self.staged and p.envelope.event.version > 1}
+            - self._states.keys()
+            - self._known.keys()
+        )
 
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
         return bool(self._missing(batch))
@@ -291,7 +312,7 @@ class VectorView:
         """Once the model is ready: add the dense vectors written without one, then save the position."""
         with self._lock:
             if self._pending_dense:
-                vectors, missing = self._vectors({pid: t for pid, (t, _) in self._pending_dense.items()})
+                vectors, _missing = self._vectors({pid: t for pid, (t, _) in self._pending_dense.items()})
                 self.index.set_dense(vectors)
                 for pid in vectors:
                     del self._pending_dense[pid]
@@ -325,7 +346,7 @@ class VectorView:
             t0 = time.monotonic()
             try:
                 vectors = self._embed(chunk, embedder)
-            except Exception:  # noqa: BLE001 - a failed model call is retried; the points stay pending meanwhile
+            except Exception:  # a failed model call is retried; the points stay pending meanwhile
                 log.exception("embedding %d pending texts failed; retrying", len(chunk))
                 time.sleep(1.0)
                 continue
@@ -366,8 +387,14 @@ class VectorView:
         """Where dense embedding stands: texts done of those that waited, pending, rate and ETA."""
         pending = len(self._pending_dense)
         eta = round(pending / self.dense_rate, 1) if self.dense_rate > 0 and pending else (0.0 if not pending else None)
-        return {"done": self.dense_done, "total": self.dense_total, "pending": pending,
-                "dense_applied_seq": self.dense_applied, "texts_per_s": round(self.dense_rate, 1), "eta_s": eta}
+        return {
+            "done": self.dense_done,
+            "total": self.dense_total,
+            "pending": pending,
+            "dense_applied_seq": self.dense_applied,
+            "texts_per_s": round(self.dense_rate, 1),
+            "eta_s": eta,
+        }
 
     def close(self) -> None:
         """Saves the position and closes the index; the cache may be shared with the next generation."""
@@ -408,7 +435,7 @@ class VectorView:
                 for i in range(0, len(order), EMBED_CHUNK):
                     if not self._embedding:
                         break
-                    chunk = order[i:i + EMBED_CHUNK]
+                    chunk = order[i : i + EMBED_CHUNK]
                     fresh = dict(zip(chunk, embedder.embed([todo[k] for k in chunk]), strict=True))
                     self.embedded += len(chunk)
                     self.cache.put_many(model_id, fresh)
