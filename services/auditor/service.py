@@ -11,8 +11,8 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from mneme.errors import MnemeError
 from mneme.follow import LogFollower, access_follower
+from mneme.query_server import QueryServer, error_reply, wait_applied
 from schemas import subjects as S
 from schemas.queries import AuditQuery, Reply, encoder
 from services.auditor import trail_queries
@@ -30,9 +30,11 @@ class Auditor:
         batch_max: int = 5000,
         linger: float = 0.1,
         fed_by: list[LogFollower] | None = None,
+        wait_timeout: float = 10.0,
     ):
         """`fed_by`: the followers (events first, then access) that already feed this trail as extra
-        sinks (mneme serve); the auditor then only answers queries, committing through them."""
+        sinks (mneme serve); the auditor then only answers queries, committing through them.
+        `wait_timeout`: how long a query waits for the trail to reach its min_seq before PROJECTION_LAG."""
         self.nc = nc
         self.trail = trail
         js = nc.jetstream()
@@ -42,7 +44,8 @@ class Auditor:
             access_follower(js, trail.source(ACCESS), batch_max=batch_max, linger=linger),
         ]
         self._sub: Any = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.wait_timeout = wait_timeout
+        self.queries = QueryServer(log)
         self._decode = msgspec.msgpack.Decoder(AuditQuery)
 
     @property
@@ -58,7 +61,7 @@ class Auditor:
             for f in self.followers:
                 await f.start()
         self._sub = await self.nc.subscribe(
-            S.query_subject(AuditQuery.OPERATION), queue=S.AUDITOR_QUEUE, cb=self._on_query
+            S.query_subject(AuditQuery.OPERATION), queue=S.AUDITOR_QUEUE, cb=self.queries.serve(self._answer)
         )
 
     async def stop(self) -> None:
@@ -67,34 +70,21 @@ class Auditor:
                 await self._sub.unsubscribe()
             except Exception:  # noqa: BLE001 - connection may be gone at shutdown
                 pass
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=10)
+        await self.queries.drain(self.wait_timeout)
         if self.own:
             for f in self.followers:
                 await f.stop()
 
-    async def _on_query(self, msg: Msg) -> None:
-        task = asyncio.create_task(self._answer(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _answer(self, msg: Msg) -> None:
+    async def _answer(self, msg: Msg) -> Reply:
+        applied = self.trail.checkpoints[EVENTS]
         try:
             q = self._decode.decode(msg.data)
-            for f in self.followers:  # what has arrived is committed before it is asked about
-                await f.wait_for(f.staged, 10, committed=True)
+            # what has arrived is committed before it is asked about, and the trail has the caller's writes
+            for f in self.followers:
+                await wait_applied([(f, "audit trail")], f.staged, self.wait_timeout)
             if q.min_seq and self.followers:
-                await self.followers[0].wait_for(q.min_seq, 10, committed=True)
+                await wait_applied([(self.followers[0], "audit trail")], q.min_seq, self.wait_timeout)
             result = await asyncio.to_thread(trail_queries.query, self.trail, q)
-            reply = Reply(applied_seq=self.trail.checkpoints[EVENTS], result=msgspec.Raw(encoder.encode(result)))
-        except MnemeError as exc:
-            reply = Reply(applied_seq=0, error=exc.to_dict())
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            reply = Reply(applied_seq=0, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
-        except Exception as exc:  # a query must never take the auditor down
-            log.exception("audit query failed")
-            reply = Reply(applied_seq=0, error={"code": "INTERNAL", "message": type(exc).__name__})
-        try:
-            await msg.respond(encoder.encode(reply))
-        except Exception:  # noqa: BLE001 - the asker may be gone
-            pass
+            return Reply(applied_seq=self.trail.checkpoints[EVENTS], result=msgspec.Raw(encoder.encode(result)))
+        except Exception as exc:  # noqa: BLE001 - every failure is a reply (a query never takes the auditor down)
+            return error_reply(exc, applied, log, "audit")

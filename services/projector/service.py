@@ -25,8 +25,9 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from mneme.errors import Indexing, MnemeError, ProjectionLag
+from mneme.errors import Indexing, MnemeError
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
+from mneme.query_server import QueryServer, error_reply, wait_applied
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
@@ -111,7 +112,7 @@ class Projector:
         self.gen = self.generation(view, vectors, also=also, also_access=also_access)
         self.serving = asyncio.Event()
         self._subs: list[Any] = []
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.queries = QueryServer(log)  # queries and the projector's other tasks (drained at stop)
         self._decoders = {op: msgspec.msgpack.Decoder(t) for op, t in QUERY_TYPES.items()}
         self._swap_lock = asyncio.Lock()
         self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
@@ -217,8 +218,9 @@ class Projector:
     async def _join_when_caught_up(self, target: int) -> None:
         while not await self.gen.follower.wait_for(target, 3600):  # the rows: searches wait for the vectors
             pass
+        answer = self.queries.serve(self._answer)
         for op in QUERY_TYPES:
-            self._subs.append(await self.nc.subscribe(S.query_subject(op), queue=S.PROJECTOR_QUEUE, cb=self._on_query))
+            self._subs.append(await self.nc.subscribe(S.query_subject(op), queue=S.PROJECTOR_QUEUE, cb=answer))
         self.serving.set()
         log.info("projector serving queries at sequence %d", self.applied)
 
@@ -232,8 +234,8 @@ class Projector:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001 - shutting down; the connection may be gone
                 pass
-        if self._tasks:  # queries already running on worker threads finish before the view closes
-            await asyncio.wait(set(self._tasks), timeout=self.wait_timeout + 5)
+        # queries already running on worker threads finish before the view closes
+        await self.queries.drain(self.wait_timeout + 5)
         if self.gen.vectors is not None:  # a stop must not wait for a backlog's embeddings (they are redone)
             self.gen.vectors.stop_embedding()
         for f in [*self.gen.followers, *self._retired]:
@@ -335,24 +337,15 @@ class Projector:
         self._spawn(answer())
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.queries.spawn(coro)
 
-    async def _on_query(self, msg: Msg) -> None:
-        self._spawn(self._answer(msg))
-
-    async def _answer(self, msg: Msg) -> None:
+    async def _answer(self, msg: Msg) -> Reply:
         gen = self.gen  # the whole query runs on one generation, even if a swap happens meanwhile
         gen.inflight += 1
         try:
-            reply = await self._reply(gen, msg)
+            return await self._reply(gen, msg)
         finally:
             gen.inflight -= 1
-        try:
-            await msg.respond(encoder.encode(reply))
-        except Exception:  # noqa: BLE001 - the asker may be gone
-            log.debug("could not reply to %s", msg.subject)
 
     async def _reply(self, gen: Generation, msg: Msg) -> Reply:
         op = msg.subject[len(S.QUERY_PREFIX) + 1 :]
@@ -363,21 +356,16 @@ class Projector:
             # point reads are answered from staged state; the rest, and any read of the past, need committed rows
             committed = type(query) not in STAGED_READS or as_of is not None
             need = max(query.min_seq, as_of.seq or 0) if as_of is not None else query.min_seq
-            waits = [gen.follower]
+            waits = [(gen.follower, "projection")]
             if isinstance(query, SearchMemories):
                 if gen.vector_follower is None:
                     raise MnemeError("this projector keeps no vector index", details={"op": op})
-                waits = [gen.vector_follower] + ([gen.follower] if as_of is not None else [])  # rows resolve as_of
+                waits = [(gen.vector_follower, "vector index")]
+                if as_of is not None:  # the rows resolve as_of
+                    waits.append((gen.follower, "projection"))
                 await self._vectors_folded(gen)
-            lagging = [f for f in waits if not await f.wait_for(need, self.wait_timeout, committed=committed)]
+            await wait_applied(waits, need, self.wait_timeout, committed=committed)
             applied = gen.follower.applied
-            if lagging:
-                behind = min(f.committed if committed else f.applied for f in lagging)
-                which = "vector index" if lagging[0] is gen.vector_follower else "projection"
-                raise ProjectionLag(
-                    f"the {which} has applied sequence {behind}, not yet {need}; retry shortly",
-                    details={"applied_seq": behind, "min_seq": need},
-                )
             if isinstance(query, SearchMemories) and query.mode != "keyword":
                 await self._dense_ready(gen, need)
             if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
@@ -386,13 +374,8 @@ class Projector:
             else:
                 result = await asyncio.to_thread(run_query, gen, query)
             return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
-        except MnemeError as exc:
-            return Reply(applied_seq=applied, error=exc.to_dict())
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return Reply(applied_seq=applied, error={"code": "INVALID_INPUT", "message": f"bad query: {exc}"})
-        except Exception as exc:  # a query must never take the projector down
-            log.exception("query %s failed", op)
-            return Reply(applied_seq=applied, error={"code": "INTERNAL", "message": type(exc).__name__})
+        except Exception as exc:  # noqa: BLE001 - every failure is a reply (a query never takes the projector down)
+            return error_reply(exc, applied, log, op)
 
     async def _dense_ready(self, gen: Generation, need: int) -> None:
         """A semantic or hybrid search runs once every point up to `need` has its dense vector. While the
