@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import cProfile
 import io
+import json
 import os
 import pstats
 import random
@@ -108,6 +109,7 @@ class Config:
     get_stdio_n: int
     echo_n: int  # core NATS request/reply floor for the query path
     warmup: int
+    lag_n: int = 1000  # index lag: memory_add flat out over stdio, then the last one searched semantically
 
     @staticmethod
     def full() -> Config:
@@ -125,6 +127,7 @@ class Config:
             get_stdio_n=2000,
             echo_n=3000,
             warmup=200,
+            lag_n=10_000,
         )
 
     @staticmethod
@@ -768,6 +771,8 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
         d.extra["get_p50_ms"] = percentile(d_get, 50) * 1000
         d.extra["get_p99_ms"] = percentile(d_get, 99) * 1000
 
+        out["index_lag"] = await index_lag(mneme, corpus.texts(cfg.lag_n))
+
         s_noop, s_add = series["noop"], series["shipped"]
         out.update(
             {
@@ -784,6 +789,43 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
             if name not in ("noop", "shipped")
         }
         log("stopping the stdio servers")
+    return out
+
+
+async def index_lag(mneme: ClientSession, texts: list[str]) -> dict[str, Any]:
+    """memory_add flat out (one after the other, as an agent does), then a semantic search for the last text
+    until it finds the last memory: the vector index's lag behind the acknowledged writes when they stop
+    (the backlog only grows while adds outrun the embedding, so this is the largest lag of the burst), and
+    memories made searchable per second against writes acknowledged per second."""
+    log(f"index lag: {len(texts)} memory_add flat out over stdio, then a semantic search for the last")
+    await asyncio.sleep(0.3)
+    t0 = time.perf_counter()
+    last = ""
+    for text in texts:
+        last = structured(await mneme.call_tool("memory_add", call_args("memory_add", text)))["id"]
+    acked = time.perf_counter()
+    answers: dict[str, int] = {}
+    found = None
+    while found is None and time.perf_counter() - acked < 300:
+        res = await mneme.call_tool("memory_search", {"query": texts[-1], "mode": "semantic", "limit": 10})
+        if res.is_error:
+            code = str(json.loads(first_text(res)).get("error", {}).get("code", "?"))
+            answers[code] = answers.get(code, 0) + 1
+            await asyncio.sleep(0.05)
+        elif last in [r["id"] for r in (res.structured_content or {}).get("results", [])]:
+            found = time.perf_counter()
+        else:
+            answers["not found yet"] = answers.get("not found yet", 0) + 1
+            await asyncio.sleep(0.05)
+    n = len(texts)
+    acked_rate = n / (acked - t0)
+    out: dict[str, Any] = {"adds": n, "acked_per_s": rnd(acked_rate, 1), "search_answers_before": answers}
+    if found is None:
+        out["failed"] = "the last memory was not found by semantic search within 300 s"
+        return out
+    searchable_rate = n / (found - t0)
+    out.update(searchable_per_s=rnd(searchable_rate, 1), searchable_vs_acked=rnd(searchable_rate / acked_rate, 3),
+               lag_at_end_s=rnd(found - acked, 3))  # fmt: skip
     return out
 
 
@@ -1101,6 +1143,7 @@ def report(
             "store_path_vs_floor_awaited": rnd(paired_ratio(bp, fa), 3),
         },
         "c_stdio": {"noop": cn, "memory_add": ca, "add_vs_noop": rnd(c_ratio, 3), "breakdown": bd},
+        "index_lag": c.get("index_lag"),
         "d_read_your_writes": {"inproc": d_in, "stdio": d_io},
         "e_get_at_scale": {"inproc": e_in, "stdio": e_io},
         "targets": targets,
