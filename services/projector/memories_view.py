@@ -27,6 +27,7 @@ from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
 from mneme.follow import Positioned
 from schemas.events import event_name
+from services.projector.known_states import KnownStates
 
 CHECKPOINT = "memories"
 RECENT = 10  # versions kept per memory in the recent-history cache
@@ -248,8 +249,7 @@ class MemoriesView:
         self._recent: OrderedDict[str, list[tuple[Any, ...]]] = OrderedDict()
         self.recent_max = 50_000
         # committed states of recently changed memories (a batch that changes them again reads nothing)
-        self._known: OrderedDict[str, MemoryState] = OrderedDict()
-        self.known_max = 20_000
+        self._known = KnownStates()
 
     def _migrate(self) -> None:
         """Drop tables written under another projection version; they refold from the log."""
@@ -334,8 +334,7 @@ class MemoriesView:
     def _load(self, ids: set[str]) -> dict[str, MemoryState]:
         if not ids:
             return {}
-        known = self._known
-        out = {i: known[i] for i in ids if i in known}
+        out = {i: s for i in ids if (s := self._known.get(i)) is not None}
         rest = [i for i in ids if i not in out]
         if rest:
             rows = self._write.execute(
@@ -467,15 +466,7 @@ class MemoriesView:
         with self._lock:  # readers now find these rows in DuckDB
             self._st = _Staged()
             self.checkpoint = last
-        known = self._known
-        for mid, state in st.states.items():
-            if state is None:
-                known.pop(mid, None)
-            else:
-                known[mid] = state
-                known.move_to_end(mid)
-        while len(known) > self.known_max:
-            known.popitem(last=False)
+        self._known.record(st.states)
         return last
 
     def canonical_digest(self) -> dict[str, str]:

@@ -32,7 +32,6 @@ import re
 import threading
 import time
 import unicodedata
-from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +41,7 @@ from mneme.domain.state import MemoryState, evolve
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable
 from mneme.follow import Positioned
+from services.projector.known_states import KnownStates
 from services.projector.vector_index import OPEN, VectorIndex, VPoint, point_id
 
 log = logging.getLogger("mneme.projector.vectors")
@@ -181,8 +181,7 @@ class VectorView:
         self._wake = threading.Condition(self._lock)  # the filler waits here for pending texts
         self._states: dict[str, MemoryState | None] = {}  # memories touched since the last commit
         # the latest committed states of recently changed memories (a batch that changes them again reads no point)
-        self._known: OrderedDict[str, MemoryState] = OrderedDict()
-        self.known_max = 20_000
+        self._known = KnownStates()
         self._upserts: dict[str, tuple[VPoint, str, int]] = {}  # point id -> (point, text to embed, its seq)
         self._closes: dict[str, int] = {}  # point id (committed earlier) -> seq_to
         # written without a dense vector, in sequence order (commits append in log order): point id -> (text, seq)
@@ -265,15 +264,7 @@ class VectorView:
             fresh = {pid: (t, self._upserts[pid][2]) for pid, t in missing.items() if pid not in self._pending_dense}
             self._pending_dense.update(fresh)
             self.dense_total += len(fresh)
-            known = self._known
-            for mid, state in self._states.items():
-                if state is None:
-                    known.pop(mid, None)
-                else:
-                    known[mid] = state
-                    known.move_to_end(mid)
-            while len(known) > self.known_max:
-                known.popitem(last=False)
+            self._known.record(self._states)
             self._states.clear()
             self._upserts.clear()
             self._closes.clear()
