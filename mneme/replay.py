@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -44,7 +45,9 @@ from mneme.runtime import (
 )
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.vector_build import VectorBuild
+from schemas import control
 from schemas import subjects as S
+from schemas.control import SwapReply, SwapRequest
 from services.projector.memories_view import PROJECTION_VERSION
 from services.projector.service import Projector, catch_up
 from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
@@ -165,12 +168,12 @@ async def replay(
         result["path"] = str(final)
         try:
             msg = await nc.request(
-                S.control_subject(control_id(core), "swap"), json.dumps({"path": str(final)}).encode(), timeout=600
+                S.control_subject(control_id(core), "swap"), control.encode(SwapRequest(path=str(final))), timeout=600
             )
-            answer = json.loads(msg.data)
-            if not answer.get("ok"):
-                raise ReplayFailed({**result, "swap": answer})
-            result["swap"] = {"live": True, "serving_seq": answer.get("seq")}
+            answer = control.decode_as(msg.data, SwapReply)
+            if not answer.ok:
+                raise ReplayFailed({**result, "swap": msgspec.to_builtins(answer)})
+            result["swap"] = {"live": True, "serving_seq": answer.seq}
         except nats.errors.NoRespondersError:
             result["swap"] = {
                 "live": False,

@@ -28,7 +28,9 @@ from nats.aio.msg import Msg
 from mneme.errors import Indexing, MnemeError
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from mneme.query_server import QueryServer, error_reply, wait_applied
+from schemas import control
 from schemas import subjects as S
+from schemas.control import SwapReply, SwapRequest
 from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
 from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
@@ -293,17 +295,17 @@ class Projector:
 
     async def _answer_swap(self, msg: Msg) -> None:
         try:
-            req = msgspec.json.decode(msg.data)
+            req = control.decode_as(msg.data, SwapRequest)
             assert self.opener is not None
-            view, vectors = await asyncio.to_thread(self.opener, Path(req["path"]))
+            view, vectors = await asyncio.to_thread(self.opener, Path(req.path))
             old = await self.swap(view, vectors)
             close_generation(old)
-            reply = {"ok": True, "seq": self.applied, "path": view.path}
+            reply = SwapReply(ok=True, seq=self.applied, path=view.path)
         except Exception as exc:  # reported to the replay command
             log.exception("swap failed")
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            reply = SwapReply(ok=False, error=f"{type(exc).__name__}: {exc}")
         try:
-            await msg.respond(msgspec.json.encode(reply))
+            await msg.respond(control.encode(reply))
         except Exception:  # noqa: BLE001 - the asker may be gone
             log.debug("could not answer the swap request")
 
