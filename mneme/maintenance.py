@@ -8,11 +8,11 @@ itself while it folds, so no projector opens it meanwhile).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import msgspec
 import nats.errors
 
 from mneme.preflight import Refused, held_message, holder, require_directory, require_log, serve_url
@@ -26,7 +26,9 @@ from mneme.runtime import (
     serving_settings,
 )
 from mneme.settings import CoreSettings, ProjectorSettings
+from schemas import control
 from schemas import subjects as S
+from schemas.control import SnapshotReply, SnapshotRequest
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector, catch_up
 
@@ -102,9 +104,14 @@ async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, objec
     if core.nats_url is not None or serve_url(core) is not None:
         async with nats_connection(core, "mneme-snapshot", stack_embedded="attach") as nc:
             try:
-                msg = await nc.request(S.control_subject(control_id(core), "snapshot"), b"{}", timeout=600)
-                reply = dict(json.loads(msg.data))
-                return {"ok": reply.pop("ok", False), "live": True, **reply}
+                msg = await nc.request(
+                    S.control_subject(control_id(core), "snapshot"), control.encode(SnapshotRequest()), timeout=600
+                )
+                reply = control.decode_as(msg.data, SnapshotReply)
+                fields = {k: v for k, v in msgspec.structs.asdict(reply).items() if k != "ok"}
+                if not reply.ok:  # a failure says why, without the summary's empty fields
+                    fields = {k: v for k, v in fields.items() if v is not None}
+                return {"ok": reply.ok, "live": True, **fields}
             except nats.errors.NoRespondersError:
                 pass
     require_directory(core)

@@ -27,20 +27,24 @@ class SnapshotRequest(Struct, frozen=True, kw_only=True):
     pass
 
 
-class SnapshotReply(Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """`ok` with the snapshot's summary (services/projector/snapshot.py: seq, path, files, bytes, disk_bytes,
-    created_at, model, projection_version), or `error`."""
+class SnapshotReply(Struct, frozen=True, kw_only=True):
+    """`ok` with the snapshot's summary (services/projector/snapshot.py: its manifest without the per-file
+    hashes, plus where it is and its size as read and on disk), or `ok: false` with the `error`."""
 
     ok: bool
     error: str | None = None
-    seq: int | None = None
-    path: str | None = None
+    seq: int | None = None  # the sequence the rows cover
+    projection_version: int | None = None
+    db: str | None = None  # the DuckDB file's name
+    created_at: str | None = None  # ISO 8601
+    model: str | None = None  # the embedding model of the vector shard it holds (None: no vectors)
+    vector_seq: int | None = None
+    vectors: str | None = None  # the vector shard's directory name
+    path: str | None = None  # the snapshot's directory
     files: int | None = None
     bytes: int | None = None
     disk_bytes: int | None = None
-    created_at: str | None = None
-    model: str | None = None
-    projection_version: int | None = None
+    manifest: str | None = None  # its manifest.json (every file's SHA-256)
 
 
 CONTROL_VERBS: dict[str, tuple[type[Struct], type[Struct]]] = {

@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from mneme.embedded_nats import EmbeddedNats
+from schemas.control import SnapshotReply
 from services.projector.snapshot import MANIFEST, restore_snapshot, valid_snapshot
 from tests.harness import start_stack
 
@@ -39,6 +41,8 @@ async def test_a_snapshot_of_a_small_store_is_sparse_on_disk(tmp_path: Path, nat
         summary = await stack.projector.snapshot()
     finally:
         await stack.close()
+    # the summary is exactly what the control plane's typed reply carries (schemas/control.py)
+    assert msgspec.structs.asdict(SnapshotReply(ok=True, **summary)) == {"ok": True, "error": None, **summary}
     snap = tmp_path / "data" / "snapshots" / f"snap-{summary['seq']:012d}"
     files = [p for p in snap.rglob("*") if p.is_file() and p.name != MANIFEST]
     dense = sum(p.stat().st_size for p in files)

@@ -30,7 +30,7 @@ from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from mneme.query_server import QueryServer, error_reply, wait_applied
 from schemas import control
 from schemas import subjects as S
-from schemas.control import SwapReply, SwapRequest
+from schemas.control import SnapshotReply, SwapReply, SwapRequest
 from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
 from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
@@ -330,11 +330,11 @@ class Projector:
     async def _on_snapshot(self, msg: Msg) -> None:
         async def answer() -> None:
             try:
-                reply = {"ok": True, **(await self.snapshot())}
+                reply = SnapshotReply(ok=True, **(await self.snapshot()))
             except Exception as exc:  # noqa: BLE001 - reported to the asker
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                reply = SnapshotReply(ok=False, error=f"{type(exc).__name__}: {exc}")
             with contextlib.suppress(Exception):
-                await msg.respond(msgspec.json.encode(reply))
+                await msg.respond(control.encode(reply))
 
         self._spawn(answer())
 
