@@ -108,15 +108,7 @@ def document() -> dict[str, Any]:
                 "Reply": {"$ref": "#/components/messages/Reply"},
             },
         }
-        operations[f"ask.{op}"] = {
-            "action": "send",
-            "channel": {"$ref": f"#/channels/{key}"},
-            "messages": [{"$ref": f"#/channels/{key}/messages/{query.__name__}"}],
-            "reply": {
-                "channel": {"$ref": f"#/channels/{key}"},
-                "messages": [{"$ref": f"#/channels/{key}/messages/Reply"}],
-            },
-        }
+        operations[f"ask.{op}"] = _request_reply(key, query.__name__, "Reply")
     for result in sorted(set(RESULT_TYPES.values()), key=lambda t: t.__name__):
         message(result.__name__, MSGPACK, "A query's result, inside Reply.result")
 
@@ -132,15 +124,7 @@ def document() -> dict[str, Any]:
                 reply.__name__: message(reply.__name__, JSON, f"The {verb} reply"),
             },
         }
-        operations[f"control.{verb}"] = {
-            "action": "send",
-            "channel": {"$ref": f"#/channels/{key}"},
-            "messages": [{"$ref": f"#/channels/{key}/messages/{request.__name__}"}],
-            "reply": {
-                "channel": {"$ref": f"#/channels/{key}"},
-                "messages": [{"$ref": f"#/channels/{key}/messages/{reply.__name__}"}],
-            },
-        }
+        operations[f"control.{verb}"] = _request_reply(key, request.__name__, reply.__name__)
 
     return {
         "asyncapi": "3.0.0",
@@ -154,6 +138,17 @@ def document() -> dict[str, Any]:
         "channels": channels,
         "operations": operations,
         "components": {"messages": messages, "schemas": components},
+    }
+
+
+def _request_reply(channel: str, request: str, reply: str) -> dict[str, Any]:
+    """A request/reply operation on one channel: the request sent, the reply on the same channel."""
+    ref = f"#/channels/{channel}"
+    return {
+        "action": "send",
+        "channel": {"$ref": ref},
+        "messages": [{"$ref": f"{ref}/messages/{request}"}],
+        "reply": {"channel": {"$ref": ref}, "messages": [{"$ref": f"{ref}/messages/{reply}"}]},
     }
 
 
