@@ -108,8 +108,11 @@ async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, objec
                     S.control_subject(control_id(core), "snapshot"), control.encode(SnapshotRequest()), timeout=600
                 )
                 reply = control.decode_as(msg.data, SnapshotReply)
-                fields = {k: v for k, v in msgspec.structs.asdict(reply).items() if k != "ok"}
-                if not reply.ok:  # a failure says why, without the summary's empty fields
+                fields = msgspec.structs.asdict(reply)
+                del fields["ok"]
+                if reply.ok:  # a snapshot taken: its summary, as the files-at-rest path prints it
+                    del fields["error"]
+                else:  # a failure says why, without the summary's empty fields
                     fields = {k: v for k, v in fields.items() if v is not None}
                 return {"ok": reply.ok, "live": True, **fields}
             except nats.errors.NoRespondersError:

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mneme.follow import LogFollower
+from mneme.runtime import close_nats, connect, open_vectors
 from mneme.settings import CoreSettings, ProjectorSettings
 from services.projector.snapshot import vector_facts
 from services.projector.vector_view import VectorView
@@ -39,9 +41,6 @@ async def build(
     core: CoreSettings, ps: ProjectorSettings, out: Path, target: int, report: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     """Fold the log into `out`'s vector index up to `target` (from its saved position), embed, save."""
-    from mneme.follow import LogFollower
-    from mneme.runtime import close_nats, connect, open_vectors
-
     assert core.nats_url, "the parent passes the URL of the log it replays"
     vectors = open_vectors(core, ps, base=out)
     assert vectors is not None

@@ -56,6 +56,7 @@ async def test_a_running_http_server_is_left_alone_and_stops_quietly(tmp_path: P
         assert res.returncode == 0, res.stderr
         summary = json.loads(res.stdout)
         assert summary["ok"] and summary["live"] and len(res.stdout) < 1000, res.stdout
+        assert "error" not in summary and "seq" in summary, res.stdout  # the summary, as at rest
         child = nats_pid(data)
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert proc.wait(20) == 0
