@@ -85,11 +85,11 @@ from bench.common import (
     verdict,
 )
 from bench.spine import Corpus, TimedEventLog
+from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from mneme.ids import event_id_for, new_id
 from mneme.principals import Principal
-from mneme.runtime import close_nats, connect
 from mneme.settings import AuditorSettings, GatewaySettings, ProjectorSettings
 from mneme.synthetic import history, publish
 from schemas import subjects as S

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import emit_json, log, machine_info, print_table, rnd
+from mneme.compose import close_nats, connect
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
-from mneme.runtime import close_nats, connect
 from mneme.synthetic import publish
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated

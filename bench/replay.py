@@ -95,13 +95,13 @@ from bench.common import (
     system_cpu_seconds,
     verdict,
 )
+from mneme.compose import close_nats, connect, open_vectors, open_view
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import MODELS, OnnxEmbedder
 from mneme.eventlog import ensure_streams
 from mneme.follow import LogFollower
 from mneme.replay import ReplayFailed, replay
-from mneme.runtime import close_nats, connect, open_vectors, open_view
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.synthetic import WORDS, history, publish
 from schemas import subjects as S

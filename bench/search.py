@@ -76,12 +76,12 @@ from bench.common import (
     system_cpu_seconds,
     verdict,
 )
+from mneme.compose import close_nats, connect
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import MODELS, ModelHandle, OnnxEmbedder
 from mneme.eventlog import ensure_streams
 from mneme.ids import event_id_for, memory_id_for
-from mneme.runtime import close_nats, connect
 from mneme.settings import ProjectorSettings
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated, encode_envelope

@@ -66,10 +66,10 @@ from bench.common import (
 )
 from bench.surface import measure as measure_surface
 from bench.surface import report as report_surface
+from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import EventLog, ensure_streams
 from mneme.ids import memory_id_for, new_id
-from mneme.runtime import close_nats, connect
 from schemas import subjects as S
 from schemas.commands import CreateMemory
 from schemas.events import Actor, Envelope, MemoryCreated, encode_envelope

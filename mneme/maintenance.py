@@ -7,30 +7,25 @@ itself while it folds, so no projector opens it meanwhile).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import msgspec
 import nats.errors
+from nats.aio.client import Client as NATS
 
+from mneme.build import BuildFailed, build, head_of
+from mneme.compose import checked, control_id, nats_connection, open_vectors, open_view
+from mneme.generations import install, projection_dir, serving_settings
 from mneme.preflight import Refused, held_message, holder, require_directory, require_log, serve_url
-from mneme.runtime import (
-    checked,
-    control_id,
-    nats_connection,
-    open_vectors,
-    open_view,
-    projection_dir,
-    serving_settings,
-)
 from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import control
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest
-from services.projector.memories_view import MemoriesView
-from services.projector.service import Projector, catch_up
 
 
 def hold(path: Path, core: CoreSettings) -> duckdb.DuckDBPyConnection | None:
@@ -53,46 +48,48 @@ async def rebuild(
     *,
     output: Path | None = None,
     progress: Callable[[int, int, float], None] | None = None,
+    vectors: bool = False,
+    nc: NATS | None = None,
 ) -> dict[str, object]:
-    """Fold the whole log into a fresh DuckDB file, then swap it in (or write it to `output`).
+    """Fold the whole log into fresh read models beside the serving ones, verify, then move them over the
+    serving files (or write the DuckDB file to `output`). `mneme rebuild`: the DuckDB file only;
+    `vectors` (`mneme projector --rebuild`): the vector shard too. The build is mneme.build's, as a replay's.
 
-    Refused while a process holds the file (DuckDB allows one process per file).
+    Refused while a process holds the file (DuckDB allows one process per file). `nc`: a connection to the
+    log to use (else one is made, starting the embedded server if the data directory's log needs one).
     """
     require_log(core)  # never start an embedded server (and create a store) in a directory without one
-    target_path = output or projection_dir(core) / ps.db_name
+    serving = projection_dir(core)
+    target_path = output or serving / ps.db_name
     guard = hold(target_path, core)
-    tmp = Path(str(target_path) + ".rebuild")
+    bps = ps if vectors and ps.vectors == "edge" else ps.model_copy(update={"vectors": "off"})
+    work = target_path.parent / f".rebuild-{target_path.name}"
     try:
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        for f in (tmp, Path(str(tmp) + ".wal")):
-            f.unlink(missing_ok=True)
-        async with nats_connection(core, "mneme-rebuild", stack_embedded=True) as nc:
-            view = MemoriesView(str(tmp))
-            proj = Projector(nc, view, batch_max=ps.batch_max)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            await proj.start(serve_queries=False)
-            target = await catch_up(proj, progress=progress)
-            seconds = loop.time() - started
-            await proj.stop()
-            digest = view.canonical_digest()
-            view.con.execute("CHECKPOINT")
-            view.close()
-    except BaseException:
-        for f in (tmp, Path(str(tmp) + ".wal")):
-            f.unlink(missing_ok=True)
-        raise
+        async with contextlib.AsyncExitStack() as stack:
+            if nc is None:
+                nc = await stack.enter_async_context(nats_connection(core, "mneme-rebuild", stack_embedded=True))
+            result = await build(
+                core, bps, nc, work, target=await head_of(nc), resumable=False, use_snapshots=False, progress=progress
+            )
+        if not result["verify"]["ok"]:
+            raise BuildFailed(result)
+        if output is not None:
+            Path(f"{output}.wal").unlink(missing_ok=True)
+            os.replace(work / bps.db_name, output)
+            installed = [output.name]
+        else:
+            installed = install(work, serving, bps)
     finally:
+        shutil.rmtree(work, ignore_errors=True)
         if guard is not None:
             guard.close()
-    Path(str(target_path) + ".wal").unlink(missing_ok=True)
-    tmp.replace(target_path)
     return {
-        "events": target,
-        "seconds": round(seconds, 3),
-        "events_per_s": round(target / seconds, 1) if seconds else None,
+        "events": result["events"],
+        "seconds": result["seconds"],
+        "events_per_s": result["events_per_s"],
         "path": str(target_path),
-        "digest": digest,
+        "digest": result["digest"],
+        "installed": installed,
     }
 
 

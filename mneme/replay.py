@@ -17,12 +17,7 @@ they stood then, for forensic work with DuckDB or `mneme serve --data-dir`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
-import shutil
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,27 +28,18 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from mneme.build import BuildFailed, build, head_of
+from mneme.compose import control_id, nats_connection
 from mneme.domain import validation as v
+from mneme.generations import BUILDING, discard, projection_dir, projections_root, promote, remove_generation
 from mneme.preflight import Refused, check_model, require_log
-from mneme.runtime import (
-    control_id,
-    nats_connection,
-    open_view,
-    projection_dir,
-    projections_root,
-    set_current,
-)
 from mneme.settings import CoreSettings, ProjectorSettings
-from mneme.vector_build import VectorBuild
 from schemas import control
 from schemas import subjects as S
 from schemas.control import SwapReply, SwapRequest
-from services.projector.memories_view import PROJECTION_VERSION
-from services.projector.service import Projector, catch_up
-from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
 
 log = logging.getLogger("mneme.replay")
-BUILDING = "building"
+ReplayFailed = BuildFailed  # the name the command line and the benchmarks know
 
 
 async def seq_at(js: JetStreamContext, t: datetime) -> int:
@@ -126,23 +112,16 @@ async def replay(
     bound = check(core, gps, upto=upto, output=output, model=model)
     async with nats_connection(core, "mneme-replay", stack_embedded="attach") as nc:
         js = nc.jetstream()
-        head = (await js.stream_info(S.EVENTS_STREAM)).state.last_seq
+        head = await head_of(nc)
         target = await target_of(js, bound, head)
         root = projections_root(core)
         out = output or (root / (f"asof-{target}" if frozen else BUILDING))
-        settings = {
-            "model": gps.embedding_model if gps.vectors != "off" else None,
-            "upto": target if frozen else None,
-            "projection_version": PROJECTION_VERSION,
-            "vectors": gps.vectors,
-        }
         try:
             result = await build(
                 core,
                 gps,
                 nc,
                 out,
-                settings,
                 target=target,
                 frozen=frozen,
                 resumable=not output,
@@ -161,10 +140,8 @@ async def replay(
         if frozen or not swap:
             result["path"] = str(out)
             return result
-        final = root / f"gen-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
-        out.rename(final)
         previous = projection_dir(core)
-        set_current(core, final)
+        final = promote(core, out)
         result["path"] = str(final)
         try:
             msg = await nc.request(
@@ -181,119 +158,3 @@ async def replay(
             }
         result["removed"] = remove_generation(core, previous, gps)
         return result
-
-
-def discard(out: Path, root: Path) -> None:
-    shutil.rmtree(out, ignore_errors=True)
-    if out.parent == root:
-        with contextlib.suppress(OSError):
-            root.rmdir()  # only if nothing else is in it
-
-
-async def build(
-    core: CoreSettings,
-    gps: ProjectorSettings,
-    nc: Any,
-    out: Path,
-    settings: dict[str, Any],
-    *,
-    target: int,
-    frozen: bool,
-    resumable: bool,
-    use_snapshots: bool,
-    progress: Callable[[int, int, float], None] | None,
-) -> dict[str, Any]:
-    """Fold the log into `out` up to `target` (resuming a killed build with the same settings), verify it."""
-    meta = out / "generation.json"
-    resumed = False
-    if out.exists():
-        old: dict[str, Any] = json.loads(meta.read_text()) if meta.exists() else {}
-        resumed = bool(old) and {k: old.get(k) for k in settings} == settings and resumable
-        if not resumed:
-            shutil.rmtree(out, ignore_errors=True)
-    snapshot = None
-    if not resumed and use_snapshots:
-        found = newest_snapshot(core.data_dir / "snapshots", upto=target, model=settings["model"])
-        if found:
-            snapshot = found[1]["seq"]
-            restore_snapshot(found[0], found[1], out, gps.db_name)
-    out.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps({**settings, "started": datetime.now(UTC).isoformat()}))
-    view = open_view(core, gps, base=out)
-    # the vectors fold in a process of their own, beside the rows (both cores; mneme/vector_build.py)
-    child = VectorBuild(core, gps, out, target, nats_url=url_of(nc)) if gps.vectors != "off" else None
-    try:
-        if child is not None:
-            await child.start()
-        proj = Projector(nc, view, batch_max=gps.batch_max, stop_at=target, access=not frozen)
-        start_seq = view.checkpoint
-        t0 = time.monotonic()
-
-        def both(done: int, tgt: int, secs: float) -> None:
-            if progress:
-                progress(min(done, child.applied) if child is not None else done, tgt, secs)
-
-        await proj.start(serve_queries=False)
-        try:
-            await catch_up(proj, progress=both, target=target)
-            if not frozen:  # access statistics up to the head of the access stream, too
-                acc_head = (await nc.jetstream().stream_info(S.ACCESS_STREAM)).state.last_seq
-                await proj.access_follower.wait_for(acc_head, 600)
-        finally:
-            await proj.stop()
-        facts = None
-        if child is not None:
-            pending = asyncio.ensure_future(child.result())
-            while not pending.done():
-                await asyncio.wait({pending}, timeout=0.5)
-                both(view.checkpoint, target, time.monotonic() - t0)
-            facts = pending.result()
-        seconds = time.monotonic() - t0
-        report = verify_generation(view, facts, target)
-        digest = view.canonical_digest()
-        view.con.execute("CHECKPOINT")
-        embedded = facts["embedded"] if facts is not None else 0
-    finally:
-        view.close()
-        if child is not None:
-            await child.kill()
-    return {
-        "target_seq": target,
-        "resumed_from": start_seq,
-        "snapshot_seq": snapshot,
-        "events": target - start_seq,
-        "seconds": round(seconds, 3),
-        "events_per_s": round((target - start_seq) / seconds, 1) if seconds else None,
-        "embedded": embedded,
-        "model": settings["model"],
-        "verify": report,
-        "digest": digest,
-    }
-
-
-def url_of(nc: Any) -> str:
-    """The URL a connection reached (the embedded server's, when it started one)."""
-    return str(nc.connected_url.geturl())
-
-
-class ReplayFailed(Exception):
-    def __init__(self, result: dict[str, Any]):
-        super().__init__(json.dumps(result.get("verify", result), default=str))
-        self.result = result
-
-
-def remove_generation(core: CoreSettings, gen_dir: Path, ps: ProjectorSettings) -> list[str]:
-    """Delete a swapped-out generation: a directory under projections/, or the read models at the root."""
-    if gen_dir == core.data_dir:
-        gone = []
-        for p in [core.data_dir / ps.db_name, core.data_dir / f"{ps.db_name}.wal", *core.data_dir.glob("vectors-*")]:
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            elif p.exists():
-                p.unlink()
-            else:
-                continue
-            gone.append(p.name)
-        return gone
-    shutil.rmtree(gen_dir, ignore_errors=True)
-    return [gen_dir.name]

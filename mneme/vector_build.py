@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mneme.compose import close_nats, connect, open_vectors
 from mneme.follow import LogFollower
-from mneme.runtime import close_nats, connect, open_vectors
 from mneme.settings import CoreSettings, ProjectorSettings
 from services.projector.snapshot import vector_facts
 from services.projector.vector_view import VectorView

@@ -21,11 +21,12 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from nats.aio.client import Client as NATS
 
+from mneme import compose
+from mneme.compose import close_nats, connect
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, is_alive
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
-from mneme.runtime import close_nats, connect, control_id, make_gateway, opener
 from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
@@ -174,28 +175,21 @@ async def start_stack(
     nc = await connect(nats.url or "", "test")
     s.push_async_callback(close_nats, nc)
     await ensure_streams(nc.jetstream())
-    view = MemoriesView(str(data_dir / "projector.duckdb"))
+    view = compose.open_view(CoreSettings(data_dir=data_dir), ProjectorSettings(), base=data_dir)
     if vectors is True:
         vectors = open_vectors(data_dir)
         assert await asyncio.to_thread(vectors.model.wait, 60), "the embedding model did not load"
-    control: dict[str, Any] = {}
-    if replayable:
-        core, ps = CoreSettings(data_dir=data_dir, nats_url=nats.url), ProjectorSettings()
-        control = {
-            "control_id": control_id(core),
-            "opener": opener(core, ps, vectors or None),
-            "snapshots": data_dir / "snapshots",
-        }
-    projector = Projector(nc, view, vectors=vectors or None, **control)
+    live = CoreSettings(data_dir=data_dir, nats_url=nats.url) if replayable else None
+    projector = compose.projector(nc, view, vectors=vectors or None, live=live)
     s.callback(lambda: close_generation(projector.gen))  # the serving generation (a replay may swap it)
     await projector.start()
     s.push_async_callback(projector.stop)
-    trail = Trail(str(data_dir / "audit.duckdb"))
+    trail = compose.trail(CoreSettings(data_dir=data_dir))
     s.callback(trail.close)
-    auditor = Auditor(nc, trail)
+    auditor = compose.auditor(nc, trail)
     await auditor.start()
     s.push_async_callback(auditor.stop)
-    gw = make_gateway(nc, gs or GatewaySettings())
+    gw = compose.gateway(nc, gs or GatewaySettings())
     client = await s.enter_async_context(Client(build_server(gw)))
     await projector.serving.wait()
     return Stack(data_dir, nats, nc, view, projector, trail, auditor, gw, client, s)

@@ -6,10 +6,11 @@ import time
 
 import pytest
 
+from mneme import compose
+from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.errors import MnemeError
 from mneme.eventlog import ensure_streams
-from mneme.runtime import close_nats, connect, make_gateway
 from mneme.settings import GatewaySettings
 from schemas.queries import GetMemory
 
@@ -20,7 +21,7 @@ async def test_no_projector_is_unavailable_not_lag(nats_server: EmbeddedNats) ->
     nc = await connect(nats_server.url or "", "test")
     try:
         await ensure_streams(nc.jetstream())
-        gw = make_gateway(nc, GatewaySettings(query_timeout=1.5))
+        gw = compose.gateway(nc, GatewaySettings(query_timeout=1.5))
         start = time.monotonic()
         with pytest.raises(MnemeError) as err:
             await gw.queries.ask(GetMemory(namespace="default", now=gw.now(), memory_id="x"))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from mneme.follow import LogFollower, Positioned
-from mneme.runtime import close_nats, connect
 from mneme.synthetic import history, publish
 
 pytestmark = pytest.mark.anyio

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from mneme import compose
 from mneme.embedded_nats import EmbeddedNats
-from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from schemas import subjects as S
 from schemas.access import AccessDenied, decode_access
@@ -58,7 +58,7 @@ class Caller:
 async def add_caller(stack: Stack, es: AsyncExitStack, name: str, **settings: Any) -> Caller:
     settings.setdefault("context", "optional")  # the native tools offer the context object (checked below)
     gs = GatewaySettings(agent_id=name, consistency="linearizable", **settings)
-    gw = make_gateway(stack.nc, gs)
+    gw = compose.gateway(stack.nc, gs)
     es.push_async_callback(gw.access.flush)
     client = await es.enter_async_context(Client(build_server(gw)))
     return Caller(name, gw, client)

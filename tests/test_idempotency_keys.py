@@ -60,11 +60,11 @@ async def test_a_key_is_scoped_per_principal(tmp_path, nats_server: EmbeddedNats
         b_gw_settings = GatewaySettings(agent_id="bob", namespace="shared")
         from mcp import Client
 
-        from mneme.runtime import make_gateway
+        from mneme import compose
         from services.gateway.server import build_server
         from tests.harness import result_of
 
-        async with Client(build_server(make_gateway(a.nc, b_gw_settings))) as bob:
+        async with Client(build_server(compose.gateway(a.nc, b_gw_settings))) as bob:
             one = await a.call("memory_add", content="ann's note", request_id="r-1")
             two = result_of(await bob.call_tool("memory_add", {"content": "bob's note", "request_id": "r-1"}))
             assert one["id"] != two["id"] and two["duplicate"] is False

@@ -37,8 +37,8 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
+from mneme import compose
 from mneme.embedded_nats import EmbeddedNats
-from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from services.gateway.profiles.agent_memory_shapes import ERRORS
 from services.gateway.server import build_server
@@ -274,7 +274,7 @@ async def clients(
     stack: Stack, namespace: str, role: str = "agent", consistency: str = "gateway"
 ) -> AsyncIterator[tuple[Calls, Calls]]:
     """(agent-memory, native) over one gateway acting in `namespace`."""
-    gw = make_gateway(
+    gw = compose.gateway(
         stack.nc,
         GatewaySettings(agent_id=f"{role}-{namespace}", role=role, namespace=namespace, consistency=consistency),
     )

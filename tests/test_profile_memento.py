@@ -35,9 +35,9 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
+from mneme import compose
 from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
-from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from services.gateway.gateway import Gateway
 from services.gateway.profiles import memento_search
@@ -500,7 +500,7 @@ class World:
 
     async def user(self, *, role: str = "agent", namespace: str | None = None) -> User:
         ns = namespace or f"u-{uuid.uuid4().hex[:10]}"
-        gw = make_gateway(
+        gw = compose.gateway(
             self.stack.nc,
             GatewaySettings(
                 agent_id=f"{role}-{uuid.uuid4().hex[:6]}", role=role, namespace=ns, consistency="linearizable"

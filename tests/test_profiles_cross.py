@@ -15,7 +15,7 @@ principals so that all of them land on the one namespace `acme/web`:
    the SAME gateway): a memory stored through memento is found by agent-memory's query_memories search text,
    by native memory_get and memory_search, and read by governed's memory.read, in `acme/web`.
 2. In process, two principals on one NATS (the stack's agent gateway, and an admin's gateway built with
-   `make_gateway` on the stack's connection): a memory the admin locked through governed's memory.lock refuses
+   `compose.gateway` on the stack's connection): a memory the admin locked through governed's memory.lock refuses
    the agent's update through cortex, agent-memory and memento, each in that contract's own error format, and
    nothing is written (MNEME_EVENTS' last sequence is unchanged). Before the lock the same agent updated it
    through each of the three, so the refusal is the lock's doing, not a misconfigured scope.
@@ -41,9 +41,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mneme import compose
 from mneme.embedded_nats import EmbeddedNats
 from mneme.principals import hash_token
-from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.server import build_server
@@ -213,7 +213,7 @@ async def test_a_governed_lock_refuses_an_agents_update_on_every_profile(
     The memory is made through cortex (so that cortex can address it by store + path), and its id read through
     the native memory_get by store:path: the same memory on every surface."""
     stack = await start_stack(tmp_path / "data", nats_server, agent_settings())
-    admin_gw = make_gateway(stack.nc, agent_settings(agent_id="dana", role="admin", namespaces=["acme/*"]))
+    admin_gw = compose.gateway(stack.nc, agent_settings(agent_id="dana", role="admin", namespaces=["acme/*"]))
     try:
         async with clients() as es:
             es.push_async_callback(admin_gw.access.flush)

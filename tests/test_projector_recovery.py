@@ -20,10 +20,10 @@ import msgspec
 import pytest
 from nats.aio.client import Client as NATS
 
+from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from mneme.maintenance import rebuild
-from mneme.runtime import close_nats, connect
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.synthetic import history, publish
 from schemas import subjects as S

@@ -26,11 +26,12 @@ import duckdb
 import msgspec
 import pytest
 
+from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
+from mneme.generations import projection_dir
 from mneme.preflight import Refused
 from mneme.replay import replay, seq_at
-from mneme.runtime import close_nats, connect, projection_dir
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.synthetic import history, publish
 from schemas import subjects as S
@@ -692,7 +693,7 @@ async def test_a_schema_1_move_is_upcast_live_and_in_a_replay(tmp_path: Path, na
 async def test_replay_with_another_model_re_embeds_and_serves_it_after_a_restart(stack: Stack) -> None:
     """`mneme replay --model M`: the new generation is embedded with M, the live projector swaps to it only
     once M answers, and a restart keeps serving M (the generation's model, not the setting's)."""
-    from mneme.runtime import serving_settings
+    from mneme.generations import serving_settings
 
     ns = "replay/model"
     a = await stack.call("memory_add", namespace=ns, content="The user drinks green tea every morning")

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from mneme import compose
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
-from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from schemas.commands import CreateMemory
 from schemas.events import Actor
@@ -41,7 +41,6 @@ from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
 from services.projector.memories_view import MemoriesView
 from services.projector.search import DEFAULT_THRESHOLD
-from services.projector.service import Projector
 from services.projector.vector_index import EdgeIndex, Where
 from services.projector.vector_view import BM25, VectorView
 from tests.harness import Stack, ToolFailure, open_vectors, result_of, shared_model, start_stack
@@ -86,7 +85,7 @@ class World:
 
     async def caller(self, name: str, **settings: Any) -> Caller:
         gs = GatewaySettings(agent_id=name, consistency="linearizable", **settings)
-        gw = make_gateway(self.stack.nc, gs)
+        gw = compose.gateway(self.stack.nc, gs)
         self.es.push_async_callback(gw.access.flush)
         c = Caller(name, gw, await self.es.enter_async_context(Client(build_server(gw))))
         self.callers.append(c)
@@ -802,7 +801,7 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
     model = shared_model()
     vv = VectorView(EdgeIndex(d / "vectors", model.dim), model, EmbeddingCache(d / "embeddings.sqlite"))
     view = MemoriesView(str(d / "projector.duckdb"))
-    replay = Projector(world.stack.nc, view, vectors=vv)
+    replay = compose.projector(world.stack.nc, view, vectors=vv)
     try:
         await replay.start(serve_queries=False)
         assert await replay.vector_follower.wait_for(head, 30, committed=True)  # type: ignore[union-attr]

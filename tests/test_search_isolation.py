@@ -36,8 +36,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
+from mneme import compose
 from mneme.embedded_nats import EmbeddedNats
-from mneme.runtime import make_gateway
 from mneme.settings import GatewaySettings
 from schemas.commands import CreateMemory
 from schemas.events import Actor
@@ -128,7 +128,7 @@ async def caller_for(stack: Stack, es: AsyncExitStack, agent_id: str, spec: Spec
         consistency="linearizable",
         context="optional",
     )
-    gw = make_gateway(stack.nc, gs)
+    gw = compose.gateway(stack.nc, gs)
     es.push_async_callback(gw.access.flush)
     return Caller(await es.enter_async_context(Client(build_server(gw))))
 

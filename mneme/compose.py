@@ -1,0 +1,268 @@
+"""The composition root: every part of every process, built from its settings in one place.
+
+`mneme serve`, `mneme gateway|projector|auditor`, `mneme replay|rebuild|snapshot`, the test harness and
+the benchmarks all build their connections, read models, projectors, trails, auditors and gateways with
+these factories, so a constructor changes in one place. The processes themselves (what runs, in which
+order, how it stops) are in mneme/runtime.py; generations of read models in mneme/generations.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client as NATS
+
+from mneme.embed_cache import EmbeddingCache
+from mneme.embedded_nats import EmbeddedNats, running_url
+from mneme.embedding import ModelHandle
+from mneme.eventlog import EventLog, ensure_streams
+from mneme.generations import projection_dir, with_model_of
+from mneme.preflight import Refused, check_model
+from mneme.principals import Directory, Principal
+from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+from services.auditor.service import Auditor
+from services.auditor.trail import ACCESS, EVENTS, Trail
+from services.gateway.access_log import AccessLog
+from services.gateway.commands import CommandService
+from services.gateway.gateway import Gateway
+from services.gateway.queries import QueryClient
+from services.projector.memories_view import MemoriesView
+from services.projector.service import Projector
+from services.projector.vector_index import ClientIndex, EdgeIndex, VectorIndex
+from services.projector.vector_view import VectorView
+
+log = logging.getLogger("mneme")
+
+# ---- connections
+
+
+async def connect(url: str, name: str) -> NATS:
+    async def quiet(exc: Exception) -> None:
+        log.warning("nats (%s): %s", name, exc)
+
+    return await nats.connect(
+        servers=url.split(","),
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        connect_timeout=3,
+        error_cb=quiet,
+        allow_reconnect=True,
+    )
+
+
+async def close_nats(nc: NATS) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.drain(), 5)
+    with contextlib.suppress(Exception):
+        await nc.close()
+
+
+@contextlib.asynccontextmanager
+async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | str) -> AsyncIterator[NATS]:
+    """A NATS connection with the streams in place. `stack_embedded`: with no URL, start the embedded server
+    behind it (True), or use the one a running `mneme serve` started on the data directory ("attach")."""
+    async with AsyncExitStack() as stack:
+        url = core.nats_url
+        if url is None and stack_embedded == "attach":
+            url = running_url(core.data_dir / "nats")
+        if url is None:
+            if not stack_embedded:
+                raise Refused("--nats-url (or MNEME_NATS_URL) is required for this command")
+            server = EmbeddedNats(core.data_dir / "nats")
+            url = await server.start()
+            stack.push_async_callback(server.stop)
+            log.info("embedded nats-server at %s (data %s)", url, server.store_dir)
+        nc = await connect(url, name)
+        stack.push_async_callback(close_nats, nc)
+        await ensure_streams(nc.jetstream(), replicas=core.stream_replicas)
+        yield nc
+
+
+def url_of(nc: NATS) -> str:
+    """The URL a connection reached (the embedded server's, when it started one)."""
+    return str(nc.connected_url.geturl()) if nc.connected_url else ""
+
+
+# ---- read models
+
+
+def checked(ps: ProjectorSettings) -> ProjectorSettings:
+    """Settings whose embedding model is a known one (refused before anything starts otherwise)."""
+    if ps.vectors != "off":
+        check_model(ps.embedding_model, "MNEME_PROJECTOR_EMBEDDING_MODEL", installed=False)
+    return ps
+
+
+def control_id(core: CoreSettings) -> str:
+    """The name a projector listens on for operator requests: derived from its data directory."""
+    return hashlib.sha256(str(core.data_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def open_view(
+    core: CoreSettings, ps: ProjectorSettings, *, fresh: bool = False, base: Path | None = None
+) -> MemoriesView:
+    """The DuckDB read models of the serving generation (or of `base`); `fresh`: an empty file."""
+    base = base or projection_dir(core)
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / ps.db_name
+    if fresh:
+        for f in (path, Path(str(path) + ".wal")):
+            f.unlink(missing_ok=True)
+    return MemoriesView(str(path))
+
+
+def open_vectors(
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    *,
+    fresh: bool = False,
+    base: Path | None = None,
+    model: ModelHandle | None = None,
+    cache: EmbeddingCache | None = None,
+    background: bool = False,
+) -> VectorView | None:
+    """The vector projection: one shard (or collection) per embedding model, so a new model folds anew.
+    `background`: a live projector's (dense vectors embedded by a filler thread; keyword search never waits)."""
+    if ps.vectors == "off":
+        return None
+    base = base or projection_dir(core)
+    base.mkdir(parents=True, exist_ok=True)
+    if model is None or model.name != ps.embedding_model:
+        model = ModelHandle(ps.embedding_model, threads=ps.embedding_threads).start()
+    cache = cache or EmbeddingCache(core.data_dir / ps.embedding_cache)
+    index: VectorIndex
+    if ps.vectors == "qdrant":
+        if not ps.qdrant_url:
+            raise Refused("MNEME_PROJECTOR_QDRANT_URL is required with MNEME_PROJECTOR_VECTORS=qdrant")
+        gen = "" if base == core.data_dir else f"-{base.name}"
+        name = f"{ps.qdrant_collection}-{ps.embedding_model}{gen}"
+        index = ClientIndex(name, model.dim, url=ps.qdrant_url, api_key=ps.qdrant_api_key)
+    else:
+        path = base / f"vectors-{ps.embedding_model}"
+        if fresh:
+            shutil.rmtree(path, ignore_errors=True)
+            Path(f"{path}.checkpoint.json").unlink(missing_ok=True)
+        index = EdgeIndex(path, model.dim)
+    return VectorView(index, model, cache, background=background)
+
+
+def opener(
+    core: CoreSettings, ps: ProjectorSettings, current: VectorView | None
+) -> Callable[[Path], tuple[MemoriesView, VectorView | None]]:
+    """How a live projector opens a generation `mneme replay` built (sharing its model and cache)."""
+
+    def open_generation(path: Path) -> tuple[MemoriesView, VectorView | None]:
+        gps = with_model_of(path, ps)
+        view = open_view(core, gps, base=path)
+        vectors = open_vectors(
+            core,
+            gps,
+            base=path,
+            model=current.model if current else None,
+            cache=current.cache if current else None,
+            background=True,
+        )
+        return view, vectors
+
+    return open_generation
+
+
+# ---- processes' parts
+
+
+def projector(
+    nc: NATS,
+    view: MemoriesView,
+    ps: ProjectorSettings | None = None,
+    *,
+    vectors: VectorView | None = None,
+    live: CoreSettings | None = None,
+    trail: Trail | None = None,
+    log_nc: NATS | None = None,
+    stop_at: int | None = None,
+    access: bool = True,
+) -> Projector:
+    """A projector folding the log into `view` (and `vectors`), tuned by `ps` (defaults: ProjectorSettings()).
+
+    `live`: the data directory's settings of a serving projector: it listens for `mneme replay`'s swap and
+    `mneme snapshot`'s requests and writes periodic snapshots there. `trail`: the audit trail its followers
+    also feed (`mneme serve`: one delivery, one decode). `stop_at`/`access=False`: a frozen copy's fold.
+    """
+    ps = ps or ProjectorSettings()
+    control = {}
+    if live is not None:
+        control = {
+            "control_id": control_id(live),
+            "opener": opener(live, ps, vectors),
+            "snapshots": live.data_dir / "snapshots",
+            "snapshot_every": ps.snapshot_every,
+        }
+    return Projector(
+        nc,
+        view,
+        batch_max=ps.batch_max,
+        wait_timeout=ps.wait_timeout,
+        linger=ps.linger,
+        vectors=vectors,
+        vector_batch_max=ps.vector_batch_max,
+        also=(trail.source(EVENTS),) if trail is not None else (),
+        also_access=(trail.source(ACCESS),) if trail is not None else (),
+        stop_at=stop_at,
+        access=access,
+        log_nc=log_nc,
+        **control,  # type: ignore[arg-type]
+    )
+
+
+def trail(core: CoreSettings, aus: AuditorSettings | None = None) -> Trail:
+    """The auditor's hash-chained trail under the data directory."""
+    core.data_dir.mkdir(parents=True, exist_ok=True)
+    return Trail(str(core.data_dir / (aus or AuditorSettings()).db_name))
+
+
+def auditor(nc: NATS, trail: Trail, aus: AuditorSettings | None = None, *, fed_by: Projector | None = None) -> Auditor:
+    """The auditor: following the log itself, or (`fed_by`: in `mneme serve`) answering queries over a trail
+    that projector's followers feed."""
+    aus = aus or AuditorSettings()
+    followers = [fed_by.follower, fed_by.access_follower] if fed_by is not None else None
+    return Auditor(nc, trail, batch_max=aus.batch_max, linger=aus.linger, fed_by=followers)
+
+
+def gateway(nc: NATS, gs: GatewaySettings | None = None) -> Gateway:
+    """The MCP gateway's core (tools are served over it by services.gateway.server / mneme.mcp_serve)."""
+    gs = gs or GatewaySettings()
+    elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
+    queries = QueryClient(nc, timeout=gs.query_timeout)
+    commands = CommandService(elog, queries, max_content=gs.max_content_chars)
+    principal = Principal(
+        agent_id=gs.agent_id,
+        role=gs.role,
+        organization=gs.organization,
+        namespaces=tuple(gs.namespaces),
+        read_only=tuple(gs.read_only),
+        default_namespace=gs.namespace,
+    )
+    directory = Directory.load(gs.principals_file) if gs.principals_file else None
+    return Gateway(
+        commands=commands,
+        queries=queries,
+        log=elog,
+        access=AccessLog(nc.jetstream()),
+        principal=principal,
+        directory=directory,
+        require_context=gs.require_context,
+        trim_for_agents=gs.trim_for_agents,
+        native_context="required" if gs.require_context else gs.context,
+        tool_groups=tuple(gs.tools) if gs.tools is not None else None,
+        consistency=gs.consistency,
+        stores=dict(gs.stores),
+    )
