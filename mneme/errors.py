@@ -137,3 +137,13 @@ def from_dict(data: dict[str, Any]) -> MnemeError:
     err = MnemeError(data.get("message", "error"), field=data.get("field"), details=data.get("details"))
     err.code = data.get("code", "INTERNAL")
     return err
+
+
+class EntityNotFound(MnemeError):
+    """A knowledge-graph entity that does not exist (now) in the namespace; the message is the reference
+    knowledge-graph server's own ("Entity with name X not found")."""
+
+    code = "ENTITY_NOT_FOUND"
+
+    def __init__(self, name: str, *, field: str | None = None):
+        super().__init__(f"Entity with name {name} not found", field=field, details={"name": name})

@@ -142,6 +142,17 @@ class EventLog:
             raise Unavailable("the event log (NATS JetStream) did not answer") from None
         return (msg.headers or {}).get(name)
 
+    async def last_on(self, subject: str) -> Stored | None:
+        """The newest message on one subject (an aggregate's last event), or None if it has none."""
+        try:
+            msg = await self.js.get_last_msg(S.EVENTS_STREAM, subject, direct=True)
+        except NotFoundError:
+            return None
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            raise Unavailable("the event log (NATS JetStream) did not answer") from None
+        assert msg.seq is not None
+        return Stored(msg.seq, msg.headers, msg.data)
+
     async def last_seq(self) -> int:
         try:
             info = await self.js.stream_info(S.EVENTS_STREAM)

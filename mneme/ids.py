@@ -40,3 +40,13 @@ def event_id_for(msg_id: str) -> str:
 def new_id() -> str:
     """A fresh request id: random (not secret), without a system call per id."""
     return str(uuid.UUID(int=_rng.getrandbits(128), version=4))
+
+
+def entity_id_for(namespace: str, name_key: str) -> str:
+    """An entity's id follows from its namespace and normalized name: two writers creating it meet on one subject."""
+    return _v4_from(f"mneme/entity/{namespace}/{name_key}")
+
+
+def relation_id_for(namespace: str, from_id: str, relation_type: str, to_id: str) -> str:
+    """A relation's id follows from its ends and its type: the same triple is one relation."""
+    return _v4_from(f"mneme/relation/{namespace}/{from_id}/{relation_type}/{to_id}")

@@ -14,6 +14,8 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from schemas.graph_events import AnyGraphEvent
+
 UtcTime = Annotated[datetime, Meta(tz=True)]
 
 
@@ -137,6 +139,9 @@ AnyEvent = (
     | MemoryInvalidated
 )
 
+# everything the log holds: memories' events and the knowledge graph's (schemas/graph_events.py)
+LogEvent = AnyEvent | AnyGraphEvent
+
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)
     f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version", "verification")
 )
@@ -153,7 +158,7 @@ class Envelope(Struct, frozen=True, kw_only=True):
     actor: Actor
     request_id: str
     correlation_id: str | None = None
-    event: AnyEvent
+    event: LogEvent
 
 
 _encoder = msgspec.json.Encoder()
@@ -161,7 +166,7 @@ _decoder = msgspec.json.Decoder(Envelope)
 _NAMES: dict[type, str] = {}
 
 
-def event_name(event: Event) -> str:
+def event_name(event: Struct) -> str:
     """What happened, the same across schema versions: the tag without its `_v<n>` suffix ("memory_moved")."""
     cls = type(event)
     name = _NAMES.get(cls)

@@ -30,6 +30,8 @@ HDR_REQUEST_DIGEST = "Mneme-Request-Digest"
 ERR_WRONG_LAST_SEQUENCE = 10071
 
 MEMORY_AGGREGATE = "mem"
+ENTITY_AGGREGATE = "ent"
+RELATION_AGGREGATE = "rel"
 NO_STORE_TOKEN = "-"
 
 _READABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -49,6 +51,14 @@ def token(name: str) -> str:
 def memory_subject(namespace: str, store: str | None, memory_id: str) -> str:
     store_tok = token(store) if store else NO_STORE_TOKEN
     return f"{EVENTS_PREFIX}.{token(namespace)}.{MEMORY_AGGREGATE}.{store_tok}.{memory_id}"
+
+
+def entity_subject(namespace: str, entity_id: str) -> str:
+    return f"{EVENTS_PREFIX}.{token(namespace)}.{ENTITY_AGGREGATE}.{entity_id}"
+
+
+def relation_subject(namespace: str, relation_id: str) -> str:
+    return f"{EVENTS_PREFIX}.{token(namespace)}.{RELATION_AGGREGATE}.{relation_id}"
 
 
 def store_filter(namespace: str, store: str) -> str:

@@ -17,6 +17,7 @@ from schemas.commands import AnyCommand, CreateMemory, UpdateMemory
 from schemas.events import (
     AnyEvent,
     Envelope,
+    Event,
     MemoryArchived,
     MemoryCreated,
     MemoryDeleted,
@@ -122,7 +123,7 @@ def test_corpus_envelopes_carry_their_event_schema_version_and_utc_times() -> No
     for env in _decoded():  # v1 lines, read today: the one move is upcast to schema 2, the rest are schema 1
         assert env.schema_version == type(env.event).SCHEMA_VERSION == (2 if type(env.event) is MemoryMoved else 1)
         assert env.namespace == "acme/research"
-        assert env.aggregate_id == env.event.memory_id
+        assert isinstance(env.event, Event) and env.aggregate_id == env.event.memory_id
         _assert_utc(env.occurred_at)
         assert env.occurred_at.microsecond == 589793  # sub-second precision survives
 

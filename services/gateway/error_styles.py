@@ -40,3 +40,20 @@ class ErrorStyle:
 
 
 NATIVE_ERRORS = ErrorStyle()
+
+
+@dataclass(frozen=True)
+class PlainErrors(ErrorStyle):
+    """A surface whose errors are the message alone, as plain text (the reference knowledge-graph server's:
+    a thrown Error's message becomes the text of a result with isError)."""
+
+    def render(
+        self,
+        code: str,
+        message: str,
+        field_: str | None = None,
+        details: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        make = self.messages.get(code)
+        return make(message, details or {}) if make else message

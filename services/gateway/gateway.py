@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -24,6 +25,7 @@ from schemas.queries import AsOf, AsOfResolved, ExpiredMemories, GetMemory, Memo
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import Clock, CommandService, Written, utc_now
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
+from services.gateway.graph_commands import GraphCommands
 from services.gateway.models import Memory
 from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
@@ -65,6 +67,11 @@ class Gateway:
     tool_groups: tuple[str, ...] | None = None  # the native tool groups served (None: all)
     clock: Clock = utc_now
     _high_water: int = 0
+
+    @cached_property
+    def graph(self) -> GraphCommands:
+        """The knowledge graph's write side, over the same log and query client."""
+        return GraphCommands(self.log, self.queries, self.now)
 
     # -- read-your-writes (invariant 3) -------------------------------------------------
     # DESIGN.md keys this per client session. mcp 2.x's 2026-07-28 protocol is stateless

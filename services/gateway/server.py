@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
+from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
@@ -39,9 +41,21 @@ def package_version() -> str:
 class MnemeMCPServer(MCPServer):
     """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
 
-    def __init__(self, *, version: str | None = None, errors: ErrorStyle = NATIVE_ERRORS, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        version: str | None = None,
+        errors: ErrorStyle = NATIVE_ERRORS,
+        listed: Mapping[str, dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(version=version or package_version(), **kwargs)
         self.errors = errors  # the profile's error format, for the errors raised here as well
+        self.listed = listed or {}  # tools listed exactly as a contract's own server lists them
+
+    async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        return [MCPTool.model_validate(self.listed[t.name]) if t.name in self.listed else t for t in tools]
 
     async def run_stdio_async(self) -> None:
         """Serve over stdin/stdout through mneme's transport: every line is answered (see stdio.py)."""
@@ -149,7 +163,12 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     is_native = p.name == "native"
     if is_native and gw is not None:  # the operator's choices: the context argument, the groups of tools
         p = p.with_options(context=gw.native_context, groups=gw.tool_groups)
-    mcp = MnemeMCPServer(name=name if is_native else f"{name}-{p.name}", instructions=p.instructions, errors=p.errors)
+    mcp = MnemeMCPServer(
+        name=name if is_native else f"{name}-{p.name}",
+        instructions=p.instructions or None,
+        errors=p.errors,
+        listed=p.listed,
+    )
     for spec in p.served():
         mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description, annotations=spec.hints)
         tool = mcp._tool_manager.get_tool(spec.name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -88,6 +88,9 @@ class Profile:
     # fields of `context` its schema shows required (the contract's), while the call still reaches the tool: a
     # context missing one is refused there, in the contract's format and recorded in the audit trail as refused
     context_required: tuple[str, ...] = ()
+    # tools listed exactly as a contract's own server lists them (name -> its tools/list entry): title, schemas,
+    # annotations, execution; the functions still validate the arguments
+    listed: Mapping[str, dict[str, Any]] | None = None
 
     def with_options(self, *, context: ContextPolicy | None = None, groups: tuple[str, ...] | None = None) -> Profile:
         """This profile as an operator configured it: its context policy, the groups of tools it offers."""

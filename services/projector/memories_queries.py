@@ -77,7 +77,13 @@ def resolve_as_of(view: MemoriesView, as_of: AsOf | None) -> AsOfResolved | None
     if as_of.seq is not None:
         r = cur.execute("SELECT max(recorded_at) FROM memory_versions WHERE seq <= ?", [as_of.seq]).fetchone()
         return AsOfResolved(seq=as_of.seq, time=r[0] if r else None)
-    r = one_row(cur, "SELECT coalesce(max(seq), 0) FROM memory_versions WHERE recorded_at <= ?", [as_of.time])
+    r = one_row(
+        cur,
+        "SELECT coalesce(max(seq), 0) FROM (SELECT seq, recorded_at FROM memory_versions "
+        "UNION ALL SELECT seq, recorded_at FROM graph_entities UNION ALL SELECT seq, recorded_at FROM graph_relations) "
+        "WHERE recorded_at <= ?",
+        [as_of.time],
+    )
     return AsOfResolved(seq=int(r[0]), time=as_of.time)
 
 
@@ -509,3 +515,8 @@ HANDLERS: dict[type[msgspec.Struct], Callable[[MemoriesView, Any], Any]] = {
     StoreCategories: categories,
     ReindexCategories: reindex_categories,
 }
+
+# the knowledge graph's queries (services/projector/graph_queries.py, which uses resolve_as_of from here)
+from services.projector.graph_queries import HANDLERS as _GRAPH_HANDLERS  # noqa: E402
+
+HANDLERS.update(_GRAPH_HANDLERS)

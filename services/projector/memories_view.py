@@ -26,14 +26,16 @@ import numpy as np
 from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
 from mneme.follow import Positioned
-from schemas.events import event_name
+from schemas.events import Event, event_name
+from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold
 from services.projector.known_states import KnownStates
 
 CHECKPOINT = "memories"
 RECENT = 10  # versions kept per memory in the recent-history cache
 log = logging.getLogger("mneme.projector")
 
-SCHEMA = """
+SCHEMA = (
+    """
 SET TimeZone = 'UTC';
 CREATE TABLE IF NOT EXISTS memories (
     id VARCHAR PRIMARY KEY, namespace VARCHAR NOT NULL, store VARCHAR, path VARCHAR,
@@ -76,6 +78,8 @@ CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL
 CREATE INDEX IF NOT EXISTS memories_ns_path ON memories (namespace, store, path);
 CREATE INDEX IF NOT EXISTS memory_versions_id ON memory_versions (id);
 """
+    + GRAPH_SCHEMA
+)
 
 STATE_COLUMNS = (
     "id, namespace, store, path, content, kind, category, subject, tags, importance, confidence, citations, "
@@ -88,8 +92,8 @@ VERSION_STATE_COLUMNS = STATE_COLUMNS.replace("last_seq", "seq AS last_seq")
 
 # The shape of the tables. A file written under another version is dropped and folded again
 # from the log when opened: a projection is always rebuildable (invariant 1).
-PROJECTION_VERSION = 5
-TABLES = ("memories", "memory_versions", "stores", "categories", "access_stats", "checkpoints", "meta")
+PROJECTION_VERSION = 6
+TABLES = ("memories", "memory_versions", "stores", "categories", "access_stats", "checkpoints", "meta", *GRAPH_TABLES)
 
 # Canonical dump: every table, every column, in a fixed order (the rebuild-equals-live proof).
 VERSION_COLUMNS = (
@@ -105,6 +109,7 @@ CANONICAL_TABLES = {  # table -> (order, rows): what a rebuild from the event lo
     "stores": ("namespace, name", "TRUE"),
     "categories": ("namespace, store, path", "TRUE"),
     "checkpoints": ("name", f"name = '{CHECKPOINT}'"),
+    **GRAPH_CANONICAL,
 }
 
 _json = msgspec.json.Encoder(order="sorted")
@@ -250,6 +255,7 @@ class MemoriesView:
         self.recent_max = 50_000
         # committed states of recently changed memories (a batch that changes them again reads nothing)
         self._known = KnownStates()
+        self.graph = GraphFold()  # the knowledge graph's events: staged and committed with the memories'
 
     def _migrate(self) -> None:
         """Drop tables written under another projection version; they refold from the log."""
@@ -345,10 +351,15 @@ class MemoriesView:
 
     def _to_load(self, batch: list[Positioned]) -> set[str]:
         # a create names a new id (appended with expected subject sequence 0): nothing to load
-        return {p.envelope.aggregate_id for p in batch if p.envelope.event.version > 1} - self._st.states.keys()
+        ids = {
+            p.envelope.aggregate_id
+            for p in batch
+            if isinstance(p.envelope.event, Event) and p.envelope.event.version > 1
+        }
+        return ids - self._st.states.keys()
 
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
-        return bool(self._to_load(batch))
+        return bool(self._to_load(batch)) or any(GraphFold.is_graph(p.envelope) for p in batch)
 
     def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
         """Fold a batch (in log order) into the overlay. Positions already staged are skipped."""
@@ -357,8 +368,11 @@ class MemoriesView:
         loaded = self._load(self._to_load(batch))
         with self._lock:
             st.in_db.update(loaded)
+            self.graph.stage(self._write, batch)
             for p in batch:
                 env = p.envelope
+                if not isinstance(env.event, Event):
+                    continue  # the graph's (folded above)
                 mid = env.aggregate_id
                 prev = st.states[mid] if mid in st.states else loaded.get(mid)
                 new = evolve(prev, env, p.seq)
@@ -458,6 +472,7 @@ class MemoriesView:
                     "INSERT INTO categories SELECT unnest(?), unnest(?), unnest(?), unnest(?) ON CONFLICT DO NOTHING",
                     [[k[0] for k in ks3], [k[1] for k in ks3], [k[2] for k in ks3], [st.categories[k] for k in ks3]],
                 )
+            self.graph.write(w)
             w.execute("UPDATE checkpoints SET seq = ? WHERE name = ?", [last, CHECKPOINT])
             w.execute("COMMIT")
         except BaseException:
@@ -465,6 +480,7 @@ class MemoriesView:
             raise
         with self._lock:  # readers now find these rows in DuckDB
             self._st = _Staged()
+            self.graph.reset()
             self.checkpoint = last
         self._known.record(st.states)
         return last

@@ -41,6 +41,7 @@ from mneme.domain.state import MemoryState, evolve
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable
 from mneme.follow import Positioned
+from schemas.events import Event
 from services.projector.known_states import KnownStates
 from services.projector.vector_index import OPEN, VectorIndex, VPoint, point_id
 
@@ -199,7 +200,11 @@ class VectorView:
     # -- Sink
     def _missing(self, batch: list[Positioned]) -> set[str]:
         return (
-            {p.envelope.aggregate_id for p in batch if p.seq > self.staged and p.envelope.event.version > 1}
+            {
+                p.envelope.aggregate_id
+                for p in batch
+                if p.seq > self.staged and isinstance(p.envelope.event, Event) and p.envelope.event.version > 1
+            }
             - self._states.keys()
             - self._known.keys()
         )
@@ -209,7 +214,9 @@ class VectorView:
 
     def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
         with self._lock:
-            batch = [p for p in batch if p.seq > self.staged]
+            last = batch[-1].seq if batch else 0
+            # memories only: the knowledge graph's events have no point
+            batch = [p for p in batch if p.seq > self.staged and isinstance(p.envelope.event, Event)]
             need = self._missing(batch)
             loaded: dict[str, MemoryState] = {}
             if need:
@@ -242,7 +249,7 @@ class VectorView:
                     text = index_text(new)
                     self._upserts[pid] = (VPoint(pid, payload, None, self.bm25.document(text)), text, p.seq)
                 self._states[mid] = new
-            self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
+            self.staged = max(self.staged, last, upto or 0)
 
     def commit(self) -> int:
         with self._lock:

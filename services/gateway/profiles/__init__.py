@@ -15,6 +15,7 @@ PROFILES: dict[str, str] = {
     "agent-memory": "services.gateway.profiles.agent_memory",
     "governed": "services.gateway.profiles.governed",
     "memento": "services.gateway.profiles.memento",
+    "server-memory": "services.gateway.profiles.server_memory",
 }
 
 

@@ -1,0 +1,312 @@
+"""The knowledge graph's fold: entity and relation events into DuckDB, in the memories' transaction.
+
+Every version of an entity or relation is a row with its record interval [seq, seq_to): the current graph
+is the rows with `seq_to IS NULL AND NOT deleted`, the graph as of sequence S the rows with
+`seq <= S < coalesce(seq_to, ∞) AND NOT deleted`. A delete is a version too (deleted = true), so nothing
+is removed from the history. MemoriesView stages graph events with its own, in log order, and writes both
+with one checkpoint in one transaction (invariant 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import msgspec
+from msgspec import UNSET
+
+from mneme.domain.graph import name_key
+from schemas.events import Envelope
+from schemas.graph_events import (
+    ENTITY_EVENTS,
+    EntityChanged,
+    EntityCreated,
+    EntityDeleted,
+    GraphEvent,
+    RelationCreated,
+    RelationDeleted,
+)
+
+GRAPH_SCHEMA = """
+CREATE TABLE IF NOT EXISTS graph_entities (
+    id VARCHAR NOT NULL, version INTEGER NOT NULL, namespace VARCHAR NOT NULL, name VARCHAR NOT NULL,
+    name_key VARCHAR NOT NULL, entity_type VARCHAR NOT NULL, description VARCHAR, observations VARCHAR[] NOT NULL,
+    deleted BOOLEAN NOT NULL, seq BIGINT NOT NULL, seq_to BIGINT, recorded_at TIMESTAMPTZ NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL, agent_id VARCHAR NOT NULL, created_seq BIGINT NOT NULL,
+    PRIMARY KEY (id, version)
+);
+CREATE TABLE IF NOT EXISTS graph_relations (
+    id VARCHAR NOT NULL, version INTEGER NOT NULL, namespace VARCHAR NOT NULL, from_id VARCHAR NOT NULL,
+    to_id VARCHAR NOT NULL, relation_type VARCHAR NOT NULL, weight DOUBLE NOT NULL, deleted BOOLEAN NOT NULL,
+    seq BIGINT NOT NULL, seq_to BIGINT, recorded_at TIMESTAMPTZ NOT NULL, agent_id VARCHAR NOT NULL,
+    PRIMARY KEY (id, version)
+);
+CREATE INDEX IF NOT EXISTS graph_entities_key ON graph_entities (namespace, name_key);
+CREATE INDEX IF NOT EXISTS graph_relations_from ON graph_relations (from_id);
+CREATE INDEX IF NOT EXISTS graph_relations_to ON graph_relations (to_id);
+"""
+GRAPH_TABLES = ("graph_entities", "graph_relations")
+GRAPH_CANONICAL = {"graph_entities": ("id, version", "TRUE"), "graph_relations": ("id, version", "TRUE")}
+
+ENTITY_COLUMNS = (
+    "id, version, namespace, name, name_key, entity_type, description, observations, deleted, seq, seq_to, "
+    "recorded_at, created_at, agent_id, created_seq"
+)
+RELATION_COLUMNS = (
+    "id, version, namespace, from_id, to_id, relation_type, weight, deleted, seq, seq_to, recorded_at, agent_id"
+)
+
+
+class EntityState(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    version: int
+    namespace: str
+    name: str
+    entity_type: str
+    description: str | None
+    observations: tuple[str, ...]
+    deleted: bool
+    seq: int
+    created_at: datetime
+    created_seq: int  # where this incarnation was created: entities list in the order they came to exist
+
+
+class RelationState(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    version: int
+    namespace: str
+    from_id: str
+    to_id: str
+    relation_type: str
+    weight: float
+    deleted: bool
+    seq: int
+
+
+def evolve_entity(prev: EntityState | None, env: Envelope, seq: int) -> EntityState | None:
+    ev = env.event
+    if isinstance(ev, EntityCreated):
+        return EntityState(
+            id=ev.entity_id,
+            version=ev.version,
+            namespace=env.namespace,
+            name=ev.name,
+            entity_type=ev.entity_type,
+            description=ev.description,
+            observations=tuple(dict.fromkeys(ev.observations)),
+            deleted=False,
+            seq=seq,
+            created_at=env.occurred_at,
+            created_seq=seq,
+        )
+    if prev is None:
+        return None  # a change to an entity this projection never saw created
+    if isinstance(ev, EntityChanged):
+        removed = set(ev.removed)
+        kept = [o for o in prev.observations if o not in removed]
+        obs = tuple(dict.fromkeys([*kept, *ev.added]))
+        changes: dict[str, Any] = {"observations": obs}
+        if ev.entity_type is not UNSET:
+            changes["entity_type"] = ev.entity_type
+        if ev.description is not UNSET:
+            changes["description"] = ev.description
+        return msgspec.structs.replace(prev, version=ev.version, seq=seq, **changes)
+    if isinstance(ev, EntityDeleted):
+        return msgspec.structs.replace(prev, version=ev.version, seq=seq, deleted=True)
+    return prev
+
+
+def evolve_relation(prev: RelationState | None, env: Envelope, seq: int) -> RelationState | None:
+    ev = env.event
+    if isinstance(ev, RelationCreated):
+        return RelationState(
+            id=ev.relation_id,
+            version=ev.version,
+            namespace=env.namespace,
+            from_id=ev.from_id,
+            to_id=ev.to_id,
+            relation_type=ev.relation_type,
+            weight=ev.weight,
+            deleted=False,
+            seq=seq,
+        )
+    if prev is None:
+        return None
+    if isinstance(ev, RelationDeleted):
+        return msgspec.structs.replace(prev, version=ev.version, seq=seq, deleted=True)
+    return prev
+
+
+def entity_row(s: EntityState, recorded_at: datetime, agent_id: str) -> tuple[Any, ...]:
+    return (
+        s.id,
+        s.version,
+        s.namespace,
+        s.name,
+        name_key(s.name),
+        s.entity_type,
+        s.description,
+        list(s.observations),
+        s.deleted,
+        s.seq,
+        None,
+        recorded_at,
+        s.created_at,
+        agent_id,
+        s.created_seq,
+    )
+
+
+def relation_row(s: RelationState, recorded_at: datetime, agent_id: str) -> tuple[Any, ...]:
+    return (
+        s.id,
+        s.version,
+        s.namespace,
+        s.from_id,
+        s.to_id,
+        s.relation_type,
+        s.weight,
+        s.deleted,
+        s.seq,
+        None,
+        recorded_at,
+        agent_id,
+    )
+
+
+def entity_state(r: tuple[Any, ...]) -> EntityState:
+    """From a graph_entities row (ENTITY_COLUMNS order)."""
+    return EntityState(
+        id=r[0],
+        version=r[1],
+        namespace=r[2],
+        name=r[3],
+        entity_type=r[5],
+        description=r[6],
+        observations=tuple(r[7]),
+        deleted=r[8],
+        seq=r[9],
+        created_at=r[12],
+        created_seq=r[14],
+    )
+
+
+def relation_state(r: tuple[Any, ...]) -> RelationState:
+    return RelationState(
+        id=r[0],
+        version=r[1],
+        namespace=r[2],
+        from_id=r[3],
+        to_id=r[4],
+        relation_type=r[5],
+        weight=r[6],
+        deleted=r[7],
+        seq=r[8],
+    )
+
+
+@dataclass
+class GraphStaged:
+    entities: dict[str, EntityState] = field(default_factory=dict)
+    relations: dict[str, RelationState] = field(default_factory=dict)
+    entity_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    relation_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    closed_entities: dict[tuple[str, int], int] = field(default_factory=dict)  # (id, version) -> seq_to
+    closed_relations: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.entity_rows or self.relation_rows)
+
+
+class GraphFold:
+    """Stages graph events (called by MemoriesView.stage under its lock) and writes them in its commit."""
+
+    def __init__(self) -> None:
+        self.st = GraphStaged()
+
+    @staticmethod
+    def is_graph(env: Envelope) -> bool:
+        return isinstance(env.event, GraphEvent)
+
+    def stage(self, cur: duckdb.DuckDBPyConnection, batch: list[Any]) -> None:
+        """Fold the batch's graph events (Positioned, in log order)."""
+        events = [p for p in batch if isinstance(p.envelope.event, GraphEvent)]
+        if not events:
+            return
+        st = self.st
+        ent_ids = {
+            p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, (EntityChanged, EntityDeleted))
+        }
+        rel_ids = {p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, RelationDeleted)}
+        ent_ids |= {p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, EntityCreated)}
+        rel_ids |= {p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, RelationCreated)}
+        entities = self._load_entities(cur, ent_ids - st.entities.keys())
+        relations = self._load_relations(cur, rel_ids - st.relations.keys())
+        for p in events:
+            env = p.envelope
+            aid = env.aggregate_id
+            if isinstance(env.event, ENTITY_EVENTS):
+                prev_e = st.entities.get(aid) or entities.get(aid)
+                new_e = evolve_entity(prev_e, env, p.seq)
+                if new_e is None or new_e is prev_e:
+                    continue
+                if prev_e is not None:
+                    st.closed_entities[(aid, prev_e.version)] = p.seq
+                st.entities[aid] = new_e
+                st.entity_rows.append(entity_row(new_e, p.recorded_at, env.actor.agent_id))
+            else:
+                prev_r = st.relations.get(aid) or relations.get(aid)
+                new_r = evolve_relation(prev_r, env, p.seq)
+                if new_r is None or new_r is prev_r:
+                    continue
+                if prev_r is not None:
+                    st.closed_relations[(aid, prev_r.version)] = p.seq
+                st.relations[aid] = new_r
+                st.relation_rows.append(relation_row(new_r, p.recorded_at, env.actor.agent_id))
+
+    @staticmethod
+    def _load_entities(cur: duckdb.DuckDBPyConnection, ids: set[str]) -> dict[str, EntityState]:
+        if not ids:
+            return {}
+        rows = cur.execute(
+            f"SELECT {ENTITY_COLUMNS} FROM graph_entities WHERE seq_to IS NULL AND id IN (SELECT unnest(?))",
+            [list(ids)],
+        ).fetchall()
+        return {r[0]: entity_state(r) for r in rows}
+
+    @staticmethod
+    def _load_relations(cur: duckdb.DuckDBPyConnection, ids: set[str]) -> dict[str, RelationState]:
+        if not ids:
+            return {}
+        rows = cur.execute(
+            f"SELECT {RELATION_COLUMNS} FROM graph_relations WHERE seq_to IS NULL AND id IN (SELECT unnest(?))",
+            [list(ids)],
+        ).fetchall()
+        return {r[0]: relation_state(r) for r in rows}
+
+    def write(self, w: duckdb.DuckDBPyConnection) -> None:
+        """Inside the commit's transaction: new version rows, and the versions they close."""
+        st = self.st
+        if not st:
+            return
+        for table, closed, rows, columns, at in (
+            ("graph_entities", st.closed_entities, st.entity_rows, ENTITY_COLUMNS, 10),
+            ("graph_relations", st.closed_relations, st.relation_rows, RELATION_COLUMNS, 9),
+        ):
+            staged_closes = dict(closed)
+            # a version staged and closed in this same batch is written closed (`at`: where seq_to is)
+            fixed = [(*r[:at], staged_closes.pop((r[0], r[1]), None), *r[at + 1 :]) for r in rows]
+            if fixed:
+                w.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(fixed[0]))})", fixed)
+            if staged_closes:  # versions committed earlier that this batch replaced
+                ks = list(staged_closes)
+                w.execute(
+                    f"UPDATE {table} SET seq_to = c.s FROM (SELECT unnest(?) AS i, unnest(?) AS v, unnest(?) AS s) c "
+                    f"WHERE {table}.id = c.i AND {table}.version = c.v",
+                    [[k[0] for k in ks], [k[1] for k in ks], [staged_closes[k] for k in ks]],
+                )
+
+    def reset(self) -> None:
+        self.st = GraphStaged()
