@@ -118,7 +118,11 @@ class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     include_invalid: bool = True  # memories whose valid time has ended, scored lower than valid ones
     # hybrid: calibrated (absolute scores, services/projector/search.py); zscore and rrf: relative to the candidates
     fusion: Literal["calibrated", "zscore", "rrf"] = "calibrated"
-    semantic_weight: float = 0.3  # hybrid: the keyword weight is 1 - semantic_weight
+    semantic_weight: float = 0.3  # hybrid: the keyword weight is 1 - semantic_weight (unless keyword_weight)
+    keyword_weight: float | None = None  # hybrid zscore: the keyword signal's weight (None: 1 - semantic_weight)
+    # hybrid zscore: the weight of a third signal, personalized PageRank over the namespace's knowledge graph,
+    # seeded from the entities the top hits mention and the entity names in the query (0: off)
+    graph_weight: float = 0.0
     as_of: AsOf | None = None  # answer as the projection stood then
     valid_at: UtcTime | None = None  # only memories valid then: valid_from <= t < valid_until
     order: Literal["relevance", "tiers"] = "relevance"  # tiers: exact, own namespace, rules; demoted last in each
@@ -223,6 +227,7 @@ class SearchHit(Struct, frozen=True, kw_only=True):
     score: float  # 0-1: the mode's absolute relevance times the memory's standing (services/projector/search.py)
     semantic: float | None = None  # cosine similarity, when computed (semantic and calibrated hybrid searches)
     keyword: float | None = None  # raw BM25, when computed (keyword and calibrated hybrid searches)
+    graph: float | None = None  # personalized PageRank mass of the memory, when the graph signal ran
     group: Literal["exact", "scope", "rules"] = "scope"
     demoted: bool = False  # deprecated, archived or no longer valid: its score scaled down
 
@@ -233,6 +238,7 @@ class SearchResult(Struct, frozen=True, kw_only=True):
     threshold: float
     model: str | None = None
     as_of: AsOfResolved | None = None
+    subgraph_nodes: int = 0  # nodes of the knowledge graph the graph signal ran over (0: it did not run)
 
 
 class PathOwnerResult(Struct, frozen=True, kw_only=True):
