@@ -9,6 +9,7 @@ with one checkpoint in one transaction (invariant 5).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,10 +18,11 @@ import duckdb
 import msgspec
 from msgspec import UNSET
 
-from mneme.domain.graph import name_key
+from mneme.domain.graph import mentions, name_key
 from schemas.events import Envelope
 from schemas.graph_events import (
     ENTITY_EVENTS,
+    RELATION_EVENTS,
     EntityChanged,
     EntityCreated,
     EntityDeleted,
@@ -43,12 +45,21 @@ CREATE TABLE IF NOT EXISTS graph_relations (
     seq BIGINT NOT NULL, seq_to BIGINT, recorded_at TIMESTAMPTZ NOT NULL, agent_id VARCHAR NOT NULL,
     PRIMARY KEY (id, version)
 );
+CREATE TABLE IF NOT EXISTS graph_mentions (
+    memory_id VARCHAR NOT NULL, entity_id VARCHAR NOT NULL, namespace VARCHAR NOT NULL, seq BIGINT NOT NULL,
+    seq_to BIGINT
+);
 CREATE INDEX IF NOT EXISTS graph_entities_key ON graph_entities (namespace, name_key);
+CREATE INDEX IF NOT EXISTS graph_mentions_memory ON graph_mentions (memory_id);
 CREATE INDEX IF NOT EXISTS graph_relations_from ON graph_relations (from_id);
 CREATE INDEX IF NOT EXISTS graph_relations_to ON graph_relations (to_id);
 """
-GRAPH_TABLES = ("graph_entities", "graph_relations")
-GRAPH_CANONICAL = {"graph_entities": ("id, version", "TRUE"), "graph_relations": ("id, version", "TRUE")}
+GRAPH_TABLES = ("graph_entities", "graph_relations", "graph_mentions")
+GRAPH_CANONICAL = {
+    "graph_entities": ("id, version", "TRUE"),
+    "graph_relations": ("id, version", "TRUE"),
+    "graph_mentions": ("memory_id, entity_id, seq", "TRUE"),
+}
 
 ENTITY_COLUMNS = (
     "id, version, namespace, name, name_key, entity_type, description, observations, deleted, seq, seq_to, "
@@ -215,56 +226,149 @@ class GraphStaged:
     relation_rows: list[tuple[Any, ...]] = field(default_factory=list)
     closed_entities: dict[tuple[str, int], int] = field(default_factory=dict)  # (id, version) -> seq_to
     closed_relations: dict[tuple[str, int], int] = field(default_factory=dict)
+    mentions: dict[str, dict[str, int]] = field(default_factory=dict)  # memory -> entity -> since (current)
+    mention_rows: list[tuple[Any, ...]] = field(default_factory=list)  # (memory, entity, namespace, seq, None)
+    closed_mentions: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (memory, entity, since) -> to
 
     def __bool__(self) -> bool:
-        return bool(self.entity_rows or self.relation_rows)
+        return bool(self.entity_rows or self.relation_rows or self.mention_rows or self.closed_mentions)
+
+
+# (namespace, a word of the name) -> memories of the namespace whose content holds the word: [(id, content)]
+FindMemories = Callable[[str, str], list[tuple[str, str]]]
 
 
 class GraphFold:
-    """Stages graph events (called by MemoriesView.stage under its lock) and writes them in its commit."""
+    """Stages graph events and memories' mentions of entities (called by MemoriesView.stage, under its lock, in
+    log order) and writes them in its commit.
+
+    Mentions: a memory mentions an entity when the entity's name appears in its content (mneme/domain/graph.py)
+    while both hold. They are recomputed when a memory's content changes (against the namespace's entities at
+    that point of the log) and when an entity comes to exist (against the namespace's memories then), so the
+    same log gives the same mentions however it is batched. A namespace that never had an entity costs
+    nothing here."""
 
     def __init__(self) -> None:
         self.st = GraphStaged()
+        self._names: dict[str, dict[str, str]] = {}  # namespace -> name key -> entity id (existing entities)
+        self._ever: dict[str, bool] = {}  # namespace -> has it ever had an entity
+        self._entities: dict[str, EntityState] = {}  # loaded for this batch
+        self._relations: dict[str, RelationState] = {}
+        self._mentions: dict[str, dict[str, int]] = {}  # loaded for this batch: committed current mentions
 
     @staticmethod
     def is_graph(env: Envelope) -> bool:
         return isinstance(env.event, GraphEvent)
 
-    def stage(self, cur: duckdb.DuckDBPyConnection, batch: list[Any]) -> None:
-        """Fold the batch's graph events (Positioned, in log order)."""
-        events = [p for p in batch if isinstance(p.envelope.event, GraphEvent)]
-        if not events:
-            return
+    def _namespace(self, cur: duckdb.DuckDBPyConnection, ns: str) -> dict[str, str]:
+        names = self._names.get(ns)
+        if names is None:
+            rows = cur.execute(
+                "SELECT name_key, id, deleted FROM graph_entities WHERE namespace = ? AND seq_to IS NULL", [ns]
+            ).fetchall()
+            names = self._names[ns] = {r[0]: r[1] for r in rows if not r[2]}
+            self._ever[ns] = bool(rows)
+        return names
+
+    def reads_disk(self, batch: list[Any]) -> bool:
+        """Whether staging the batch may read DuckDB (graph events; memories of a namespace with a graph or
+        not looked at yet)."""
+        return any(
+            isinstance(p.envelope.event, GraphEvent) or self._ever.get(p.envelope.namespace, True) for p in batch
+        )
+
+    def has_graph(self, cur: duckdb.DuckDBPyConnection, ns: str) -> bool:
+        self._namespace(cur, ns)
+        return self._ever[ns]
+
+    def prepare(self, cur: duckdb.DuckDBPyConnection, batch: list[Any]) -> None:
+        """Load, in a few statements, what the batch's graph events and mention changes will read."""
         st = self.st
-        ent_ids = {
-            p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, (EntityChanged, EntityDeleted))
-        }
-        rel_ids = {p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, RelationDeleted)}
-        ent_ids |= {p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, EntityCreated)}
-        rel_ids |= {p.envelope.aggregate_id for p in events if isinstance(p.envelope.event, RelationCreated)}
-        entities = self._load_entities(cur, ent_ids - st.entities.keys())
-        relations = self._load_relations(cur, rel_ids - st.relations.keys())
-        for p in events:
-            env = p.envelope
-            aid = env.aggregate_id
-            if isinstance(env.event, ENTITY_EVENTS):
-                prev_e = st.entities.get(aid) or entities.get(aid)
-                new_e = evolve_entity(prev_e, env, p.seq)
-                if new_e is None or new_e is prev_e:
-                    continue
-                if prev_e is not None:
-                    st.closed_entities[(aid, prev_e.version)] = p.seq
-                st.entities[aid] = new_e
-                st.entity_rows.append(entity_row(new_e, p.recorded_at, env.actor.agent_id))
-            else:
-                prev_r = st.relations.get(aid) or relations.get(aid)
-                new_r = evolve_relation(prev_r, env, p.seq)
-                if new_r is None or new_r is prev_r:
-                    continue
-                if prev_r is not None:
-                    st.closed_relations[(aid, prev_r.version)] = p.seq
-                st.relations[aid] = new_r
-                st.relation_rows.append(relation_row(new_r, p.recorded_at, env.actor.agent_id))
+        ent_ids, rel_ids, mem_ids = set(), set(), set()
+        for p in batch:
+            ev = p.envelope.event
+            if isinstance(ev, ENTITY_EVENTS):
+                ent_ids.add(p.envelope.aggregate_id)
+                self._namespace(cur, p.envelope.namespace)
+            elif isinstance(ev, RELATION_EVENTS):
+                rel_ids.add(p.envelope.aggregate_id)
+            elif self.has_graph(cur, p.envelope.namespace):
+                mem_ids.add(p.envelope.aggregate_id)
+        self._entities = self._load_entities(cur, ent_ids - st.entities.keys())
+        self._relations = self._load_relations(cur, rel_ids - st.relations.keys())
+        ids = [m for m in mem_ids if m not in st.mentions]
+        self._mentions = self._load_mentions(cur, ids) if ids else {}
+
+    def stage_one(self, cur: duckdb.DuckDBPyConnection, p: Any, find: FindMemories) -> None:
+        """Fold one graph event (Positioned)."""
+        st, env = self.st, p.envelope
+        aid = env.aggregate_id
+        if isinstance(env.event, ENTITY_EVENTS):
+            prev_e = st.entities.get(aid) or self._entities.get(aid)
+            new_e = evolve_entity(prev_e, env, p.seq)
+            if new_e is None or new_e is prev_e:
+                return
+            if prev_e is not None:
+                st.closed_entities[(aid, prev_e.version)] = p.seq
+            st.entities[aid] = new_e
+            st.entity_rows.append(entity_row(new_e, p.recorded_at, env.actor.agent_id))
+            names = self._namespace(cur, env.namespace)
+            self._ever[env.namespace] = True
+            key = name_key(new_e.name)
+            if new_e.deleted:
+                names.pop(key, None)
+            elif prev_e is None or prev_e.deleted:  # it comes to exist: the memories that name it mention it
+                names[key] = aid
+                self._link(cur, env.namespace, key, aid, p.seq, find)
+            return
+        prev_r = st.relations.get(aid) or self._relations.get(aid)
+        new_r = evolve_relation(prev_r, env, p.seq)
+        if new_r is None or new_r is prev_r:
+            return
+        if prev_r is not None:
+            st.closed_relations[(aid, prev_r.version)] = p.seq
+        st.relations[aid] = new_r
+        st.relation_rows.append(relation_row(new_r, p.recorded_at, env.actor.agent_id))
+
+    def _current_mentions(self, mid: str) -> dict[str, int]:
+        st = self.st
+        if mid not in st.mentions:
+            st.mentions[mid] = dict(self._mentions.get(mid, {}))
+        return st.mentions[mid]
+
+    def _link(self, cur: duckdb.DuckDBPyConnection, ns: str, key: str, eid: str, seq: int, find: FindMemories) -> None:
+        probe = max(key.split(" "), key=len)
+        for mid, content in find(ns, probe):
+            if mentions(content, {key: eid}):
+                if mid not in self.st.mentions and mid not in self._mentions:
+                    self._mentions.update(self._load_mentions(cur, [mid]))
+                current = self._current_mentions(mid)
+                if eid not in current:
+                    current[eid] = seq
+                    self.st.mention_rows.append((mid, eid, ns, seq, None))
+
+    @staticmethod
+    def _load_mentions(cur: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {m: {} for m in ids}
+        for mid, eid, since in cur.execute(
+            "SELECT memory_id, entity_id, seq FROM graph_mentions "
+            "WHERE seq_to IS NULL AND memory_id IN (SELECT unnest(?))",
+            [ids],
+        ).fetchall():
+            out[mid][eid] = since
+        return out
+
+    def memory_folded(self, cur: duckdb.DuckDBPyConnection, mid: str, ns: str, content: str | None, seq: int) -> None:
+        """A memory's content changed (None: it is gone): its mentions become those of its new content."""
+        if not self.has_graph(cur, ns):
+            return
+        current = self._current_mentions(mid)
+        new = set(mentions(content, self._namespace(cur, ns))) if content is not None else set()
+        for eid in [e for e in current if e not in new]:
+            self.st.closed_mentions[(mid, eid, current.pop(eid))] = seq
+        for eid in new - current.keys():
+            current[eid] = seq
+            self.st.mention_rows.append((mid, eid, ns, seq, None))
 
     @staticmethod
     def _load_entities(cur: duckdb.DuckDBPyConnection, ids: set[str]) -> dict[str, EntityState]:
@@ -307,6 +411,18 @@ class GraphFold:
                     f"WHERE {table}.id = c.i AND {table}.version = c.v",
                     [[k[0] for k in ks], [k[1] for k in ks], [staged_closes[k] for k in ks]],
                 )
+        closes = dict(st.closed_mentions)
+        rows = [(m, e, ns, since, closes.pop((m, e, since), None)) for m, e, ns, since, _ in st.mention_rows]
+        if rows:
+            w.executemany("INSERT INTO graph_mentions VALUES (?, ?, ?, ?, ?)", rows)
+        if closes:
+            ks3 = list(closes)
+            w.execute(
+                "UPDATE graph_mentions SET seq_to = c.s FROM (SELECT unnest(?) AS m, unnest(?) AS e, unnest(?) AS f, "
+                "unnest(?) AS s) c WHERE memory_id = c.m AND entity_id = c.e AND seq = c.f",
+                [[k[0] for k in ks3], [k[1] for k in ks3], [k[2] for k in ks3], [closes[k] for k in ks3]],
+            )
 
     def reset(self) -> None:
         self.st = GraphStaged()
+        self._mentions = {}

@@ -359,7 +359,7 @@ class MemoriesView:
         return ids - self._st.states.keys()
 
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
-        return bool(self._to_load(batch)) or any(GraphFold.is_graph(p.envelope) for p in batch)
+        return bool(self._to_load(batch)) or self.graph.reads_disk(batch)
 
     def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
         """Fold a batch (in log order) into the overlay. Positions already staged are skipped."""
@@ -368,11 +368,12 @@ class MemoriesView:
         loaded = self._load(self._to_load(batch))
         with self._lock:
             st.in_db.update(loaded)
-            self.graph.stage(self._write, batch)
+            self.graph.prepare(self._write, batch)
             for p in batch:
                 env = p.envelope
                 if not isinstance(env.event, Event):
-                    continue  # the graph's (folded above)
+                    self.graph.stage_one(self._write, p, self._memories_holding)
+                    continue
                 mid = env.aggregate_id
                 prev = st.states[mid] if mid in st.states else loaded.get(mid)
                 new = evolve(prev, env, p.seq)
@@ -384,6 +385,8 @@ class MemoriesView:
                     if st.paths.get(key) == mid:  # it leaves its staged path (a committed one is
                         del st.paths[key]  # recognised by readers: its id is in `states`)
                 st.states[mid] = new
+                if prev is None or new is None or prev.content != new.content:  # what it mentions may change
+                    self.graph.memory_folded(self._write, mid, env.namespace, new.content if new else None, p.seq)
                 if new is not None and new.store is not None and new.path is not None:
                     st.paths[(new.namespace, new.store, new.path)] = mid
                 r = state_row(shown)
@@ -426,6 +429,22 @@ class MemoriesView:
                         for c in categories_of(new.path):
                             st.categories.setdefault((new.namespace, new.store, c), p.seq)  # type: ignore[arg-type]
             self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
+
+    def _memories_holding(self, namespace: str, word: str) -> list[tuple[str, str]]:
+        """(id, content) of the namespace's memories whose content holds `word` (case aside): committed rows,
+        overlaid with what is staged (called while staging, under the lock)."""
+        rows = self._write.execute(
+            "SELECT id, content FROM memories WHERE namespace = ? AND contains(lower(content), ?)", [namespace, word]
+        ).fetchall()
+        found = {r[0]: r[1] for r in rows}
+        for mid, state in self._st.states.items():
+            if state is None:
+                found.pop(mid, None)
+            elif state.namespace == namespace and word in state.content.casefold():
+                found[mid] = state.content
+            elif mid in found and state.namespace == namespace:
+                del found[mid]  # staged content no longer holds it
+        return sorted(found.items())
 
     def commit(self) -> int:
         """Write everything staged and the checkpoint in one transaction. Returns the checkpoint."""

@@ -47,6 +47,7 @@ from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle
 from mneme.errors import InvalidInput
 from schemas.queries import AsOfResolved, SearchHit, SearchMemories, SearchResult
+from services.projector.graph_signal import GraphSignal
 from services.projector.vector_index import OPEN, Cond, Hit, Search, VectorIndex, Where
 from services.projector.vector_view import BM25, normalize_subject, state_of
 
@@ -106,8 +107,16 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
 
 
 class Searcher:
-    def __init__(self, index: VectorIndex, model: ModelHandle, cache: EmbeddingCache, bm25: BM25):
+    def __init__(
+        self,
+        index: VectorIndex,
+        model: ModelHandle,
+        cache: EmbeddingCache,
+        bm25: BM25,
+        graph: GraphSignal | None = None,
+    ):
         self.index, self.model, self.cache, self.bm25 = index, model, cache, bm25
+        self.graph = graph  # the knowledge graph's PPR signal (hybrid searches with graph_weight > 0)
 
     def query_vector(self, text: str) -> list[float]:
         embedder = self.model.get()  # raises EMBEDDING_MODEL_LOADING until the model is ready
@@ -129,7 +138,8 @@ class Searcher:
         now = at.time if at is not None and at.time is not None else q.now
         where = where_of(q, now, at)
         fetch = max(FETCH_MIN, q.limit * 5)
-        calibrated = q.mode != "hybrid" or q.fusion == "calibrated"
+        with_graph = q.mode == "hybrid" and q.graph_weight > 0 and self.graph is not None
+        calibrated = (q.mode != "hybrid" or q.fusion == "calibrated") and not with_graph
         searches: dict[str, Search] = {}  # name -> its query; one batched call runs them all
         qvec: list[float] | None = None
         if q.mode in ("semantic", "hybrid"):
@@ -156,7 +166,7 @@ class Searcher:
         bm: dict[str, float] = {h.id: h.score for h in keyword}
         # (no keyword hit: every coverage is 0, whatever the self-score)
         self_score = self._self_score(text, terms, found) if calibrated and keyword else 0.0
-        if q.mode == "hybrid" and calibrated:
+        if q.mode == "hybrid" and (calibrated or with_graph):
             # every candidate scored by both retrievers: each one again, restricted to what the other found
             rescore: dict[str, Search] = {}
             only_kw = [i for i in bm if i not in cos]
@@ -173,7 +183,11 @@ class Searcher:
             cos.update({h.id: h.score for h in again.get("dense", [])})
             bm.update(dict.fromkeys(only_sem, 0.0) if terms else {})  # no word in common: 0
             bm.update({h.id: h.score for h in again.get("bm25", [])})
-        if q.mode == "semantic":
+        ppr: dict[str, float] = {}
+        nodes = 0
+        if with_graph:
+            relevance, ppr, nodes = self._graph_fused(q, text, at, where, qvec, sparse, hit_of, cos, bm)
+        elif q.mode == "semantic":
             relevance = {i: max(c, 0.0) for i, c in cos.items()}
         elif q.mode == "keyword":
             relevance = {i: _coverage(s, self_score) for i, s in bm.items()}
@@ -207,6 +221,7 @@ class Searcher:
                     score=round(score, 6),
                     semantic=cos.get(pid),
                     keyword=bm.get(pid),
+                    graph=ppr.get(pid) if with_graph else None,
                     group=group,
                     demoted=state.status != "active" or ended,
                 )
@@ -231,7 +246,56 @@ class Searcher:
             threshold=threshold,
             model=self.model.model_id if q.mode != "keyword" else None,
             as_of=at,
+            subgraph_nodes=nodes,
         )
+
+    def _graph_fused(
+        self,
+        q: SearchMemories,
+        text: str,
+        at: AsOfResolved | None,
+        where: Where,
+        qvec: list[float] | None,
+        sparse: tuple[list[int], list[float]],
+        hit_of: dict[str, Hit],
+        cos: dict[str, float],
+        bm: dict[str, float],
+    ) -> tuple[dict[str, float], dict[str, float], int]:
+        """Three signals, z-scored over the candidates and weighted: the cosine, BM25 and the memory's PPR mass,
+        the walk seeded from the two retrievers' top hits. Memories the walk reaches that neither retriever
+        found join the candidates (scored by both retrievers, under the same filters). Returns (relevance,
+        PPR mass, subgraph nodes) by point id."""
+        assert self.graph is not None
+        w_v = q.semantic_weight
+        w_b = q.keyword_weight if q.keyword_weight is not None else 1.0 - w_v
+        memory_of = {pid: str(h.payload.get("id") or state_of(h.payload).id) for pid, h in hit_of.items()}
+        first = zfused({"v": cos, "b": bm}, {"v": w_v, "b": w_b}, list(hit_of))
+        top = sorted(first.items(), key=lambda kv: -kv[1])
+        mass, nodes = self.graph.scores(q.namespace, text, [(memory_of[p], s) for p, s in top], at)
+        if mass:
+            known = set(memory_of.values())
+            reach = [m for m, x in sorted(mass.items(), key=lambda kv: -kv[1]) if x > 0 and m not in known]
+            pids = list(self.graph.points(reach[: max(q.limit, 10)], at).values())
+            if pids:
+                only = Where(must=(where, Cond("", "ids", pids)))
+                extra: dict[str, Search] = {}
+                if qvec is not None:
+                    extra["dense"] = Search("dense", qvec, only, len(pids))
+                if sparse[0]:
+                    extra["bm25"] = Search("bm25", sparse, only, len(pids))
+                again = self._run(extra)
+                for h in again.get("dense", []):
+                    hit_of.setdefault(h.id, h)
+                    cos[h.id] = h.score
+                for h in again.get("bm25", []):
+                    hit_of.setdefault(h.id, h)
+                    bm[h.id] = h.score
+                for pid in hit_of:
+                    memory_of.setdefault(pid, state_of(hit_of[pid].payload).id)
+                    bm.setdefault(pid, 0.0)
+        ppr = {pid: mass.get(memory_of[pid], 0.0) for pid in hit_of}
+        fused = zfused({"v": cos, "b": bm, "p": ppr}, {"v": w_v, "b": w_b, "p": q.graph_weight}, list(hit_of))
+        return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}, ppr, nodes
 
     def _run(self, searches: dict[str, Search]) -> dict[str, list[Hit]]:
         if not searches:
@@ -283,6 +347,24 @@ def _distinct(hits: list[SearchHit]) -> list[SearchHit]:
         if key not in seen:
             seen.add(key)
             out.append(h)
+    return out
+
+
+def zfused(signals: dict[str, dict[str, float]], weights: dict[str, float], ids: list[str]) -> dict[str, float]:
+    """Each signal standardised over the candidates `ids` (a candidate without it counts as its lowest), then
+    weighted and summed. A signal that is the same for every candidate adds nothing."""
+    out = dict.fromkeys(ids, 0.0)
+    for name, values in signals.items():
+        if not values or not weights.get(name):
+            continue
+        floor = min(values.values())
+        xs = [values.get(i, floor) for i in ids]
+        mean = sum(xs) / len(xs)
+        std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
+        if std == 0:
+            continue
+        for i, x in zip(ids, xs, strict=True):
+            out[i] += weights[name] * (x - mean) / std
     return out
 
 

@@ -33,6 +33,7 @@ from schemas import subjects as S
 from schemas.control import SnapshotReply, SwapReply, SwapRequest
 from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
+from services.projector.graph_signal import GraphSignal
 from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
 from services.projector.memories_view import MemoriesView
 from services.projector.search import Searcher
@@ -147,7 +148,7 @@ class Projector:
             gen.vector_follower = LogFollower(
                 self.js, vectors, batch_max=self.vector_batch_max, linger=self.linger, stop_at=self.stop_at
             )
-            gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25)
+            gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25, GraphSignal(view))
         return gen
 
     # the serving generation's parts (what callers and tests use)
@@ -363,7 +364,7 @@ class Projector:
                 if gen.vector_follower is None:
                     raise MnemeError("this projector keeps no vector index", details={"op": op})
                 waits = [(gen.vector_follower, "vector index")]
-                if as_of is not None:  # the rows resolve as_of
+                if as_of is not None or query.graph_weight > 0:  # the rows resolve as_of and hold the graph
                     waits.append((gen.follower, "projection"))
                 await self._vectors_folded(gen)
             await wait_applied(waits, need, self.wait_timeout, committed=committed)
