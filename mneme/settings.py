@@ -56,8 +56,8 @@ class GatewaySettings(BaseSettings):
         "intent, request_id): never offered (default: the principal comes from the token or these settings), "
         "optional, or required.",
     )
-    tools: Annotated[list[Literal["core", "time", "governance", "audit"]] | None, NoDecode] = Field(
-        None, description="The groups of native tools served (default: all): core, time, governance, audit."
+    tools: Annotated[list[Literal["core", "time", "governance", "audit", "graph"]] | None, NoDecode] = Field(
+        None, description="The groups of native tools served (default: all): core, time, governance, audit, graph."
     )
 
     @field_validator("tools", mode="before")

@@ -81,6 +81,10 @@ INTENTS = {
     "memory_lock": ("admin", "governance"),
     "memory_unlock": ("admin", "governance"),
     "audit_query": ("read", "audit"),
+    "graph_entity": ("write", "graph"),
+    "graph_relate": ("write", "graph"),
+    "graph_get": ("read", "graph"),
+    "graph_forget": ("write", "graph"),
 }
 
 BUDGET = 40_000  # bytes of compact JSON: what an agent carries in its context for the whole native tool list
@@ -145,7 +149,7 @@ def test_every_list_of_results_is_called_results() -> None:
             if typing.get_origin(f.annotation) is list
             and isinstance(item := typing.get_args(f.annotation)[0], type)
             and issubclass(item, BaseModel)
-            and n not in ("top_tags", "most_accessed", "changes", "history")
+            and n not in ("top_tags", "most_accessed", "changes", "history", "relations")
         ]  # parts of one answer
         assert lists in ([], ["results"]), (spec.name, lists)
 
@@ -217,7 +221,7 @@ def test_settings_take_groups_as_a_comma_list_or_json(monkeypatch: pytest.Monkey
     assert GatewaySettings().tools == ["core", "time"]
     monkeypatch.setenv("MNEME_GATEWAY_TOOLS", '["audit"]')
     assert GatewaySettings().tools == ["audit"]
-    monkeypatch.setenv("MNEME_GATEWAY_TOOLS", "core,graph")
+    monkeypatch.setenv("MNEME_GATEWAY_TOOLS", "core,bogus")
     with pytest.raises(ValidationError, match="tools"):
         GatewaySettings()
 

@@ -1,16 +1,17 @@
 """The `native` profile: mneme's own tool set, at /mcp and the default over stdio.
 
 Its tools live in services/gateway/*_tools.py, one module per concern, each a Toolset of typed tool functions;
-this module orders them as an agent meets them. Sixteen tools in four groups an operator can choose from
+this module orders them as an agent meets them. Twenty tools in five groups an operator can choose from
 (`--tools`, MNEME_GATEWAY_TOOLS): core (remember, find, read, change, retire), time (history, diff),
-governance (verify, lock, unlock) and audit. The `context` argument is not offered unless the operator asks
-for it (`--context optional|required`): the principal comes from the bearer token or the stdio settings.
-Results leave null fields out and answer lists in brief unless `detail="full"`.
+governance (verify, lock, unlock), audit, and graph (entities, relations, traversal). The `context` argument
+is not offered unless the operator asks for it (`--context optional|required`): the principal comes from the
+bearer token or the stdio settings. Results leave null fields out and answer lists in brief unless
+`detail="full"`.
 """
 
 from __future__ import annotations
 
-from services.gateway import governance_tools, read_tools, search_tools, time_tools, write_tools
+from services.gateway import governance_tools, graph_tools, read_tools, search_tools, time_tools, write_tools
 from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
@@ -21,6 +22,7 @@ _all.specs = [
     *search_tools.tools.specs,
     *time_tools.tools.specs,
     *governance_tools.tools.specs,
+    *graph_tools.tools.specs,
 ]
 tools.specs = _all.pick(
     "memory_search", "memory_add", "memory_get", "memory_update", "memory_retire", "memory_list",
@@ -28,10 +30,11 @@ tools.specs = _all.pick(
     "memory_history", "memory_diff",
     "memory_verify", "memory_lock", "memory_unlock",
     "audit_query",
+    "graph_entity", "graph_relate", "graph_get", "graph_forget",
 )  # fmt: skip
 assert len(tools.specs) == len(_all.specs), "a native tool is missing from the order above"
 
-GROUPS = ("core", "time", "governance", "audit")
+GROUPS = ("core", "time", "governance", "audit", "graph")
 
 PROFILE = Profile(
     name="native",
