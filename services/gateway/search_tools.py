@@ -67,6 +67,9 @@ async def memory_search(
     semantic_weight: Annotated[
         Unit | None, Field(description="hybrid only: the semantic share of the score (default 0.3).")
     ] = None,
+    graph_weight: Annotated[
+        Unit | None, Field(description="hybrid only: weight of the knowledge graph's PageRank signal (zscore).")
+    ] = None,
     detail: Detail = "brief",
 ) -> SearchResults:
     """Find what the memory knows about a question or topic: the most relevant memories first, each
@@ -77,12 +80,15 @@ async def memory_search(
     rules = (
         (system,) if include_rules and system and system != call.namespace and call.principal.can_read(system) else ()
     )
-    for name, given in (("fusion", fusion), ("semantic_weight", semantic_weight)):
+    for name, given in (("fusion", fusion), ("semantic_weight", semantic_weight), ("graph_weight", graph_weight)):
         if given is not None and mode != "hybrid":
             raise InvalidInput(name, f"only with mode 'hybrid' (this search is {mode})")
+    if graph_weight and fusion not in (None, "zscore"):
+        raise InvalidInput("graph_weight", "the graph signal is fused by z-score (fusion 'zscore' or unset)")
     extra: dict[str, Any] = {
-        "fusion": fusion or "calibrated",
+        "fusion": "zscore" if graph_weight else fusion or "calibrated",
         "semantic_weight": 0.3 if semantic_weight is None else semantic_weight,
+        "graph_weight": graph_weight or 0.0,
     }
     q = SearchMemories(
         namespace=call.namespace,
@@ -117,6 +123,7 @@ async def memory_search(
             score=h.score,
             semantic_score=h.semantic,
             keyword_score=h.keyword,
+            graph_score=h.graph,
             match=h.group,
             demoted=h.demoted,
         )
