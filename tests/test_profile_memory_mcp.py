@@ -521,9 +521,9 @@ async def test_reset_all_memory_needs_confirm(mm: MM) -> None:
     assert (await mm("get_memory", id=mid))["content"] == "keep me unless confirmed"
 
 
-async def test_reset_all_memory_with_confirm(mm: MM) -> None:
-    for i in range(3):
-        await mm("store_memory", content=f"memory {i}")
+async def test_reset_all_memory_with_confirm(world: World) -> None:
+    mm, gw = await world.user()
+    ids = [(await mm("store_memory", content=f"memory {i}"))["id"] for i in range(3)]
     a = (await mm("create_entity", name="A"))["id"]
     b = (await mm("create_entity", name="B"))["id"]
     await mm("create_relation", from_entity=a, to_entity=b, relation_type="knows")
@@ -536,6 +536,10 @@ async def test_reset_all_memory_with_confirm(mm: MM) -> None:
     assert await mm.fails("get_related", entity_id=a) == f"Entity not found: {a}"
     again = await mm("reset_all_memory", confirm=True)
     assert again["deleted"] == {"memories": 0, "entities": 0, "relations": 0, "code_chunks": 0}
+    # one delete event each: the history before the reset stays in the log, readable natively
+    native = await world.es.enter_async_context(Client(build_server(gw)))
+    history = (await native.call_tool("memory_history", {"id": ids[0]})).structured_content
+    assert [v["event"] for v in history["results"]] == ["memory_created", "memory_deleted"]
 
 
 # == 3. over stdio ===========================================================================================
