@@ -16,6 +16,7 @@ PROFILES: dict[str, str] = {
     "governed": "services.gateway.profiles.governed",
     "memento": "services.gateway.profiles.memento",
     "server-memory": "services.gateway.profiles.server_memory",
+    "memory-mcp": "services.gateway.profiles.memory_mcp",
 }
 
 

@@ -1,0 +1,199 @@
+"""memory-mcp's mapping onto the domain: tenants (user_id), memories, the knowledge graph, status and reset.
+
+Tenants. The contract's `user_id` isolates: a memory or entity stored with a user id is visible only with that
+user id. It is a namespace: the caller's own namespace plus one segment for the user, `user-<user_id>` when the
+id is 1-59 letters, digits, '_', '-', '.' (e.g. `default/user-alice`), else `userh-<24 hex of its sha256>` (an
+e-mail address, say); the two forms never collide. Tools without `user_id` act in the caller's namespace.
+The principal must be allowed the user's namespace (its patterns, e.g. `default/*`).
+
+Entity ids. An entity's id is the domain's (derived from namespace and name); an entity of a user's graph is
+named `<id>@<user_id>`, so that create_relation and get_related (which take ids, not a user id) reach it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Literal
+
+from mneme.domain import validation as v
+from mneme.embedding import MODELS
+from mneme.errors import InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
+from schemas.commands import DeleteMemory
+from schemas.queries import GraphEntities, ListMemories, MemoryRow, MemoryStats, SearchMemories
+from services.gateway.gateway import Call
+from services.gateway.params import Intent
+from services.gateway.profiles.memory_mcp_models import CacheStats, EmbeddingStatus, ResetCounts
+
+_PLAIN_USER = re.compile(r"[A-Za-z0-9_.-]{1,59}")
+RESET_REASON = "reset_all_memory"
+BATCH = 500
+
+
+class EntityNotFound(MnemeError):
+    code = "ENTITY_NOT_FOUND"
+
+    def __init__(self, ref: str, field: str):
+        super().__init__(f"Entity not found: {ref}", field=field, details={"id": ref})
+
+
+# -- tenants -------------------------------------------------------------------------------------------------
+def user_segment(user_id: str) -> str:
+    if _PLAIN_USER.fullmatch(user_id) and user_id not in (".", ".."):
+        return f"user-{user_id}"
+    return "userh-" + hashlib.sha256(user_id.encode()).hexdigest()[:24]
+
+
+def given(value: str | None) -> str | None:
+    """An optional text argument: null or blank is absent."""
+    return value if value is not None and value.strip() else None
+
+
+def enter(call: Call, user_id: str | None, intent: Intent, base: str | None = None) -> str:
+    """The namespace a call with this user id acts in (the caller's own without one), checked against the
+    principal; the call acts there from now on (its reads are recorded there)."""
+    uid = given(user_id)
+    if uid is None:
+        return call.namespace
+    ns = v.namespace(f"{base or call.namespace}/{user_segment(uid)}", "user_id")
+    p = call.principal
+    if not (p.can_read(ns) if intent == "read" else p.can_write(ns)):
+        what = "read" if intent == "read" else "write"
+        raise ScopeViolation(f"{p.agent_id} may not {what} namespace {ns!r} (user_id {uid!r})", "user_id")
+    call.namespace = ns
+    return ns
+
+
+def entity_ref(eid: str, user_id: str | None) -> str:
+    uid = given(user_id)
+    return f"{eid}@{uid}" if uid is not None else eid
+
+
+def split_entity_ref(ref: str) -> tuple[str, str | None]:
+    eid, at, uid = ref.partition("@")  # the domain's ids hold no '@'
+    return eid, (uid if at else None)
+
+
+# -- memories ------------------------------------------------------------------------------------------------
+async def memory_row(call: Call, ref: str) -> MemoryRow:
+    """A memory of the call's namespace by id; an id that is not one of mneme's (a UUID) names no memory."""
+    try:
+        mid = v.memory_id(ref)
+    except InvalidInput:
+        raise MemoryNotFound(ref) from None
+    gw = call.gw
+    return await gw.resolve(call.namespace, mid, None, None, await gw.min_seq())
+
+
+async def memory_rows(call: Call, **filters: Any) -> tuple[list[MemoryRow], int]:
+    gw = call.gw
+    got = await gw.queries.ask(
+        ListMemories(
+            namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), sort_by="created_at", **filters
+        )
+    )
+    call.read([r.memory.id for r in got.items])
+    return got.items, got.total
+
+
+# -- status --------------------------------------------------------------------------------------------------
+def model_dimensions(model: str) -> int:
+    for name, spec in MODELS.items():
+        if model in (name, spec.id):
+            return spec.dim
+    return 0
+
+
+async def embedding_status(call: Call) -> EmbeddingStatus:
+    """Whether semantic search answers now (the projector owns the model): a one-result semantic probe.
+    ready: it answered; loading: the model is loading or the index is still embedding; error: anything else
+    (the model failed to load, no vector index)."""
+    gw = call.gw
+    probe = SearchMemories(
+        namespace=call.namespace, now=gw.now(), min_seq=0, mode="semantic", query="status", limit=1, threshold=1.0
+    )
+    status: Literal["loading", "ready", "error"] = "ready"
+    model = ""
+    try:
+        got = await gw.queries.ask(probe)
+        model = got.model or ""
+    except MnemeError as exc:
+        status = "loading" if exc.code in ("EMBEDDING_MODEL_LOADING", "INDEXING") else "error"
+        model = str(exc.details.get("model", ""))
+    model = MODELS[model].id if model in MODELS else model  # the model's id, as a search names it
+    # the embedding cache lives in the projector, which reports no statistics yet: zeros (docs/profiles.md)
+    return EmbeddingStatus(
+        status=status,
+        model=model,
+        dimensions=model_dimensions(model),
+        cache_stats=CacheStats(hits=0, misses=0, size=0),
+    )
+
+
+async def counts(call: Call) -> tuple[int, int]:
+    """Memories (every status) and entities of the call's namespace."""
+    gw = call.gw
+    min_seq = await gw.min_seq()
+    stats = await gw.queries.ask(MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=min_seq, top_tags=0))
+    graph = await gw.queries.ask(
+        GraphEntities(namespace=call.namespace, now=gw.now(), min_seq=min_seq, limit=0, relations="none")
+    )
+    return stats.total, graph.total
+
+
+# -- reset ---------------------------------------------------------------------------------------------------
+SKIPPED = ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED", "PERMISSION_ERROR")
+
+
+async def reset_namespace(call: Call) -> ResetCounts:
+    """Delete every memory (permanently: the domain's delete, one event each) and every entity with its
+    relations (the graph's delete) of the call's namespace. Memories this caller may not delete (locked,
+    protected kinds) stay and are not counted. The log keeps everything: `as_of` reads still see it."""
+    gw = call.gw
+    actor, rid = call.principal.actor, call.request_id
+    memories = skipped = 0
+    while True:
+        got = await gw.queries.ask(
+            ListMemories(
+                namespace=call.namespace,
+                now=gw.now(),
+                min_seq=await gw.min_seq(),
+                status="any",
+                include_expired=True,
+                sort_by="created_at",
+                sort_order="asc",
+                limit=BATCH,
+                offset=skipped,
+            )
+        )
+        if not got.items:
+            break
+        for row in got.items:
+            cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=True, reason=RESET_REASON)
+            try:
+                w = await gw.commands.delete(cmd, actor=actor, request_id=rid, min_seq=await gw.min_seq())
+            except MnemeError as exc:
+                if exc.code not in SKIPPED:
+                    raise
+                skipped += 1
+                continue
+            gw.noted(w.seq)
+            memories += 1
+    entities, relations = 0, set[str]()
+    while True:
+        graph = await gw.queries.ask(
+            GraphEntities(
+                namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), limit=BATCH, relations="either"
+            )
+        )
+        if not graph.entities:
+            break
+        relations.update(r.id for r in graph.relations)
+        gone = await gw.graph.delete_entities(
+            call.namespace, [e.name for e in graph.entities], actor, rid, await gw.min_seq(), reason=RESET_REASON
+        )
+        gw.noted(gone.seq)
+        entities += gone.deleted
+        if gone.deleted == 0:  # nothing could be deleted: stop rather than loop
+            break
+    return ResetCounts(memories=memories, entities=entities, relations=len(relations), code_chunks=0)
