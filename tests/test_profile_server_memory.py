@@ -64,7 +64,8 @@ async def test_tools_list_over_stdio_is_the_reference_servers_own(tmp_path: Path
         assert json.loads(SEED.read_text())["tools"] == reference
     params = serve_params(tmp_path / "d", "--profile", "server-memory", env={**os.environ})
     async with stdio_client(params) as (r, w), ClientSession(r, w) as cs:
-        await cs.initialize()
+        init = await cs.initialize()
+        assert (init.server_info.name, init.server_info.version) == ("memory-server", "0.6.3")
         assert snapshot((await cs.list_tools()).tools) == reference
         res = await cs.call_tool(
             "create_entities", {"entities": [{"name": "A", "entityType": "t", "observations": []}]}

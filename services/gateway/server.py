@@ -164,7 +164,8 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     if is_native and gw is not None:  # the operator's choices: the context argument, the groups of tools
         p = p.with_options(context=gw.native_context, groups=gw.tool_groups)
     mcp = MnemeMCPServer(
-        name=name if is_native else f"{name}-{p.name}",
+        name=p.server[0] if p.server else name if is_native else f"{name}-{p.name}",
+        version=p.server[1] if p.server else None,
         instructions=p.instructions or None,
         errors=p.errors,
         listed=p.listed,

@@ -91,6 +91,7 @@ class Profile:
     # tools listed exactly as a contract's own server lists them (name -> its tools/list entry): title, schemas,
     # annotations, execution; the functions still validate the arguments
     listed: Mapping[str, dict[str, Any]] | None = None
+    server: tuple[str, str] | None = None  # the serverInfo (name, version) the contract names (None: mneme's)
 
     def with_options(self, *, context: ContextPolicy | None = None, groups: tuple[str, ...] | None = None) -> Profile:
         """This profile as an operator configured it: its context policy, the groups of tools it offers."""

@@ -199,7 +199,8 @@ class Searcher:
                 for i in hit_of
             }
         else:
-            relevance = {i: s for i, (s, _) in fuse(dense, keyword, q.fusion, q.semantic_weight).items()}
+            w_kw = q.keyword_weight if q.keyword_weight is not None else 1.0 - q.semantic_weight
+            relevance = {i: s for i, (s, _) in fuse(dense, keyword, q.fusion, q.semantic_weight, w_kw).items()}
 
         needle = _norm(text)
         hits = []
@@ -368,11 +369,13 @@ def zfused(signals: dict[str, dict[str, float]], weights: dict[str, float], ids:
     return out
 
 
-def fuse(dense: list[Hit], keyword: list[Hit], method: str, w_sem: float) -> dict[str, tuple[float, Hit]]:
+def fuse(
+    dense: list[Hit], keyword: list[Hit], method: str, w_sem: float, w_kw: float | None = None
+) -> dict[str, tuple[float, Hit]]:
     """The relative fusions, kept for comparison: {point id: (fused score 0-1, hit)}. RRF: sum of w / (k + rank),
     over its maximum. z-score: each retriever's scores standardised over its candidates (a miss counts as that
     list's lowest), weighted, then squashed with a logistic."""
-    w = {"d": w_sem, "k": 1.0 - w_sem}
+    w = {"d": w_sem, "k": 1.0 - w_sem if w_kw is None else w_kw}
     lists = {"d": dense, "k": keyword}
     hit_of: dict[str, Hit] = {}
     for lst in lists.values():

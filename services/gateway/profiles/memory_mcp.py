@@ -359,4 +359,5 @@ PROFILE = Profile(
     errors=ERRORS,
     context="never",
     listed=LISTED,
+    server=("memory-mcp", "0.1.0"),  # the contract's serverInfo
 )
