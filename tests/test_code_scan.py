@@ -249,3 +249,26 @@ def test_the_order_is_sorted_and_repeatable(tmp_path: Path) -> None:
     first = scan_project(tmp_path / "copy")
     paths = [f.path for f in first.files]
     assert paths == sorted(paths) and scan_project(tmp_path / "copy") == first
+
+
+def test_unreadable_files_and_directories_are_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ["a.py", "b.py", "sub/c.py"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    real_read, real_scandir = Path.read_bytes, os.scandir
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name == "a.py":
+            raise PermissionError(13, "Permission denied")
+        return real_read(self)
+
+    def scandir(path: str | os.PathLike[str]) -> object:
+        if Path(path).name == "sub":
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(scan_module.os, "scandir", scandir)
+    result = scan_project(tmp_path)
+    assert [f.path for f in result.files] == ["b.py"]
+    assert dict(result.skipped_paths) == {"a.py": "unreadable", "sub": "unreadable"}

@@ -7,8 +7,8 @@ A `Chunker` parses a file with its language's tree-sitter grammar and cuts it in
 (see `mneme.code.windows` for the rules). Each `Chunk` carries the text to embed, `header + "\\n" + code`,
 where the header is `path \u203a Class \u203a method` (the enclosing named scopes, and the chunk's own definition when
 it holds exactly one), and no chunk's text is over `budget` tokens of the embedding model's own tokenizer:
-every chunk is counted once more, whole, and any that is over (a cut inside a word can count differently
-from the whole file) is halved until it fits. Files in other languages, and files the grammar cannot parse
+a chunk cut inside a word (which can count differently from the whole file) is counted once more, whole,
+and any chunk over the budget is halved until it fits. Files in other languages, and files the grammar cannot parse
 (the root is an error), are cut by lines: one chunk of type "file" when the whole file fits, else "lines".
 
 Chunk types: function, method, class, struct, enum, interface, trait, impl, type, module (a namespace or
@@ -202,11 +202,19 @@ class _File:
         return ("module" if w.top else "block"), None
 
     def _fit(self, drafts: list[_Draft]) -> list[Chunk]:
-        """Count every chunk whole; halve any over the budget (by lines, else by characters) until it fits."""
+        """Count every chunk exactly; halve any over the budget (by lines, else by characters) until it fits."""
+        counter, data = self.counter, self.data
+        known: list[int | None] = []
+        for d in drafts:  # a chunk cut between words is counted exactly by the file's token offsets already
+            exact = counter.additive_at(data, d.start) and counter.additive_at(data, d.end)
+            known.append(self.header(d.names)[1] + self.spans.between(d.start, d.end) if exact else None)
+        recount = [i for i, estimate in enumerate(known) if estimate is None or estimate > self.budget]
+        texts = [f"{drafts[i].header}\n{data[drafts[i].start : drafts[i].end].decode('utf-8')}" for i in recount]
+        for i, counted in zip(recount, counter.count_many(texts), strict=True):
+            known[i] = counted
         out: list[Chunk] = []
-        texts = [f"{h}\n{self.data[s:e].decode('utf-8')}" for s, e, h, *_ in drafts]
-        for draft, tokens in zip(drafts, self.counter.count_many(texts), strict=True):
-            out.extend(self._fitted(draft, tokens))
+        for draft, tokens in zip(drafts, known, strict=True):
+            out.extend(self._fitted(draft, tokens or 0))
         return out
 
     def _fitted(self, draft: _Draft, tokens: int) -> list[Chunk]:

@@ -7,12 +7,13 @@ the model's maximum less the two special tokens (126 for the default paraphrase-
 
 `TokenCounter` counts without special tokens. Besides `count` and `count_many` it gives `spans(text)`, the
 byte offset at which every token of a whole file starts: the chunker tokenizes each file once and counts any
-byte range by bisection, then checks each finished chunk with `count_many` (the two agree except where a cut
-falls inside a word, which the check catches).
+byte range by bisection. For the BERT tokenizer that count is exact wherever a range is cut between words
+(`additive_at`: whitespace or punctuation on one side); a chunk cut anywhere else is counted again, whole.
 """
 
 from __future__ import annotations
 
+import string
 from bisect import bisect_left
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from tokenizers import Tokenizer
 
 from mneme.embedding import DEFAULT_MODEL, MODELS, TOKENIZER
 
+_SEPARATING = frozenset(string.whitespace.encode() + string.punctuation.encode())  # ASCII: BERT splits there
 SPECIAL_TOKENS = 2  # [CLS] and [SEP], which the embedder adds to every input
 
 
@@ -39,6 +41,21 @@ class TokenCounter:
         self._tok = Tokenizer.from_file(str(tokenizer_file))
         self._tok.no_truncation()  # the file ships with the model's truncation and padding: count everything
         self._tok.no_padding()
+        # BERT splits words at whitespace and at every punctuation character and normalizes per character, so
+        # the tokens of a text cut where one of those is on either side add up exactly (see `additive_at`)
+        self.additive = (
+            type(self._tok.pre_tokenizer).__name__ == "BertPreTokenizer"
+            and type(self._tok.normalizer).__name__ in ("BertNormalizer", "NoneType")
+            and type(self._tok.model).__name__ == "WordPiece"
+        )
+
+    def additive_at(self, data: bytes, offset: int) -> bool:
+        """Whether a cut of `data` at `offset` splits no word: counts of both sides then add up exactly."""
+        if not self.additive:
+            return False
+        if offset <= 0 or offset >= len(data):
+            return True
+        return data[offset - 1] in _SEPARATING or data[offset] in _SEPARATING
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
