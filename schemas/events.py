@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from schemas.code_events import AnyCodeEvent
 from schemas.graph_events import AnyGraphEvent
 
 UtcTime = Annotated[datetime, Meta(tz=True)]
@@ -139,8 +140,9 @@ AnyEvent = (
     | MemoryInvalidated
 )
 
-# everything the log holds: memories' events and the knowledge graph's (schemas/graph_events.py)
-LogEvent = AnyEvent | AnyGraphEvent
+# everything the log holds: memories' events, the knowledge graph's (schemas/graph_events.py) and the code
+# index's (schemas/code_events.py)
+LogEvent = AnyEvent | AnyGraphEvent | AnyCodeEvent
 
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)
     f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version", "verification")

@@ -32,6 +32,7 @@ ERR_WRONG_LAST_SEQUENCE = 10071
 MEMORY_AGGREGATE = "mem"
 ENTITY_AGGREGATE = "ent"
 RELATION_AGGREGATE = "rel"
+CODE_AGGREGATE = "code"
 NO_STORE_TOKEN = "-"
 
 _READABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -59,6 +60,13 @@ def entity_subject(namespace: str, entity_id: str) -> str:
 
 def relation_subject(namespace: str, relation_id: str) -> str:
     return f"{EVENTS_PREFIX}.{token(namespace)}.{RELATION_AGGREGATE}.{relation_id}"
+
+
+def code_subject(namespace: str, project_id: str) -> str:
+    return f"{EVENTS_PREFIX}.{token(namespace)}.{CODE_AGGREGATE}.{token(project_id)}"
+
+
+CODE_SUBJECTS = f"{EVENTS_PREFIX}.*.{CODE_AGGREGATE}.>"  # every namespace's code-index events
 
 
 def store_filter(namespace: str, store: str) -> str:

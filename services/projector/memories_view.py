@@ -372,8 +372,9 @@ class MemoriesView:
             for p in batch:
                 env = p.envelope
                 if not isinstance(env.event, Event):
-                    self.graph.stage_one(self._write, p, self._memories_holding)
-                    continue
+                    if GraphFold.is_graph(env):
+                        self.graph.stage_one(self._write, p, self._memories_holding)
+                    continue  # (code-index events are the code view's)
                 mid = env.aggregate_id
                 prev = st.states[mid] if mid in st.states else loaded.get(mid)
                 new = evolve(prev, env, p.seq)
