@@ -12,14 +12,14 @@ Nothing here touches the event log, the read models or the tools: an indexer bui
 
 and embeds `Chunk.text` (header line + code), which is never over `Chunker.budget` tokens of the embedding
 model's own tokenizer (`tokens.default_budget()`: the default model's limit). Chunking is a pure function of
-(bytes, path, language, budget, tokenizer), so chunks can be rebuilt from the same bytes and compared.
+(bytes, path, language, budget, tokenizer, CHUNKER_VERSION), so chunks can be rebuilt from the same bytes.
 
 Modules: `scan` (walking, validation, hashing), `ignore` (gitignore, default, binary and minified rules),
 `languages` (extensions, grammars, what a node defines), `windows` (the cAST windowing), `chunk` (chunks,
 headers, the token check), `tokens` (the tokenizer and budgets).
 """
 
-from mneme.code.chunk import Chunk, Chunker
+from mneme.code.chunk import CHUNKER_VERSION, Chunk, Chunker
 from mneme.code.scan import (
     DryRun,
     FileChanged,
@@ -33,6 +33,7 @@ from mneme.code.scan import (
 from mneme.code.tokens import TokenCounter, default_budget
 
 __all__ = [
+    "CHUNKER_VERSION",
     "Chunk",
     "Chunker",
     "DryRun",

@@ -39,6 +39,9 @@ from mneme.code.languages import (
 from mneme.code.tokens import TokenCounter, TokenSpans, default_budget
 from mneme.code.windows import Scope, Window, Windower
 
+# Raise when a change to the rules (or a grammar pin) can change the chunks of the same bytes: an indexer that
+# re-chunks files on replay records it beside the budget and model, and knows chunks from another version differ.
+CHUNKER_VERSION = 1
 SEPARATOR = " \u203a "
 MIN_BUDGET = 16  # below this a header leaves no room for code
 _BLANK = b" \t\r\n\f\v"
