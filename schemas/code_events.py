@@ -27,7 +27,7 @@ class CodeChunk(Struct, frozen=True, kw_only=True):
     end_line: int
     chunk_type: str  # function, method, class, struct, impl, interface, imports, block, lines, file…
     name: str | None
-    header: str  # "path › Class › function": embedded with the code
+    header: str  # "path > Class > function" (with U+203A): embedded with the code
     code: str
 
 

@@ -368,6 +368,76 @@ class GraphResult(Struct, frozen=True, kw_only=True):
     truncated: bool = False
 
 
+class SearchCode(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Semantic search over the namespace's indexed code (chunks that have their vector)."""
+
+    OPERATION: ClassVar[str] = "code.search"
+    query: str
+    project_id: str | None = None
+    language: str | None = None
+    limit: int = 10
+
+
+class CodeIndexStatus(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    OPERATION: ClassVar[str] = "code.status"
+    project_id: str
+
+
+class CodeProjects(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    OPERATION: ClassVar[str] = "code.projects"
+
+
+class CodeFiles(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The files a project's index holds, with their content hashes (what an indexing run can skip)."""
+
+    OPERATION: ClassVar[str] = "code.files"
+    project_id: str
+
+
+class CodeHit(Struct, frozen=True, kw_only=True):
+    id: str
+    project_id: str
+    path: str
+    language: str
+    start_line: int
+    end_line: int
+    chunk_type: str
+    name: str | None
+    content: str
+    score: float
+
+
+class CodeSearchResult(Struct, frozen=True, kw_only=True):
+    hits: list[CodeHit]
+    pending: int  # chunks of the namespace still waiting for their vector (not searchable yet)
+    model: str | None = None
+
+
+class CodeStatusResult(Struct, frozen=True, kw_only=True):
+    project_id: str
+    found: bool
+    status: str = "pending"  # pending | indexing | completed | failed
+    root: str | None = None
+    total_files: int = 0
+    indexed_files: int = 0
+    total_chunks: int = 0
+    embedded_chunks: int = 0
+    progress_percent: float = 0.0
+    eta_seconds: float | None = None
+    started_at: UtcTime | None = None
+    completed_at: UtcTime | None = None
+    error: str | None = None
+
+
+class CodeProjectsResult(Struct, frozen=True, kw_only=True):
+    projects: list[CodeStatusResult]
+
+
+class CodeFilesResult(Struct, frozen=True, kw_only=True):
+    root: str | None
+    files: dict[str, str]  # path -> sha256
+
+
 class Reply(Struct, frozen=True, kw_only=True):
     applied_seq: int
     result: msgspec.Raw = msgspec.Raw(b"\xc0")  # msgpack nil until a result is set
@@ -388,6 +458,10 @@ RESULT_TYPES: dict[str, type] = {
     GraphEntities.OPERATION: GraphResult,
     GraphRelations.OPERATION: GraphResult,
     GraphTraverse.OPERATION: GraphResult,
+    SearchCode.OPERATION: CodeSearchResult,
+    CodeIndexStatus.OPERATION: CodeStatusResult,
+    CodeProjects.OPERATION: CodeProjectsResult,
+    CodeFiles.OPERATION: CodeFilesResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
     q.OPERATION: q
@@ -404,6 +478,10 @@ QUERY_TYPES: dict[str, type[Query]] = {
         GraphEntities,
         GraphRelations,
         GraphTraverse,
+        SearchCode,
+        CodeIndexStatus,
+        CodeProjects,
+        CodeFiles,
     )
 }
 

@@ -549,7 +549,8 @@ async def test_stdio_session(tmp_path: Path) -> None:
     params = serve_params(tmp_path / "d", "--profile", "memory-mcp", env={**os.environ})
     async with stdio_client(params) as (r, w), ClientSession(r, w) as cs:
         init = await cs.initialize()
-        assert init.instructions == INSTRUCTIONS and (init.server_info.name, init.server_info.version) == ("memory-mcp", "0.1.0")
+        assert init.instructions == INSTRUCTIONS
+        assert (init.server_info.name, init.server_info.version) == ("memory-mcp", "0.1.0")
         assert snapshot((await cs.list_tools()).tools) == json.loads(GOLDEN.read_text())
         s = MM(cs)
         mid = (await s("store_memory", content="Served over stdio", memory_type="episodic"))["id"]

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mneme.domain.state import MemoryState, evolve
 from mneme.follow import Positioned
 from mneme.synthetic import history
+from schemas.events import Event
 from schemas.queries import GetMemory, PathOwner
 from services.projector import memories_queries as Q
 from services.projector.memories_view import MemoriesView
@@ -69,6 +70,7 @@ def test_staged_point_reads_equal_the_fold(seed: int, n_events: int, commit_ever
                 view.stage([p], seq)
                 new = evolve(truth.get(env.aggregate_id), env, seq)
                 if new is not None or env.aggregate_id in truth:
+                    assert isinstance(env.event, Event)
                     versions.setdefault(env.aggregate_id, []).append((env.event.version, seq))
                 if new is None:
                     truth.pop(env.aggregate_id, None)

@@ -11,6 +11,7 @@ from msgspec import UNSET, Struct
 from schemas.events import (
     UPDATABLE_FIELDS,
     Envelope,
+    Event,
     MemoryArchived,
     MemoryCreated,
     MemoryDeleted,
@@ -96,8 +97,8 @@ def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | 
             last_seq=seq,
             verification=ev.verification,
         )
-    if state is None:
-        return None  # an event for a memory this projection never saw created: nothing to fold
+    if state is None or not isinstance(ev, Event):
+        return None  # an event for a memory this projection never saw created (or not a memory's): nothing to fold
     common = {"version": ev.version, "updated_at": env.occurred_at, "updated_by": env.actor.agent_id, "last_seq": seq}
     if isinstance(ev, MemoryUpdated):
         changes = {f: getattr(ev, f) for f in UPDATABLE_FIELDS if getattr(ev, f) is not UNSET}

@@ -110,6 +110,7 @@ class GraphCommands:
         )
 
     async def _append(self, subject: str, env: Envelope, expected: int) -> int:
+        assert isinstance(env.event, GraphEvent)
         seq, _dup = await self.log.append(
             subject,
             encode_envelope(env),
