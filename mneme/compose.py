@@ -265,4 +265,5 @@ def gateway(nc: NATS, gs: GatewaySettings | None = None) -> Gateway:
         tool_groups=tuple(gs.tools) if gs.tools is not None else None,
         consistency=gs.consistency,
         stores=dict(gs.stores),
+        code_roots=tuple(gs.code_roots) if gs.code_roots is not None else None,
     )

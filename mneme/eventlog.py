@@ -77,14 +77,17 @@ class EventLog:
         data: bytes,
         *,
         msg_id: str,
-        expected_seq: int,
+        expected_seq: int | None,
         expected_subject: str | None = None,
         digest: str | None = None,
     ) -> tuple[int, bool]:
-        """Publish one event. Returns (stream sequence, duplicate). `digest` names the request's arguments."""
+        """Publish one event. Returns (stream sequence, duplicate). `digest` names the request's arguments;
+        `expected_seq` None: no concurrency check (an append-only record, such as a code-index run's)."""
         if not self.connected():  # fail fast instead of queueing a write behind a reconnect
             raise Unavailable("NATS is unreachable: the write was not sent; retry with the same request_id")
-        headers = {S.HDR_MSG_ID: msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: str(expected_seq)}
+        headers = {S.HDR_MSG_ID: msg_id}
+        if expected_seq is not None:
+            headers[S.HDR_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_seq)
         if digest:
             headers[S.HDR_REQUEST_DIGEST] = digest
         if expected_subject:

@@ -81,6 +81,19 @@ class GatewaySettings(BaseSettings):
     query_timeout: float = Field(6.0, gt=0, description="Seconds to wait for a projector's answer.")
     max_content_chars: int = Field(65_536, ge=1, le=1_048_576)
     profile: str = Field("native", description="Tool surface over stdio: native, or a seed contract's profile.")
+    code_roots: Annotated[list[Path] | None, NoDecode] = Field(
+        None,
+        description="Directories index_project may index (comma-separated; default: any the gateway can read).",
+    )
+
+    @field_validator("code_roots", mode="before")
+    @classmethod
+    def _roots(cls, value: Any) -> Any:  # MNEME_GATEWAY_CODE_ROOTS=/src,/work as well as a JSON list
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
+        return value
+
     stores: dict[str, str] = Field(
         default_factory=dict, description="Store registry for the cortex profile: store name -> namespace (JSON)."
     )

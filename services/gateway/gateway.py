@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -23,6 +24,7 @@ from schemas.access import AccessDenied, ReadRecorded
 from schemas.commands import DeleteMemory
 from schemas.queries import AsOf, AsOfResolved, ExpiredMemories, GetMemory, MemoryRow, VersionInfo
 from services.gateway.access_log import AccessLog
+from services.gateway.code_indexer import CodeIndexer
 from services.gateway.commands import Clock, CommandService, Written, utc_now
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 from services.gateway.graph_commands import GraphCommands
@@ -68,10 +70,22 @@ class Gateway:
     clock: Clock = utc_now
     _high_water: int = 0
 
+    code_roots: tuple[Path, ...] | None = None  # the directories index_project may index (None: any)
+
     @cached_property
     def graph(self) -> GraphCommands:
         """The knowledge graph's write side, over the same log and query client."""
         return GraphCommands(self.log, self.queries, self.now)
+
+    @cached_property
+    def code(self) -> CodeIndexer:
+        """The code index's writer: scans and chunks here, records runs in the log."""
+        return CodeIndexer(
+            self.log,
+            self.queries,
+            self.now,
+            allowed_roots=list(self.code_roots) if self.code_roots is not None else None,
+        )
 
     # -- read-your-writes (invariant 3) -------------------------------------------------
     # DESIGN.md keys this per client session. mcp 2.x's 2026-07-28 protocol is stateless

@@ -1,0 +1,228 @@
+"""Indexing a project's code: scan and chunk where the files are (the gateway's machine), record the run in
+the log, and let the projector embed and serve it (mneme/code for the scanning and chunking).
+
+A run compares the tree with what the index holds (content hashes, from a projector), records only the
+changed files (`code_file_indexed`, with their chunks) and the removed ones, between `code_index_started`
+and `code_index_finished`; a failure is recorded too (`failed`, with the error). It runs in the background:
+`index` waits up to `wait` seconds for the run to be recorded and answers what it did so far; the status
+query follows it to the end (chunking, then embedding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from mneme.code import Chunker, InvalidPath, SourceFile, dry_run, scan_project, validate_project_path
+from mneme.errors import MnemeError
+from mneme.eventlog import EventLog
+from mneme.ids import event_id_for, new_id
+from schemas import subjects as S
+from schemas.code_events import (
+    AnyCodeEvent,
+    CodeChunk,
+    CodeFileIndexed,
+    CodeFileRemoved,
+    CodeIndexFinished,
+    CodeIndexStarted,
+    CodeProjectDeleted,
+)
+from schemas.events import Actor, Envelope, encode_envelope
+from schemas.queries import CodeFiles, CodeProjects
+from services.gateway.queries import QueryClient
+
+log = logging.getLogger("mneme.gateway.code")
+MAX_FILE_BYTES = 512 * 1024
+
+
+@dataclass
+class Run:
+    """One indexing run, as the gateway sees it while it records it."""
+
+    project_id: str
+    root: str
+    total_files: int
+    unchanged: int
+    removed: int
+    files_indexed: int = 0
+    chunks_created: int = 0
+    failed_files: list[str] = field(default_factory=list)
+    seq: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    error: str | None = None
+
+
+_local = threading.local()
+
+
+def _chunk(f: SourceFile) -> list[CodeChunk]:
+    chunker = getattr(_local, "chunker", None)
+    if chunker is None:
+        chunker = _local.chunker = Chunker()  # one per thread: tree-sitter parsers are not thread-safe
+    return [
+        CodeChunk(
+            start_line=c.start_line,
+            end_line=c.end_line,
+            chunk_type=c.chunk_type,
+            name=c.name,
+            header=c.header,
+            code=c.code,
+        )
+        for c in chunker.chunk(f.path, f.read(), f.language)
+    ]
+
+
+class CodeIndexer:
+    def __init__(
+        self,
+        log_: EventLog,
+        queries: QueryClient,
+        clock: Callable[[], datetime],
+        *,
+        allowed_roots: list[Path] | None = None,
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ):
+        self.log, self.queries, self.clock = log_, queries, clock
+        self.allowed_roots = allowed_roots
+        self.max_file_bytes = max_file_bytes
+        self.runs: dict[tuple[str, str], Run] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def validate(self, path: str) -> Path:
+        return validate_project_path(path, self.allowed_roots)
+
+    async def project_id_for(self, ns: str, root: Path, min_seq: int) -> str:
+        """The project's id: its directory's name, made unique in the namespace by a short hash of its path when
+        another directory of that name is indexed already."""
+        name = root.name or "root"
+        got = await self.queries.ask(CodeProjects(namespace=ns, now=self.clock(), min_seq=min_seq))
+        other = {p.project_id: p.root for p in got.projects}
+        if name in other and other[name] != str(root):
+            return f"{name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
+        return name
+
+    def _envelope(self, ns: str, ev: AnyCodeEvent, actor: Actor, request_id: str, key: str) -> Envelope:
+        return Envelope(
+            event_id=event_id_for(f"code:{ev.run_id}:{key}"),
+            schema_version=1,
+            namespace=ns,
+            aggregate_id=ev.project_id,
+            occurred_at=self.clock(),
+            actor=actor,
+            request_id=request_id,
+            event=ev,
+        )
+
+    async def _append(self, ns: str, ev: AnyCodeEvent, actor: Actor, request_id: str, key: str) -> int:
+        env = self._envelope(ns, ev, actor, request_id, key)
+        seq, _ = await self.log.append(
+            S.code_subject(ns, ev.project_id), encode_envelope(env), msg_id=f"code:{ev.run_id}:{key}", expected_seq=None
+        )
+        return seq
+
+    async def index(self, ns: str, path: str, actor: Actor, request_id: str, min_seq: int, *, wait: float) -> Run:
+        root = await asyncio.to_thread(self.validate, path)
+        project_id = await self.project_id_for(ns, root, min_seq)
+        before = await self.queries.ask(
+            CodeFiles(namespace=ns, now=self.clock(), min_seq=min_seq, project_id=project_id)
+        )
+        scan = await asyncio.to_thread(
+            scan_project, root, allowed_roots=self.allowed_roots, max_file_bytes=self.max_file_bytes
+        )
+        changed = [f for f in scan.files if before.files.get(f.path) != f.sha256]
+        removed = sorted(set(before.files) - {f.path for f in scan.files})
+        run = Run(project_id, str(root), len(changed), len(scan.files) - len(changed), len(removed))
+        self.runs[(ns, project_id)] = run
+        run_id = new_id()
+        run.seq = await self._append(
+            ns,
+            CodeIndexStarted(
+                project_id=project_id,
+                run_id=run_id,
+                root=str(root),
+                total_files=len(changed),
+                total_bytes=sum(f.size for f in changed),
+                unchanged=run.unchanged,
+            ),
+            actor,
+            request_id,
+            "start",
+        )
+        task = asyncio.create_task(self._record(ns, run, run_id, changed, removed, actor, request_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(run.done.wait()), wait)
+        except TimeoutError:
+            pass  # still recording: the status query follows it
+        return run
+
+    async def _record(
+        self,
+        ns: str,
+        run: Run,
+        run_id: str,
+        changed: list[SourceFile],
+        removed: list[str],
+        actor: Actor,
+        request_id: str,
+    ) -> None:
+        pid = run.project_id
+        status, error = "completed", None
+        try:
+            for f in changed:
+                try:
+                    chunks = await asyncio.to_thread(_chunk, f)
+                    ev = CodeFileIndexed(
+                        project_id=pid,
+                        run_id=run_id,
+                        path=f.path,
+                        language=f.language,
+                        sha256=f.sha256,
+                        size=f.size,
+                        chunks=tuple(chunks),
+                    )
+                    run.seq = await self._append(ns, ev, actor, request_id, f"file:{f.path}")
+                except MnemeError as exc:
+                    if exc.retryable and exc.code != "FILE_CHANGED":
+                        raise
+                    run.failed_files.append(f.path)  # changed or gone while indexing: the next run takes it
+                    continue
+                run.files_indexed += 1
+                run.chunks_created += len(chunks)
+            for p in removed:
+                rm = CodeFileRemoved(project_id=pid, run_id=run_id, path=p)
+                run.seq = await self._append(ns, rm, actor, request_id, f"rm:{p}")
+        except Exception as exc:
+            log.warning("indexing %s failed", run.root, exc_info=True)
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        try:
+            fin = CodeIndexFinished(project_id=pid, run_id=run_id, status=status, error=error)
+            run.seq = await self._append(ns, fin, actor, request_id, "finish")
+        finally:
+            run.error = error
+            run.done.set()
+
+    async def delete(self, ns: str, project_id: str, actor: Actor, request_id: str) -> int:
+        run_id = new_id()
+        return await self._append(
+            ns, CodeProjectDeleted(project_id=project_id, run_id=run_id), actor, request_id, "delete"
+        )
+
+    async def estimate(self, path: str) -> dict[str, object]:
+        root = await asyncio.to_thread(self.validate, path)
+        d = await asyncio.to_thread(dry_run, root, allowed_roots=self.allowed_roots, max_file_bytes=self.max_file_bytes)
+        return {"root": str(root), "files": d.files, "bytes": d.bytes}
+
+    async def drain(self, timeout: float) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+__all__ = ["CodeIndexer", "InvalidPath", "Run"]
