@@ -1,12 +1,11 @@
 """The `memory-mcp` profile (../shared/seeds/memory-mcp-contract.md): an agent memory server with a knowledge
-graph, bi-temporal validity and hybrid recall, over the one log. 16 of the contract's 21 tools: the code-index
-tools (index_project, search_code, get_index_status, list_projects, delete_project) join with the code index.
+graph, bi-temporal validity, hybrid recall and code search, over the one log: the contract's 21 tools.
 
 A thin translation onto the domain: memories are the domain's memories (memory_type is their kind), entities
 and relations the knowledge graph's, searches the projector's. The tools are listed with the contract's own
 input schemas (memory_mcp_schemas.py); errors are the contract's plain text. docs/profiles.md maps every tool
 and records every choice. memory_mcp_graph.py: the knowledge-graph tools; memory_mcp_models.py: arguments and
-results; memory_mcp_ops.py: tenants, status, reset.
+results; memory_mcp_ops.py: tenants, status, reset; memory_mcp_code.py: the code-index tools.
 """
 
 from __future__ import annotations
@@ -22,11 +21,11 @@ from pydantic import Field, TypeAdapter
 from mneme.domain import validation as v
 from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.commands import CreateMemory, DeleteMemory, InvalidateMemory, UpdateMemory
-from schemas.queries import SearchMemories
+from schemas.queries import SearchCode, SearchMemories
 from services.gateway.error_styles import PlainErrors
 from services.gateway.gateway import Call
 from services.gateway.params import CREATE, DESTRUCTIVE, READ, WRITE
-from services.gateway.profiles import memory_mcp_graph
+from services.gateway.profiles import memory_mcp_code, memory_mcp_graph
 from services.gateway.profiles import memory_mcp_ops as ops
 from services.gateway.profiles.memory_mcp_models import (
     Deleted,
@@ -193,40 +192,89 @@ async def recall(
     ppr_weight: SignalWeight = 0.45,
 ) -> RecallOut:
     """Hybrid search combining vector similarity, BM25 keywords, and graph context (PPR). Can search memories, code, or both with Z-Score normalization."""  # noqa: E501
-    # include_code, project_id, language: accepted; code results come with the code index (docs/profiles.md)
-    if not include_memories:
-        return RecallOut(results=[], query=query, subgraph_nodes=0, memories_count=0, code_count=0)
     gw = call.gw
-    got = await gw.queries.ask(
-        SearchMemories(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=await gw.min_seq(),
-            mode="hybrid",
-            fusion="zscore",
-            query=query,
-            limit=limit,
-            semantic_weight=vector_weight,
-            keyword_weight=bm25_weight,
-            graph_weight=ppr_weight,
+    memories: list[RecallItem] = []
+    nodes = 0
+    if include_memories:
+        got = await gw.queries.ask(
+            SearchMemories(
+                namespace=call.namespace,
+                now=gw.now(),
+                min_seq=await gw.min_seq(),
+                mode="hybrid",
+                fusion="zscore",
+                query=query,
+                limit=limit,
+                semantic_weight=vector_weight,
+                keyword_weight=bm25_weight,
+                graph_weight=ppr_weight,
+            )
         )
-    )
-    call.read([h.memory.id for h in got.hits])
-    results = [
-        RecallItem(
-            id=h.memory.id,
-            content=h.memory.content,
-            source="memory",
-            score=h.score,
-            vector_score=h.semantic or 0.0,
-            bm25_score=h.keyword or 0.0,
-            ppr_score=h.graph or 0.0,  # None until the graph signal runs
+        call.read([h.memory.id for h in got.hits])
+        nodes = got.subgraph_nodes
+        memories = [
+            RecallItem(
+                id=h.memory.id,
+                content=h.memory.content,
+                source="memory",
+                score=h.score,
+                vector_score=h.semantic or 0.0,
+                bm25_score=h.keyword or 0.0,
+                ppr_score=h.graph or 0.0,
+            )
+            for h in got.hits
+        ]
+    code: list[RecallItem] = []
+    if include_code:
+        found = await gw.queries.ask(
+            SearchCode(
+                namespace=call.namespace,
+                now=gw.now(),
+                min_seq=await gw.min_seq(),
+                query=query,
+                project_id=project_id,
+                language=language,
+                limit=limit,
+            )
         )
-        for h in got.hits
-    ]
+        code = [
+            RecallItem(
+                id=h.id,
+                content=h.content,
+                source="code",
+                score=h.score,
+                vector_score=h.score,
+                bm25_score=0.0,
+                ppr_score=0.0,
+                file_path=h.path,
+                start_line=h.start_line,
+                end_line=h.end_line,
+            )
+            for h in found.hits
+        ]
+    results = merge_by_zscore(memories, code, limit) if memories and code else (memories or code)[:limit]
     return RecallOut(
-        results=results, query=query, subgraph_nodes=got.subgraph_nodes, memories_count=len(results), code_count=0
+        results=results,
+        query=query,
+        subgraph_nodes=nodes,
+        memories_count=sum(1 for r in results if r.source == "memory"),
+        code_count=sum(1 for r in results if r.source == "code"),
     )
+
+
+def merge_by_zscore(memories: list[RecallItem], code: list[RecallItem], limit: int) -> list[RecallItem]:
+    """Memories and code chunks on one list: each side's scores standardised over its own results (the two
+    scales differ), then merged by that z-score, best first."""
+
+    def z(items: list[RecallItem]) -> list[tuple[float, RecallItem]]:
+        xs = [r.score for r in items]
+        mean = sum(xs) / len(xs)
+        std = (sum((x - mean) ** 2 for x in xs) / len(xs)) ** 0.5 or 1.0
+        return [((r.score - mean) / std, r) for r in items]
+
+    both = z(memories) + z(code)
+    both.sort(key=lambda t: -t[0])
+    return [r for _, r in both[:limit]]
 
 
 # == temporal ================================================================================================
@@ -284,7 +332,7 @@ async def get_status(call: Call) -> Status:
         status="healthy",
         memories_count=memories,
         entities_count=entities,
-        code_chunks_count=0,
+        code_chunks_count=await ops.code_chunks(call),
         embedding=embedding,
         db_dimension=embedding.dimensions,
     )
@@ -311,9 +359,12 @@ tools.specs = [
     *_own.pick("search", "search_text", "recall"),
     *memory_mcp_graph.tools.specs,
     *_own.pick("get_valid", "get_valid_at", "invalidate"),
+    *memory_mcp_code.tools.specs,
     *_own.pick("get_status", "reset_all_memory"),
 ]
-assert len(tools.specs) == len(_own.specs) + len(memory_mcp_graph.tools.specs), "a tool is missing from the order"
+assert len(tools.specs) == len(_own.specs) + len(memory_mcp_graph.tools.specs) + len(memory_mcp_code.tools.specs), (
+    "a tool is missing from the order"
+)
 
 
 def _result_model(spec_fn: Any) -> Any:

@@ -20,7 +20,7 @@ from mneme.domain import validation as v
 from mneme.embedding import MODELS
 from mneme.errors import InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
 from schemas.commands import DeleteMemory
-from schemas.queries import GraphEntities, ListMemories, MemoryRow, MemoryStats, SearchMemories
+from schemas.queries import CodeProjects, GraphEntities, ListMemories, MemoryRow, MemoryStats, SearchMemories
 from services.gateway.gateway import Call
 from services.gateway.params import Intent
 from services.gateway.profiles.memory_mcp_models import CacheStats, EmbeddingStatus, ResetCounts
@@ -196,4 +196,16 @@ async def reset_namespace(call: Call) -> ResetCounts:
         entities += gone.deleted
         if gone.deleted == 0:  # nothing could be deleted: stop rather than loop
             break
-    return ResetCounts(memories=memories, entities=entities, relations=len(relations), code_chunks=0)
+    chunks = 0
+    projects = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    for p in projects.projects:
+        gw.noted(await gw.code.delete(call.namespace, p.project_id, actor, rid))
+        chunks += p.total_chunks
+    return ResetCounts(memories=memories, entities=entities, relations=len(relations), code_chunks=chunks)
+
+
+async def code_chunks(call: Call) -> int:
+    """Code chunks indexed in the call's namespace."""
+    gw = call.gw
+    got = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    return sum(p.total_chunks for p in got.projects)

@@ -1,7 +1,6 @@
 """The memory-mcp contract's tools as its server lists them (../shared/seeds/memory-mcp-contract.md): each tool's
-description and input schema copied verbatim from the contract (its OpenAPI-style `nullable` included), for the
-16 tools served now. The code-index tools (index_project, search_code, get_index_status, list_projects,
-delete_project) join when the code index is integrated.
+description and input schema copied verbatim from the contract (its OpenAPI-style `nullable` included), for all
+21 tools.
 
 memory_mcp.py lists each tool with this input schema, the output schema of its result model and its annotations
 (`Profile.listed`); the tool functions validate the same arguments (tests hold the two to each other).
@@ -276,6 +275,53 @@ CONTRACT: dict[str, dict[str, Any]] = {
                 "confirm": {"description": "Must be true to confirm deletion. Safety check.", "type": "boolean"}
             },
             "required": ["confirm"],
+        },
+    },
+    "index_project": {
+        "description": "Index a codebase for semantic search.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "path": {"description": "Path to project root directory", "type": "string"},
+                "watch": {
+                    "description": "Enable file watching for auto-reindex (optional, deferred)",
+                    "type": "boolean",
+                    "default": False,
+                },
+            },
+            "required": ["path"],
+        },
+    },
+    "search_code": {
+        "description": "Semantic search over indexed code.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"description": "Search query text", "type": "string"},
+                "project_id": {"description": "Filter by project (optional)", "type": "string", "nullable": True},
+                "limit": {"description": "Maximum results (default: 10, max: 50)", "type": "integer", "default": 10},
+            },
+            "required": ["query"],
+        },
+    },
+    "get_index_status": {
+        "description": "Get indexing status for a project.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"project_id": {"description": "Project ID to check", "type": "string"}},
+            "required": ["project_id"],
+        },
+    },
+    "list_projects": {
+        "description": "List all indexed projects.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    "delete_project": {
+        "description": "Delete all indexed code chunks for a project.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"project_id": {"description": "Project ID to delete", "type": "string"}},
+            "required": ["project_id"],
         },
     },
 }
