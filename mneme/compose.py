@@ -34,6 +34,7 @@ from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
 from services.gateway.queries import QueryClient
+from services.projector.code_view import CodeView
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
 from services.projector.vector_index import ClientIndex, EdgeIndex, VectorIndex
@@ -155,6 +156,16 @@ def open_vectors(
     return VectorView(index, model, cache, background=background)
 
 
+def open_code(core: CoreSettings, vectors: VectorView | None) -> CodeView | None:
+    """The code index, beside the data directory's other files (one per data directory, not per generation: a
+    replay leaves it; deleting code.duckdb folds it again from the log). It embeds with the vectors' model and
+    cache; without vectors (MNEME_PROJECTOR_VECTORS=off) there is no code index."""
+    if vectors is None:
+        return None
+    core.data_dir.mkdir(parents=True, exist_ok=True)
+    return CodeView(str(core.data_dir / "code.duckdb"), vectors.model, vectors.cache)
+
+
 def opener(
     core: CoreSettings, ps: ProjectorSettings, current: VectorView | None
 ) -> Callable[[Path], tuple[MemoriesView, VectorView | None]]:
@@ -190,6 +201,7 @@ def projector(
     log_nc: NATS | None = None,
     stop_at: int | None = None,
     access: bool = True,
+    code: CodeView | None = None,
 ) -> Projector:
     """A projector folding the log into `view` (and `vectors`), tuned by `ps` (defaults: ProjectorSettings()).
 
@@ -219,6 +231,7 @@ def projector(
         stop_at=stop_at,
         access=access,
         log_nc=log_nc,
+        code=code,
         **control,  # type: ignore[arg-type]
     )
 

@@ -106,7 +106,10 @@ async def start_projector(
     when `stack` unwinds: the generation it serves then, since a replay may have swapped it)."""
     view = compose.open_view(core, ps)
     vectors = compose.open_vectors(core, ps, background=True)
-    proj = compose.projector(nc, view, ps, vectors=vectors, live=core, log_nc=log_nc, trail=trail)
+    code = compose.open_code(core, vectors)
+    if code is not None:
+        stack.callback(code.close)
+    proj = compose.projector(nc, view, ps, vectors=vectors, live=core, log_nc=log_nc, trail=trail, code=code)
     stack.callback(lambda: close_generation(proj.gen))
     await proj.start()
     stack.push_async_callback(proj.stop)

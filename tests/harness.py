@@ -180,7 +180,10 @@ async def start_stack(
         vectors = open_vectors(data_dir)
         assert await asyncio.to_thread(vectors.model.wait, 60), "the embedding model did not load"
     live = CoreSettings(data_dir=data_dir, nats_url=nats.url) if replayable else None
-    projector = compose.projector(nc, view, vectors=vectors or None, live=live)
+    code = compose.open_code(CoreSettings(data_dir=data_dir), vectors or None)
+    if code is not None:
+        s.callback(code.close)
+    projector = compose.projector(nc, view, vectors=vectors or None, live=live, code=code)
     s.callback(lambda: close_generation(projector.gen))  # the serving generation (a replay may swap it)
     await projector.start()
     s.push_async_callback(projector.stop)

@@ -31,7 +31,7 @@ from schemas.code_events import (
     CodeIndexStarted,
     CodeProjectDeleted,
 )
-from services.projector.memories_view import insert_rows, one_row
+from services.projector.memories_view import SMALL_BATCH, insert_rows, one_row
 
 log = logging.getLogger("mneme.projector.code")
 
@@ -159,8 +159,13 @@ class CodeView:
                 for c in ev.chunks
             ]  # fmt: skip
             rows = list({r[0]: r for r in rows}.values())  # (a chunk id is unique per line range)
-            if rows:
+            if len(rows) >= SMALL_BATCH:
                 insert_rows(w, "code_chunks", CHUNK_COLUMNS, rows)
+            elif rows:  # (the appender would want a value for every column, the vector too)
+                w.executemany(
+                    f"INSERT INTO code_chunks ({', '.join(CHUNK_COLUMNS)}) VALUES ({', '.join('?' * len(rows[0]))})",
+                    rows,
+                )
             w.execute(
                 "UPDATE code_projects SET files_done = files_done + 1, seq = ? WHERE namespace = ? AND project_id = ? "
                 "AND run_id = ?",

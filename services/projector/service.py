@@ -33,6 +33,8 @@ from schemas import subjects as S
 from schemas.control import SnapshotReply, SwapReply, SwapRequest
 from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
+from services.projector.code_queries import CODE_HANDLERS
+from services.projector.code_view import CodeView
 from services.projector.graph_signal import GraphSignal
 from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
 from services.projector.memories_view import MemoriesView
@@ -54,6 +56,7 @@ class Generation:
     vectors: VectorView | None = None
     vector_follower: LogFollower | None = None
     searcher: Searcher | None = None
+    code: CodeView | None = None  # the code index (one per data directory, fed as an extra sink)
     inflight: int = 0
     followers_own: bool = True  # False: the followers also feed other sinks (mneme serve's trail)
     fold_access: bool = True
@@ -94,6 +97,7 @@ class Projector:
         snapshots: Path | None = None,
         snapshot_every: int = 0,
         log_nc: NATS | None = None,
+        code: CodeView | None = None,
     ):
         """`also` / `also_access`: more sinks fed by the same followers of the event log and of the
         access stream (in `mneme serve`, the audit trail): one delivery, one decode.
@@ -112,6 +116,10 @@ class Projector:
         self.opener = opener
         self.stop_at, self.fold_access = stop_at, access
         self.snapshots, self.snapshot_every = snapshots, snapshot_every
+        self.code = code  # the code index: a sink of the event follower beside the views, answering code queries
+        if code is not None:
+            also = (*also, code)
+            self.also = also
         self.gen = self.generation(view, vectors, also=also, also_access=also_access)
         self.serving = asyncio.Event()
         self._subs: list[Any] = []
@@ -149,6 +157,7 @@ class Projector:
                 self.js, vectors, batch_max=self.vector_batch_max, linger=self.linger, stop_at=self.stop_at
             )
             gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25, GraphSignal(view))
+        gen.code = self.code
         return gen
 
     # the serving generation's parts (what callers and tests use)
@@ -191,6 +200,8 @@ class Projector:
             # rows first: both folds share one GIL, so a new replica answers get, list and stats sooner when the
             # vector fold starts once the rows have caught up with the log it found (searches say INDEXING meanwhile)
             self._vector_start = asyncio.create_task(self._start_vectors(gen, target))
+        if self.code is not None:
+            self.code.start_filler()
         if self.gen.vectors is not None:
             if self.gen.vectors.background:
                 self.gen.vectors.start_filler()
@@ -447,6 +458,11 @@ class Projector:
 
 
 def run_query(gen: Generation, query: Any) -> Any:
+    code_handler = CODE_HANDLERS.get(type(query))
+    if code_handler is not None:
+        if gen.code is None:
+            raise MnemeError("this projector keeps no code index (it runs without vectors)")
+        return code_handler(gen.code, query)
     if isinstance(query, SearchMemories):
         assert gen.searcher is not None
         return gen.searcher.search(query, resolve_as_of(gen.view, query.as_of))

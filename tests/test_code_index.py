@@ -1,0 +1,167 @@
+"""The code index end to end: memory-mcp's code tools over a real stack (NATS, DuckDB, the bundled model).
+
+Indexing the fixture repository records the run in the log; the projector folds it and embeds the chunks; the
+status goes from indexing to completed with progress; search finds a function by what it does; a re-index
+records only what changed (an edit, an add, a delete); every path error is refused; delete_project removes a
+project; and the index is rebuilt from the log alone, after the files are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from mneme.embed_cache import EmbeddingCache
+from mneme.embedded_nats import EmbeddedNats
+from mneme.follow import LogFollower
+from mneme.settings import GatewaySettings
+from schemas.queries import CodeIndexStatus
+from services.gateway.server import build_server
+from services.projector.code_view import CodeView
+from tests.harness import Stack, ToolFailure, shared_model, start_stack, text_of
+
+pytestmark = pytest.mark.anyio
+FIXTURE = Path(__file__).parent / "fixtures" / "coderepo"
+
+
+class MM:
+    def __init__(self, client: Client):
+        self.client = client
+
+    async def __call__(self, tool: str, **args: Any) -> Any:
+        res = await self.client.call_tool(tool, args)
+        if res.is_error:
+            raise ToolFailure(json.dumps({"error": {"code": "TEXT", "message": text_of(res)}}))
+        return res.structured_content
+
+
+@pytest.fixture
+async def env(tmp_path: Path, nats_server: EmbeddedNats) -> AsyncIterator[tuple[Stack, MM, Path]]:
+    stack = await start_stack(tmp_path / "data", nats_server, GatewaySettings(), vectors=True)
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE, repo, symlinks=True)
+    async with Client(build_server(stack.gateway, profile="memory-mcp")) as c:
+        yield stack, MM(c), repo
+    await stack.close()
+
+
+async def until_completed(mm: MM, project: str, timeout: float = 60) -> dict[str, Any]:
+    seen = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        s = await mm("get_index_status", project_id=project)
+        seen.append(s["status"])
+        if s["status"] == "completed":
+            s["seen"] = seen
+            return s
+        assert asyncio.get_running_loop().time() < deadline, s
+        await asyncio.sleep(0.05)
+
+
+async def test_index_search_reindex_and_delete(env: tuple[Stack, MM, Path]) -> None:
+    stack, mm, repo = env
+    got = await mm("index_project", path=str(repo))
+    assert got["project_id"] == "repo" and got["files_indexed"] >= 6 and got["chunks_created"] >= got["files_indexed"]
+    done = await until_completed(mm, "repo")
+    assert done["total_files"] == got["files_indexed"] and done["indexed_files"] == done["total_files"]
+    assert done["total_chunks"] == got["chunks_created"] and done["progress_percent"] == 100.0
+    assert done["completed_at"] is not None and set(done["seen"]) <= {"indexing", "completed"}
+    assert (await mm("list_projects")) == {"projects": ["repo"], "count": 1}
+
+    found = await mm("search_code", query="restock a part in the inventory by sku", limit=5)
+    top = found["results"][0]
+    assert top["file_path"] == "src/inventory.py" and top["language"] == "python"
+    assert "restock" in top["content"] and 1 <= top["start_line"] <= top["end_line"]
+    assert found["count"] == len(found["results"]) <= 5
+
+    # an edit, an add and a delete: only those are recorded again
+    (repo / "src" / "inventory.py").write_text(
+        (repo / "src" / "inventory.py").read_text() + "\n\ndef audit_shelves() -> int:\n    return 42\n"
+    )
+    (repo / "svc" / "extra.go").write_text('package svc\n\nfunc Ping() string { return "pong" }\n')
+    (repo / "crate" / "lib.rs").unlink()
+    again = await mm("index_project", path=str(repo))
+    assert again["project_id"] == "repo" and again["files_indexed"] == 2
+    done2 = await until_completed(mm, "repo")
+    hits = await mm("search_code", query="audit shelves", project_id="repo", limit=3)
+    assert any("audit_shelves" in h["content"] for h in hits["results"])
+    everything = await mm("search_code", query="rust", limit=50)
+    assert all(h["file_path"] != "crate/lib.rs" for h in everything["results"])
+    assert done2["total_chunks"] != done["total_chunks"]
+
+    recall = await mm("recall", query="restock inventory", include_code=True, include_memories=True)
+    assert recall["code_count"] >= 1 and any(r["source"] == "code" and r["file_path"] for r in recall["results"])
+
+    gone = await mm("delete_project", project_id="repo")
+    assert gone["chunks_deleted"] == done2["total_chunks"]
+    assert (await mm("list_projects")) == {"projects": [], "count": 0}
+    assert (await mm("get_index_status", project_id="repo"))["status"] == "pending"
+
+
+async def test_every_path_error_is_refused(env: tuple[Stack, MM, Path]) -> None:
+    _, mm, repo = env
+    (repo / "afile.txt").write_text("x")
+    for path, reason in [(repo / "missing", "missing"), (repo / "afile.txt", "not a directory")]:
+        with pytest.raises(ToolFailure) as e:
+            await mm("index_project", path=str(path))
+        assert e.value.error["message"].startswith(f"Invalid path: {path}")
+    assert (await mm("list_projects"))["count"] == 0, "nothing was recorded"
+
+
+async def test_allowed_roots_refuse_a_path_outside(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+    stack = await start_stack(tmp_path / "data", nats_server, GatewaySettings(code_roots=[tmp_path / "allowed"]))
+    try:
+        (tmp_path / "allowed").mkdir()
+        async with Client(build_server(stack.gateway, profile="memory-mcp")) as c:
+            with pytest.raises(ToolFailure) as e:
+                await MM(c)("index_project", path=str(tmp_path))
+        assert e.value.error["message"].startswith(f"Invalid path: {tmp_path}")
+    finally:
+        await stack.close()
+
+
+async def test_the_code_index_is_rebuilt_from_the_log_without_the_files(
+    env: tuple[Stack, MM, Path], tmp_path: Path
+) -> None:
+    stack, mm, repo = env
+    await mm("index_project", path=str(repo))
+    before = await until_completed(mm, "repo")
+    rows_before = (
+        stack.projector.code.reader()
+        .execute(  # type: ignore[union-attr]
+            "SELECT id, path, start_line, end_line, chunk_type, name, code FROM code_chunks ORDER BY id"
+        )
+        .fetchall()
+    )
+    shutil.rmtree(repo)  # the files are gone; the log has what the index needs
+    model = shared_model()
+    rebuilt = CodeView(str(tmp_path / "rebuilt.duckdb"), model, EmbeddingCache(tmp_path / "cache.sqlite"))
+    follower = LogFollower(stack.nc.jetstream(), rebuilt)
+    await follower.start()
+    try:
+        assert await follower.wait_for(await stack.last_seq(), 30, committed=True)
+    finally:
+        await follower.stop()
+    while rebuilt.fill_once():
+        pass
+    rows_after = (
+        rebuilt.reader()
+        .execute("SELECT id, path, start_line, end_line, chunk_type, name, code FROM code_chunks ORDER BY id")
+        .fetchall()
+    )
+    assert rows_after == rows_before and len(rows_after) == before["total_chunks"]
+    assert rebuilt.pending() == 0
+    status = await asyncio.to_thread(
+        __import__("services.projector.code_queries", fromlist=["status"]).status,
+        rebuilt,
+        CodeIndexStatus(namespace="default", now=stack.gateway.now(), project_id="repo"),
+    )
+    assert status.status == "completed" and status.total_chunks == before["total_chunks"]
+    rebuilt.close()
