@@ -66,7 +66,7 @@ async def until_completed(mm: MM, project: str, timeout: float = 60) -> dict[str
 
 
 async def test_index_search_reindex_and_delete(env: tuple[Stack, MM, Path]) -> None:
-    stack, mm, repo = env
+    _, mm, repo = env
     got = await mm("index_project", path=str(repo))
     assert got["project_id"] == "repo" and got["files_indexed"] >= 6 and got["chunks_created"] >= got["files_indexed"]
     done = await until_completed(mm, "repo")
@@ -108,7 +108,7 @@ async def test_index_search_reindex_and_delete(env: tuple[Stack, MM, Path]) -> N
 async def test_every_path_error_is_refused(env: tuple[Stack, MM, Path]) -> None:
     _, mm, repo = env
     (repo / "afile.txt").write_text("x")
-    for path, reason in [(repo / "missing", "missing"), (repo / "afile.txt", "not a directory")]:
+    for path in (repo / "missing", repo / "afile.txt"):
         with pytest.raises(ToolFailure) as e:
             await mm("index_project", path=str(path))
         assert e.value.error["message"].startswith(f"Invalid path: {path}")

@@ -57,6 +57,11 @@ TOOLS = [
     "get_valid",
     "get_valid_at",
     "invalidate",
+    "index_project",
+    "search_code",
+    "get_index_status",
+    "list_projects",
+    "delete_project",
     "get_status",
     "reset_all_memory",
 ]
