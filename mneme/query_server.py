@@ -193,8 +193,12 @@ class Plane:
 
     @staticmethod
     def _subscribe(router: NatsRouter, subject: str, queue: str, handle: Callable[..., Awaitable[None]]) -> None:
-        # the handler replies itself (no_reply); core NATS has nothing to acknowledge (MANUAL: no ack middleware)
-        router.subscriber(subject, queue=queue, no_reply=True, ack_policy=AckPolicy.MANUAL)(handle)
+        # the handler replies itself (no_reply); core NATS has nothing to acknowledge (MANUAL: no ack middleware).
+        # Not in FastStream's AsyncAPI: it builds pydantic models of handler parameters and cannot describe msgspec
+        # types; schemas/asyncapi.py describes these subjects (tests/test_asyncapi.py checks they match).
+        router.subscriber(subject, queue=queue, no_reply=True, ack_policy=AckPolicy.MANUAL, include_in_schema=False)(
+            handle
+        )
 
     async def _respond(self, msg: StreamMessage[Any], data: bytes) -> None:
         if not msg.reply_to:
