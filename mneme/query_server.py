@@ -141,6 +141,7 @@ class Plane:
         )
         self._routers: list[NatsRouter] = []
         self._closed = False
+        self._subscribing = asyncio.Lock()  # a stop never races a serve still subscribing
 
     @staticmethod
     def router() -> NatsRouter:
@@ -210,15 +211,19 @@ class Plane:
 
     async def serve(self, router: NatsRouter) -> bool:
         """Subscribe `router`'s handlers now (on a stopped plane: nothing, False)."""
-        if self._closed:
-            return False
-        await self.broker.connect()
-        self.broker.include_router(router)
-        self._routers.append(router)
-        for sub in router.subscribers:
-            await sub.start()
-        await self.broker.connection.flush()  # subscribed at the server before anyone is told we serve
-        return True
+        async with self._subscribing:
+            if self._closed:
+                return False
+            await self.broker.connect()
+            self.broker.include_router(router)
+            self._routers.append(router)
+            for sub in router.subscribers:
+                await sub.start()
+            try:  # subscribed at the server before anyone is told we serve (while NATS is away: when it is back)
+                await self.broker.connection.flush(timeout=2)
+            except Exception:  # noqa: BLE001 - the subscriptions are resent on reconnect
+                self.log.debug("serving before the server confirmed the subscriptions")
+            return True
 
     @property
     def subjects(self) -> list[str]:
@@ -228,15 +233,16 @@ class Plane:
     async def stop(self, timeout: float) -> None:
         """Stop taking requests, let running ones finish (at most `timeout` s; the rest are cancelled), then stop
         the broker."""
-        self._closed = True
-        for router in self._routers:
-            for sub in router.subscribers:
-                nats_sub, sub.subscription = sub.subscription, None  # type: ignore[attr-defined]
-                if nats_sub is not None:
-                    try:
-                        await nats_sub.unsubscribe()
-                    except Exception:  # noqa: BLE001 - shutting down; the connection may be gone
-                        pass
+        async with self._subscribing:
+            self._closed = True
+            for router in self._routers:
+                for sub in router.subscribers:
+                    nats_sub, sub.subscription = sub.subscription, None  # type: ignore[attr-defined]
+                    if nats_sub is not None:
+                        try:
+                            await nats_sub.unsubscribe()
+                        except Exception:  # noqa: BLE001 - shutting down; the connection may be gone
+                            pass
         if self.running:
             await asyncio.wait(set(self.running), timeout=timeout)
         for task in set(self.running):  # past the drain: not answered (the asker times out, as from a dead one)
