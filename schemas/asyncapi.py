@@ -1,7 +1,10 @@
 """An AsyncAPI 3.0 document of every subject mneme uses, generated from the code: the subjects from
 schemas/subjects.py, the payloads' JSON Schemas from the msgspec types (events, access records, queries
 and their results, control requests and replies). Checked in as schemas/asyncapi.json;
-tests/test_asyncapi.py fails when it is stale.
+tests/test_asyncapi.py fails when it is stale, and when the subjects the projector's and the auditor's
+FastStream routers serve (mneme/query_server.py) are not exactly its query and control channels. FastStream's
+own AsyncAPI generator is not used for those: it describes handler parameters through pydantic, and these
+payloads are msgspec types.
 
     python -m schemas.asyncapi            # print it
     python -m schemas.asyncapi --write    # rewrite schemas/asyncapi.json

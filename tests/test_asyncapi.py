@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import typing
+from pathlib import Path
 
+import pytest
+
+from mneme.embedded_nats import EmbeddedNats
 from schemas import asyncapi
 from schemas import subjects as S
 from schemas.control import CONTROL_VERBS
 from schemas.events import AnyEvent
 from schemas.queries import QUERY_TYPES, AuditQuery
+from tests.harness import start_stack
 
 REGENERATE = "schemas/asyncapi.json is stale: run `python -m schemas.asyncapi --write` and commit it"
 
@@ -40,3 +45,24 @@ def test_every_subject_and_message_is_in_it() -> None:
         for ref in op.get("messages", []):
             ch, _, msg = ref["$ref"].removeprefix("#/channels/").partition("/messages/")
             assert msg in doc["channels"][ch]["messages"], (name, ref)
+
+
+@pytest.mark.anyio
+async def test_the_planes_serve_exactly_the_request_reply_subjects_it_describes(
+    tmp_path: Path, nats_server: EmbeddedNats
+) -> None:
+    """The document is generated from schemas/, the routers are built in services/: what the running projector
+    and auditor subscribe (their FastStream planes) is what the document's query and control channels say."""
+    stack = await start_stack(tmp_path, nats_server, replayable=True)
+    try:
+        served = [*stack.projector.plane.subjects, *stack.auditor.plane.subjects]
+        target = stack.projector.control_id
+    finally:
+        await stack.close()
+    assert target
+    own = f"{S.CONTROL_PREFIX}.{target}."
+    served_addresses = {s.replace(own, f"{S.CONTROL_PREFIX}.{{target}}.") for s in served}
+    assert len(served_addresses) == len(served)
+    doc = json.loads(asyncapi.PATH.read_text())
+    described = {c["address"] for name, c in doc["channels"].items() if name.startswith(("query.", "control."))}
+    assert served_addresses == described

@@ -24,6 +24,7 @@ from mneme.follow import LogFollower
 from mneme.settings import GatewaySettings
 from schemas.queries import CodeIndexStatus
 from services.gateway.server import build_server
+from services.projector.code_queries import status as code_status
 from services.projector.code_view import CodeView
 from tests.harness import Stack, ToolFailure, shared_model, start_stack, text_of
 
@@ -133,11 +134,11 @@ async def test_the_code_index_is_rebuilt_from_the_log_without_the_files(
     stack, mm, repo = env
     await mm("index_project", path=str(repo))
     before = await until_completed(mm, "repo")
+    live = stack.projector.code
+    assert live is not None
     rows_before = (
-        stack.projector.code.reader()
-        .execute(  # type: ignore[union-attr]
-            "SELECT id, path, start_line, end_line, chunk_type, name, code FROM code_chunks ORDER BY id"
-        )
+        live.reader()
+        .execute("SELECT id, path, start_line, end_line, chunk_type, name, code FROM code_chunks ORDER BY id")
         .fetchall()
     )
     shutil.rmtree(repo)  # the files are gone; the log has what the index needs
@@ -159,7 +160,7 @@ async def test_the_code_index_is_rebuilt_from_the_log_without_the_files(
     assert rows_after == rows_before and len(rows_after) == before["total_chunks"]
     assert rebuilt.pending() == 0
     status = await asyncio.to_thread(
-        __import__("services.projector.code_queries", fromlist=["status"]).status,
+        code_status,
         rebuilt,
         CodeIndexStatus(namespace="default", now=stack.gateway.now(), project_id="repo"),
     )

@@ -4,10 +4,13 @@ Consumption: `LogFollower` from the view's own checkpoint. The checkpoint lives 
 DuckDB with the rows (invariant 5), so it is the one cursor; a server-side durable
 consumer would be a second cursor that can disagree with it after a crash.
 
-Queries: one queue-group subscription per operation, so replicas share the load.
-A replica joins the queue group only once it has caught up with the log as it
-stood at start, so a rebuilding replica never answers with stale rows. A query
-waits until `min_seq` is applied (read-your-writes), or fails with PROJECTION_LAG.
+Queries: one queue-group subscriber per operation on a FastStream router (the query
+plane), so replicas share the load; the swap and snapshot requests of `mneme replay`
+and `mneme snapshot` are a second router (the control plane). Both are served by the
+projector's `Plane` (mneme/query_server.py). A replica joins the queue group only
+once it has caught up with the log as it stood at start, so a rebuilding replica
+never answers with stale rows. A query waits until `min_seq` is applied
+(read-your-writes), or fails with PROJECTION_LAG.
 """
 
 from __future__ import annotations
@@ -22,16 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 
 from mneme.errors import Indexing, MnemeError
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
-from mneme.query_server import QueryServer, error_reply, wait_applied
-from schemas import control
+from mneme.query_server import Plane, Tasks, wait_applied
 from schemas import subjects as S
-from schemas.control import SnapshotReply, SwapReply, SwapRequest
-from schemas.queries import QUERY_TYPES, ReindexCategories, Reply, SearchMemories, encoder
+from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
+from schemas.queries import QUERY_TYPES, Query, ReindexCategories, Reply, SearchMemories, encoder
 from services.projector.access_view import AccessView
 from services.projector.code_queries import CODE_HANDLERS
 from services.projector.code_view import CodeView
@@ -122,9 +124,8 @@ class Projector:
             self.also = also
         self.gen = self.generation(view, vectors, also=also, also_access=also_access)
         self.serving = asyncio.Event()
-        self._subs: list[Any] = []
-        self.queries = QueryServer(log)  # queries and the projector's other tasks (drained at stop)
-        self._decoders = {op: msgspec.msgpack.Decoder(t) for op, t in QUERY_TYPES.items()}
+        self.plane = Plane(nc, log)  # the query and control planes (drained at stop)
+        self.tasks = Tasks()  # the projector's other tasks (drained at stop too)
         self._swap_lock = asyncio.Lock()
         self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
         self.start_target = 0  # the log head at start: semantic search answers INDEXING until dense reaches it
@@ -209,12 +210,8 @@ class Projector:
                 self._spawn(self._fill_when_model_ready(self.gen.vectors))
         if serve_queries:
             self._spawn(self._join_when_caught_up(target))
-        if self.control_id and self.opener:
-            self._subs.append(await self.nc.subscribe(S.control_subject(self.control_id, "swap"), cb=self._on_swap))
-        if self.control_id and self.snapshots:
-            self._subs.append(
-                await self.nc.subscribe(S.control_subject(self.control_id, "snapshot"), cb=self._on_snapshot)
-            )
+        if self.control_id and (self.opener or self.snapshots):
+            await self.plane.serve(self.control_router(self.control_id))
         if self.snapshots and self.snapshot_every:
             self._spawn(self._snapshot_periodically())
 
@@ -232,24 +229,42 @@ class Projector:
     async def _join_when_caught_up(self, target: int) -> None:
         while not await self.gen.follower.wait_for(target, 3600):  # the rows: searches wait for the vectors
             pass
-        answer = self.queries.serve(self._answer)
-        for op in QUERY_TYPES:
-            self._subs.append(await self.nc.subscribe(S.query_subject(op), queue=S.PROJECTOR_QUEUE, cb=answer))
-        self.serving.set()
-        log.info("projector serving queries at sequence %d", self.applied)
+        if await self.plane.serve(self.query_router()):
+            self.serving.set()
+            log.info("projector serving queries at sequence %d", self.applied)
+
+    def query_router(self) -> NatsRouter:
+        """The query plane: one subscriber per query operation, in the projectors' queue group."""
+        router = self.plane.router()
+        for op, query_type in QUERY_TYPES.items():
+            self.plane.query(
+                router, S.query_subject(op), S.PROJECTOR_QUEUE, query_type, self._answer, lambda: self.applied
+            )
+        return router
+
+    def control_router(self, control_id: str) -> NatsRouter:
+        """The control plane of the data directory `control_id` names: swap (with an opener) and snapshot (with
+        a snapshot directory)."""
+        router = self.plane.router()
+        if self.opener is not None:
+            self.plane.control(
+                router, S.control_subject(control_id, "swap"), SwapRequest, self._answer_swap, _swap_failed
+            )
+        if self.snapshots is not None:
+            self.plane.control(
+                router, S.control_subject(control_id, "snapshot"), SnapshotRequest, self._answer_snapshot,
+                _snapshot_failed,
+            )  # fmt: skip
+        return router
 
     async def stop(self) -> None:
         if self._vector_start is not None and not self._vector_start.done():
             self._vector_start.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._vector_start
-        for sub in self._subs:
-            try:
-                await sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - shutting down; the connection may be gone
-                pass
-        # queries already running on worker threads finish before the view closes
-        await self.queries.drain(self.wait_timeout + 5)
+        # no new requests; those already running (on worker threads) finish before the view closes
+        drain = self.wait_timeout + 5
+        await asyncio.gather(self.plane.stop(drain), self.tasks.drain(drain))
         if self.gen.vectors is not None:  # a stop must not wait for a backlog's embeddings (they are redone)
             self.gen.vectors.stop_embedding()
         for f in [*self.gen.followers, *self._retired]:
@@ -302,24 +317,12 @@ class Projector:
                         await follower.stop()
             return old
 
-    async def _on_swap(self, msg: Msg) -> None:
-        self._spawn(self._answer_swap(msg))
-
-    async def _answer_swap(self, msg: Msg) -> None:
-        try:
-            req = control.decode_as(msg.data, SwapRequest)
-            assert self.opener is not None
-            view, vectors = await asyncio.to_thread(self.opener, Path(req.path))
-            old = await self.swap(view, vectors)
-            close_generation(old)
-            reply = SwapReply(ok=True, seq=self.applied, path=view.path)
-        except Exception as exc:  # reported to the replay command
-            log.exception("swap failed")
-            reply = SwapReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-        try:
-            await msg.respond(control.encode(reply))
-        except Exception:  # noqa: BLE001 - the asker may be gone
-            log.debug("could not answer the swap request")
+    async def _answer_swap(self, req: SwapRequest) -> SwapReply:
+        assert self.opener is not None
+        view, vectors = await asyncio.to_thread(self.opener, Path(req.path))
+        old = await self.swap(view, vectors)
+        close_generation(old)
+        return SwapReply(ok=True, seq=self.applied, path=view.path)
 
     async def snapshot(self) -> dict[str, Any]:
         """Write a snapshot of the serving generation (its followers hold their commits meanwhile)."""
@@ -339,57 +342,45 @@ class Projector:
                 except Exception:  # a failed snapshot must not stop the projector
                     log.exception("snapshot failed")
 
-    async def _on_snapshot(self, msg: Msg) -> None:
-        async def answer() -> None:
-            try:
-                reply = SnapshotReply(ok=True, **(await self.snapshot()))
-            except Exception as exc:  # noqa: BLE001 - reported to the asker
-                reply = SnapshotReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-            with contextlib.suppress(Exception):
-                await msg.respond(control.encode(reply))
-
-        self._spawn(answer())
+    async def _answer_snapshot(self, req: SnapshotRequest) -> SnapshotReply:
+        return SnapshotReply(ok=True, **(await self.snapshot()))
 
     def _spawn(self, coro: Any) -> None:
-        self.queries.spawn(coro)
+        self.tasks.spawn(coro)
 
-    async def _answer(self, msg: Msg) -> Reply:
+    async def _answer(self, query: Query) -> Reply:
         gen = self.gen  # the whole query runs on one generation, even if a swap happens meanwhile
         gen.inflight += 1
         try:
-            return await self._reply(gen, msg)
+            return await self._reply(gen, query)
         finally:
             gen.inflight -= 1
 
-    async def _reply(self, gen: Generation, msg: Msg) -> Reply:
-        op = msg.subject[len(S.QUERY_PREFIX) + 1 :]
+    async def _reply(self, gen: Generation, query: Query) -> Reply:
+        """Wait for what the query reads to have applied its min_seq, then run it on a worker thread (a failure
+        raises: the query plane maps it to the reply)."""
+        as_of = getattr(query, "as_of", None)
+        # point reads are answered from staged state; the rest, and any read of the past, need committed rows
+        committed = type(query) not in STAGED_READS or as_of is not None
+        need = max(query.min_seq, as_of.seq or 0) if as_of is not None else query.min_seq
+        waits = [(gen.follower, "projection")]
+        if isinstance(query, SearchMemories):
+            if gen.vector_follower is None:
+                raise MnemeError("this projector keeps no vector index", details={"op": query.OPERATION})
+            waits = [(gen.vector_follower, "vector index")]
+            if as_of is not None or query.graph_weight > 0:  # the rows resolve as_of and hold the graph
+                waits.append((gen.follower, "projection"))
+            await self._vectors_folded(gen)
+        await wait_applied(waits, need, self.wait_timeout, committed=committed)
         applied = gen.follower.applied
-        try:
-            query = self._decoders[op].decode(msg.data)
-            as_of = getattr(query, "as_of", None)
-            # point reads are answered from staged state; the rest, and any read of the past, need committed rows
-            committed = type(query) not in STAGED_READS or as_of is not None
-            need = max(query.min_seq, as_of.seq or 0) if as_of is not None else query.min_seq
-            waits = [(gen.follower, "projection")]
-            if isinstance(query, SearchMemories):
-                if gen.vector_follower is None:
-                    raise MnemeError("this projector keeps no vector index", details={"op": op})
-                waits = [(gen.vector_follower, "vector index")]
-                if as_of is not None or query.graph_weight > 0:  # the rows resolve as_of and hold the graph
-                    waits.append((gen.follower, "projection"))
-                await self._vectors_folded(gen)
-            await wait_applied(waits, need, self.wait_timeout, committed=committed)
-            applied = gen.follower.applied
-            if isinstance(query, SearchMemories) and query.mode != "keyword":
-                await self._dense_ready(gen, need)
-            if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
-                async with gen.follower.paused():
-                    result = await asyncio.to_thread(run_query, gen, query)
-            else:
+        if isinstance(query, SearchMemories) and query.mode != "keyword":
+            await self._dense_ready(gen, need)
+        if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
+            async with gen.follower.paused():
                 result = await asyncio.to_thread(run_query, gen, query)
-            return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
-        except Exception as exc:  # noqa: BLE001 - every failure is a reply (a query never takes the projector down)
-            return error_reply(exc, applied, log, op)
+        else:
+            result = await asyncio.to_thread(run_query, gen, query)
+        return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
 
     async def _dense_ready(self, gen: Generation, need: int) -> None:
         """A semantic or hybrid search runs once every point up to `need` has its dense vector. While the
@@ -467,6 +458,14 @@ def run_query(gen: Generation, query: Any) -> Any:
         assert gen.searcher is not None
         return gen.searcher.search(query, resolve_as_of(gen.view, query.as_of))
     return HANDLERS[type(query)](gen.view, query)
+
+
+def _swap_failed(exc: Exception) -> SwapReply:  # reported to the replay command
+    return SwapReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def _snapshot_failed(exc: Exception) -> SnapshotReply:  # reported to the snapshot command
+    return SnapshotReply(ok=False, error=f"{type(exc).__name__}: {exc}")
 
 
 def close_generation(gen: Generation) -> None:
