@@ -73,6 +73,17 @@ class EmbeddingCache:
                 self._db.executemany("INSERT OR IGNORE INTO embeddings_v2 VALUES (?, ?, ?)", rows)
                 self._db.commit()
 
+    def size(self, model: str | None = None) -> int:
+        """Vectors held (on disk; in memory when there is no file), for one model or all."""
+        with self._lock:
+            if self._db is None:
+                return sum(1 for m, _ in self._mem if model is None or m == model)
+            sql, args = "SELECT count(*) FROM embeddings_v2", []
+            if model is not None:
+                sql += " WHERE model = ?"
+                args.append(model)
+            return int(self._db.execute(sql, args).fetchone()[0])
+
     def _remember(self, key: tuple[str, bytes], value: bytes) -> None:
         self._mem[key] = value
         if len(self._mem) > self._mem_max:

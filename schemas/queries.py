@@ -438,6 +438,33 @@ class CodeFilesResult(Struct, frozen=True, kw_only=True):
     files: dict[str, str]  # path -> sha256
 
 
+class ProjectorStatus(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the projector holds for `namespace` and how it is doing: counts, the embedding model, its cache,
+    how far behind the log it is."""
+
+    OPERATION: ClassVar[str] = "projector.status"
+
+
+class StatusResult(Struct, frozen=True, kw_only=True):
+    memories: int  # live (not archived) memories of the namespace
+    entities: int
+    relations: int
+    code_chunks: int
+    model: str | None  # the embedding model's id (None: no vector index)
+    model_status: Literal["loading", "ready", "error", "off"]
+    model_error: str | None
+    dimensions: int
+    cache_hits: int
+    cache_misses: int
+    cache_size: int
+    applied_seq: int  # the rows' position in the log
+    head_seq: int  # the log's head when asked
+    lag_events: int
+    lag_seconds: float  # how long ago the oldest event not yet applied was recorded (0: none)
+    vectors_applied: int | None = None
+    code_pending: int = 0  # code chunks waiting for their vector
+
+
 class Reply(Struct, frozen=True, kw_only=True):
     applied_seq: int
     result: msgspec.Raw = msgspec.Raw(b"\xc0")  # msgpack nil until a result is set
@@ -462,6 +489,7 @@ RESULT_TYPES: dict[str, type] = {
     CodeIndexStatus.OPERATION: CodeStatusResult,
     CodeProjects.OPERATION: CodeProjectsResult,
     CodeFiles.OPERATION: CodeFilesResult,
+    ProjectorStatus.OPERATION: StatusResult,
 }
 QUERY_TYPES: dict[str, type[Query]] = {
     q.OPERATION: q
@@ -482,6 +510,7 @@ QUERY_TYPES: dict[str, type[Query]] = {
         CodeIndexStatus,
         CodeProjects,
         CodeFiles,
+        ProjectorStatus,
     )
 }
 

@@ -22,18 +22,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
+from mneme.embedding import MODELS
 from mneme.errors import Indexing, MnemeError
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from mneme.query_server import Plane, Tasks, wait_applied
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
-from schemas.queries import QUERY_TYPES, Query, ReindexCategories, Reply, SearchMemories, encoder
+from schemas.events import decode_envelope
+from schemas.queries import (
+    QUERY_TYPES,
+    ProjectorStatus,
+    Query,
+    ReindexCategories,
+    Reply,
+    SearchMemories,
+    StatusResult,
+    encoder,
+)
 from services.projector.access_view import AccessView
 from services.projector.code_queries import CODE_HANDLERS
 from services.projector.code_view import CodeView
@@ -375,12 +386,63 @@ class Projector:
         applied = gen.follower.applied
         if isinstance(query, SearchMemories) and query.mode != "keyword":
             await self._dense_ready(gen, need)
+        if isinstance(query, ProjectorStatus):
+            return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(await self._status(gen, query))))
         if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
             async with gen.follower.paused():
                 result = await asyncio.to_thread(run_query, gen, query)
         else:
             result = await asyncio.to_thread(run_query, gen, query)
         return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
+
+    async def _status(self, gen: Generation, q: ProjectorStatus) -> StatusResult:
+        """Counts from the read models, the model and its cache, and the lag behind the head of the log."""
+        info = await self.js.stream_info(S.EVENTS_STREAM)
+        head, applied = info.state.last_seq, gen.follower.applied
+        lag_seconds = 0.0
+        if head > applied:
+            try:
+                oldest = await self.js.get_msg(S.EVENTS_STREAM, seq=applied + 1, direct=True)
+                at = decode_envelope(oldest.data or b"").occurred_at  # (the writer's clock: close to record time)
+                lag_seconds = max(0.0, time.time() - at.timestamp())
+            except Exception:  # noqa: BLE001 - a purged sequence or an undecodable one: no age to report
+                lag_seconds = 0.0
+        counts = await asyncio.to_thread(status_counts, gen, q.namespace)
+        vectors = gen.vectors
+        model_status: Literal["loading", "ready", "error", "off"] = "off"
+        model_id, error, dim = None, None, 0
+        hits = misses = size = 0
+        if vectors is not None:
+            model = vectors.model
+            model_id = MODELS[model.name].id if model.name in MODELS else model.name
+            dim = MODELS[model.name].dim if model.name in MODELS else int(model.dim or 0)
+            try:
+                model.get()
+                model_status = "ready"
+            except MnemeError as exc:
+                model_status = "loading" if exc.code == "EMBEDDING_MODEL_LOADING" else "error"
+                error = exc.message if model_status == "error" else None
+            hits, misses = vectors.cache.hits, vectors.cache.misses
+            size = await asyncio.to_thread(vectors.cache.size)
+        return StatusResult(
+            memories=counts[0],
+            entities=counts[1],
+            relations=counts[2],
+            code_chunks=counts[3],
+            model=model_id,
+            model_status=model_status,
+            model_error=error,
+            dimensions=dim,
+            cache_hits=hits,
+            cache_misses=misses,
+            cache_size=size,
+            applied_seq=applied,
+            head_seq=head,
+            lag_events=max(0, head - applied),
+            lag_seconds=round(lag_seconds, 3),
+            vectors_applied=gen.vector_follower.applied if gen.vector_follower is not None else None,
+            code_pending=await asyncio.to_thread(gen.code.pending, q.namespace) if gen.code is not None else 0,
+        )
 
     async def _dense_ready(self, gen: Generation, need: int) -> None:
         """A semantic or hybrid search runs once every point up to `need` has its dense vector. While the
@@ -446,6 +508,22 @@ class Projector:
 
     def run_query(self, query: Any) -> Any:
         return run_query(self.gen, query)
+
+
+def status_counts(gen: Generation, ns: str) -> tuple[int, int, int, int]:
+    """Live memories, entities, relations and code chunks of one namespace."""
+    cur = gen.view.reader()
+    row = cur.execute(
+        "SELECT (SELECT count(*) FROM memories WHERE namespace = $ns AND status != 'archived'), "
+        "(SELECT count(*) FROM graph_entities WHERE namespace = $ns AND seq_to IS NULL AND NOT deleted), "
+        "(SELECT count(*) FROM graph_relations WHERE namespace = $ns AND seq_to IS NULL AND NOT deleted)",
+        {"ns": ns},
+    ).fetchall()[0]
+    chunks = 0
+    if gen.code is not None:
+        got = gen.code.reader().execute("SELECT count(*) FROM code_chunks WHERE namespace = ?", [ns]).fetchall()
+        chunks = int(got[0][0])
+    return int(row[0]), int(row[1]), int(row[2]), chunks
 
 
 def run_query(gen: Generation, query: Any) -> Any:

@@ -19,8 +19,16 @@ from typing import Any, Literal
 from mneme.domain import validation as v
 from mneme.embedding import MODELS
 from mneme.errors import InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
-from schemas.commands import DeleteMemory
-from schemas.queries import CodeProjects, GraphEntities, ListMemories, MemoryRow, MemoryStats, SearchMemories
+from schemas.queries import (
+    CodeProjects,
+    GraphEntities,
+    ListMemories,
+    MemoryRow,
+    MemoryStats,
+    ProjectorStatus,
+    SearchMemories,
+)
+from services.gateway import namespace_reset
 from services.gateway.gateway import Call
 from services.gateway.params import Intent
 from services.gateway.profiles.memory_mcp_models import CacheStats, EmbeddingStatus, ResetCounts
@@ -121,12 +129,14 @@ async def embedding_status(call: Call) -> EmbeddingStatus:
         status = "loading" if exc.code in ("EMBEDDING_MODEL_LOADING", "INDEXING") else "error"
         model = str(exc.details.get("model", ""))
     model = MODELS[model].id if model in MODELS else model  # the model's id, as a search names it
-    # the embedding cache lives in the projector, which reports no statistics yet: zeros (docs/profiles.md)
+    # the embedding cache lives in the projector: its statistics come with the projector's status
+    proj = await gw.queries.ask(ProjectorStatus(namespace=call.namespace, now=gw.now(), min_seq=0))
+    model = model or proj.model or ""
     return EmbeddingStatus(
         status=status,
         model=model,
-        dimensions=model_dimensions(model),
-        cache_stats=CacheStats(hits=0, misses=0, size=0),
+        dimensions=model_dimensions(model) or proj.dimensions,
+        cache_stats=CacheStats(hits=proj.cache_hits, misses=proj.cache_misses, size=proj.cache_size),
     )
 
 
@@ -142,66 +152,12 @@ async def counts(call: Call) -> tuple[int, int]:
 
 
 # -- reset ---------------------------------------------------------------------------------------------------
-SKIPPED = ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED", "PERMISSION_ERROR")
-
-
 async def reset_namespace(call: Call) -> ResetCounts:
-    """Delete every memory (permanently: the domain's delete, one event each) and every entity with its
-    relations (the graph's delete) of the call's namespace. Memories this caller may not delete (locked,
-    protected kinds) stay and are not counted. The log keeps everything: `as_of` reads still see it."""
-    gw = call.gw
-    actor, rid = call.principal.actor, call.request_id
-    memories = skipped = 0
-    while True:
-        got = await gw.queries.ask(
-            ListMemories(
-                namespace=call.namespace,
-                now=gw.now(),
-                min_seq=await gw.min_seq(),
-                status="any",
-                include_expired=True,
-                sort_by="created_at",
-                sort_order="asc",
-                limit=BATCH,
-                offset=skipped,
-            )
-        )
-        if not got.items:
-            break
-        for row in got.items:
-            cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=True, reason=RESET_REASON)
-            try:
-                w = await gw.commands.delete(cmd, actor=actor, request_id=rid, min_seq=await gw.min_seq())
-            except MnemeError as exc:
-                if exc.code not in SKIPPED:
-                    raise
-                skipped += 1
-                continue
-            gw.noted(w.seq)
-            memories += 1
-    entities, relations = 0, set[str]()
-    while True:
-        graph = await gw.queries.ask(
-            GraphEntities(
-                namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), limit=BATCH, relations="either"
-            )
-        )
-        if not graph.entities:
-            break
-        relations.update(r.id for r in graph.relations)
-        gone = await gw.graph.delete_entities(
-            call.namespace, [e.name for e in graph.entities], actor, rid, await gw.min_seq(), reason=RESET_REASON
-        )
-        gw.noted(gone.seq)
-        entities += gone.deleted
-        if gone.deleted == 0:  # nothing could be deleted: stop rather than loop
-            break
-    chunks = 0
-    projects = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
-    for p in projects.projects:
-        gw.noted(await gw.code.delete(call.namespace, p.project_id, actor, rid))
-        chunks += p.total_chunks
-    return ResetCounts(memories=memories, entities=entities, relations=len(relations), code_chunks=chunks)
+    """Everything of the call's namespace deleted (services/gateway/namespace_reset.py), counted."""
+    got = await namespace_reset.reset(call, RESET_REASON)
+    return ResetCounts(
+        memories=got.memories, entities=got.entities, relations=got.relations, code_chunks=got.code_chunks
+    )
 
 
 async def code_chunks(call: Call) -> int:

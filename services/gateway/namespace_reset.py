@@ -1,0 +1,82 @@
+"""Resetting a namespace: every memory, entity, relation and code project of it deleted, each by its own event.
+
+What memory-mcp's reset_all_memory and the native memory_reset do. Each delete is an ordinary, audited event,
+so the history before the reset stays in the log and readable with `as_of`. Memories this caller may not
+delete (locked, protected kinds) stay and are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mneme.errors import MnemeError
+from schemas.commands import DeleteMemory
+from schemas.queries import CodeProjects, GraphEntities, ListMemories
+from services.gateway.gateway import Call
+
+SKIPPED = ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED", "PERMISSION_ERROR")
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class ResetDone:
+    memories: int
+    entities: int
+    relations: int
+    code_chunks: int
+
+
+async def reset(call: Call, reason: str) -> ResetDone:
+    gw = call.gw
+    actor, rid = call.principal.actor, call.request_id
+    memories = skipped = 0
+    while True:
+        got = await gw.queries.ask(
+            ListMemories(
+                namespace=call.namespace,
+                now=gw.now(),
+                min_seq=await gw.min_seq(),
+                status="any",
+                include_expired=True,
+                sort_by="created_at",
+                sort_order="asc",
+                limit=BATCH,
+                offset=skipped,
+            )
+        )
+        if not got.items:
+            break
+        for row in got.items:
+            cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=True, reason=reason)
+            try:
+                w = await gw.commands.delete(cmd, actor=actor, request_id=rid, min_seq=await gw.min_seq())
+            except MnemeError as exc:
+                if exc.code not in SKIPPED:
+                    raise
+                skipped += 1
+                continue
+            gw.noted(w.seq)
+            memories += 1
+    entities, relations = 0, set[str]()
+    while True:
+        graph = await gw.queries.ask(
+            GraphEntities(
+                namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), limit=BATCH, relations="either"
+            )
+        )
+        if not graph.entities:
+            break
+        relations.update(r.id for r in graph.relations)
+        gone = await gw.graph.delete_entities(
+            call.namespace, [e.name for e in graph.entities], actor, rid, await gw.min_seq(), reason=reason
+        )
+        gw.noted(gone.seq)
+        entities += gone.deleted
+        if gone.deleted == 0:  # nothing could be deleted: stop rather than loop
+            break
+    chunks = 0
+    projects = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    for p in projects.projects:
+        gw.noted(await gw.code.delete(call.namespace, p.project_id, actor, rid))
+        chunks += p.total_chunks
+    return ResetDone(memories=memories, entities=entities, relations=len(relations), code_chunks=chunks)
