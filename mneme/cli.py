@@ -42,7 +42,7 @@ def _mcp(p: argparse.ArgumentParser) -> None:
         "--tools",
         metavar="GROUPS",
         help="the groups of native tools served, comma-separated: core, "
-        "time, governance, audit, graph (default: all; MNEME_GATEWAY_TOOLS)",
+        "time, governance, audit, graph (the default), code, system (MNEME_GATEWAY_TOOLS)",
     )
     p.add_argument(
         "--context",

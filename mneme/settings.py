@@ -56,8 +56,12 @@ class GatewaySettings(BaseSettings):
         "intent, request_id): never offered (default: the principal comes from the token or these settings), "
         "optional, or required.",
     )
-    tools: Annotated[list[Literal["core", "time", "governance", "audit", "graph"]] | None, NoDecode] = Field(
-        None, description="The groups of native tools served (default: all): core, time, governance, audit, graph."
+    tools: Annotated[
+        list[Literal["core", "time", "governance", "audit", "graph", "code", "system"]] | None, NoDecode
+    ] = Field(
+        None,
+        description="The groups of native tools served (default: core, time, governance, audit, graph; "
+        "also: code, system).",
     )
 
     @field_validator("tools", mode="before")

@@ -85,6 +85,12 @@ INTENTS = {
     "graph_relate": ("write", "graph"),
     "graph_get": ("read", "graph"),
     "graph_forget": ("write", "graph"),
+    "code_index": ("write", "code"),
+    "code_search": ("read", "code"),
+    "code_status": ("read", "code"),
+    "code_forget": ("write", "code"),
+    "memory_status": ("read", "system"),
+    "memory_reset": ("admin", "system"),
 }
 
 BUDGET = 40_000  # bytes of compact JSON: what an agent carries in its context for the whole native tool list

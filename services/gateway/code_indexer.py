@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mneme.code import Chunker, InvalidPath, SourceFile, dry_run, scan_project, validate_project_path
+from mneme.code import Chunker, DryRun, InvalidPath, SourceFile, dry_run, scan_project, validate_project_path
 from mneme.errors import MnemeError
 from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
@@ -215,10 +215,12 @@ class CodeIndexer:
             ns, CodeProjectDeleted(project_id=project_id, run_id=run_id), actor, request_id, "delete"
         )
 
-    async def estimate(self, path: str) -> dict[str, object]:
+    async def estimate(self, path: str) -> DryRun:
+        """What indexing `path` would read: files and bytes (a dry run; nothing is recorded)."""
         root = await asyncio.to_thread(self.validate, path)
-        d = await asyncio.to_thread(dry_run, root, allowed_roots=self.allowed_roots, max_file_bytes=self.max_file_bytes)
-        return {"root": str(root), "files": d.files, "bytes": d.bytes}
+        return await asyncio.to_thread(
+            dry_run, root, allowed_roots=self.allowed_roots, max_file_bytes=self.max_file_bytes
+        )
 
     async def drain(self, timeout: float) -> None:
         if self._tasks:

@@ -11,7 +11,16 @@ bearer token or the stdio settings. Results leave null fields out and answer lis
 
 from __future__ import annotations
 
-from services.gateway import governance_tools, graph_tools, read_tools, search_tools, time_tools, write_tools
+from services.gateway import (
+    code_tools,
+    governance_tools,
+    graph_tools,
+    read_tools,
+    search_tools,
+    system_tools,
+    time_tools,
+    write_tools,
+)
 from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
@@ -23,6 +32,8 @@ _all.specs = [
     *time_tools.tools.specs,
     *governance_tools.tools.specs,
     *graph_tools.tools.specs,
+    *code_tools.tools.specs,
+    *system_tools.tools.specs,
 ]
 tools.specs = _all.pick(
     "memory_search", "memory_add", "memory_get", "memory_update", "memory_retire", "memory_list",
@@ -31,10 +42,13 @@ tools.specs = _all.pick(
     "memory_verify", "memory_lock", "memory_unlock",
     "audit_query",
     "graph_entity", "graph_relate", "graph_get", "graph_forget",
+    "code_index", "code_search", "code_status", "code_forget",
+    "memory_status", "memory_reset",
 )  # fmt: skip
 assert len(tools.specs) == len(_all.specs), "a native tool is missing from the order above"
 
-GROUPS = ("core", "time", "governance", "audit", "graph")
+GROUPS = ("core", "time", "governance", "audit", "graph", "code", "system")
+DEFAULT_GROUPS = ("core", "time", "governance", "audit", "graph")  # code and system: when an operator asks
 
 PROFILE = Profile(
     name="native",
@@ -47,4 +61,5 @@ PROFILE = Profile(
     ),
     context="never",
     drop_nulls=True,
+    groups=DEFAULT_GROUPS,
 )

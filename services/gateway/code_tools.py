@@ -1,0 +1,163 @@
+"""Code-index tools (group "code", served when an operator asks: `--tools core,...,code`): index a project
+directory (validated; gitignore and default ignores honoured; a dry run counts files and bytes first), search
+its chunks by meaning, follow the indexing's status, forget a project. Chunks come from files but live in the
+log, so a replay rebuilds the index without the files (docs/architecture.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from schemas.queries import CodeIndexStatus, CodeProjects, CodeStatusResult, SearchCode
+from services.gateway.gateway import Call
+from services.gateway.params import READ, WRITE, Namespace
+from services.gateway.toolkit import Toolset
+
+tools = Toolset(group="code", flow=True)
+FORGET = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+Project = Annotated[str, Field(min_length=1, max_length=255)]
+
+
+class CodeHitOut(BaseModel):
+    id: str
+    project: str
+    path: str
+    language: str
+    start_line: int
+    end_line: int
+    chunk_type: str
+    name: str | None = None
+    content: str
+    score: float
+
+
+class CodeHits(BaseModel):
+    results: list[CodeHitOut]
+    pending: int = Field(description="Chunks not yet searchable (still being embedded).")
+
+
+class ProjectStatus(BaseModel):
+    project: str
+    status: str = Field(description="pending, indexing, completed or failed.")
+    files: int
+    files_indexed: int
+    chunks: int
+    chunks_embedded: int
+    percent: float
+    eta_s: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, s: CodeStatusResult) -> ProjectStatus:
+        return cls(
+            project=s.project_id,
+            status=s.status,
+            files=s.total_files,
+            files_indexed=s.indexed_files,
+            chunks=s.total_chunks,
+            chunks_embedded=s.embedded_chunks,
+            percent=s.progress_percent,
+            eta_s=s.eta_seconds,
+            error=s.error,
+        )
+
+
+class IndexReceipt(BaseModel):
+    project: str
+    files: int = Field(description="Files to index (dry run) or recorded by this run (changed ones only).")
+    bytes: int | None = None
+    chunks: int | None = None
+    unchanged: int | None = None
+
+
+class Projects(BaseModel):
+    results: list[ProjectStatus]
+
+
+@tools.tool(intent="write", hints=WRITE)
+async def code_index(
+    call: Call,
+    path: Annotated[str, Field(min_length=1, max_length=4096, description="The project's root directory.")],
+    dry_run: Annotated[bool, Field(description="Only count the files and bytes it would index.")] = False,
+    namespace: Namespace = None,
+) -> IndexReceipt:
+    """Index (or re-index: only changed files) a project directory for code_search; it is searchable as its
+    chunks are embedded (code_status)."""
+    gw = call.gw
+    if dry_run:
+        est = await gw.code.estimate(path)
+        return IndexReceipt(project=est.root.name, files=est.files, bytes=est.bytes)
+    run = await gw.code.index(call.namespace, path, call.principal.actor, call.request_id, await gw.min_seq(), wait=60)
+    gw.noted(run.seq)
+    return IndexReceipt(
+        project=run.project_id, files=run.files_indexed, chunks=run.chunks_created, unchanged=run.unchanged
+    )
+
+
+@tools.tool(intent="read", hints=READ)
+async def code_search(
+    call: Call,
+    query: Annotated[str, Field(min_length=1, max_length=2048)],
+    project: Project | None = None,
+    language: Annotated[
+        str | None, Field(max_length=32, description="python, javascript, typescript, go, rust")
+    ] = None,
+    limit: Annotated[int, Field(ge=1, le=50)] = 10,
+    namespace: Namespace = None,
+) -> CodeHits:
+    """Find code by what it does: the indexed chunks closest in meaning, with file, lines and symbol."""
+    gw = call.gw
+    got = await gw.queries.ask(
+        SearchCode(
+            namespace=call.namespace,
+            now=gw.now(),
+            min_seq=await gw.min_seq(),
+            query=query,
+            project_id=project,
+            language=language,
+            limit=limit,
+        )
+    )
+    hits = [
+        CodeHitOut(
+            id=h.id,
+            project=h.project_id,
+            path=h.path,
+            language=h.language,
+            start_line=h.start_line,
+            end_line=h.end_line,
+            chunk_type=h.chunk_type,
+            name=h.name,
+            content=h.content,
+            score=round(h.score, 4),
+        )
+        for h in got.hits
+    ]
+    return CodeHits(results=hits, pending=got.pending)
+
+
+@tools.tool(intent="read", hints=READ)
+async def code_status(call: Call, project: Project | None = None, namespace: Namespace = None) -> Projects:
+    """Indexing status (progress, ETA, error) of one project, or of every indexed project."""
+    gw = call.gw
+    if project is not None:
+        s = await gw.queries.ask(
+            CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project)
+        )
+        return Projects(results=[ProjectStatus.of(s)] if s.found else [])
+    got = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    return Projects(results=[ProjectStatus.of(p) for p in got.projects])
+
+
+@tools.tool(intent="write", hints=FORGET)
+async def code_forget(call: Call, project: Project, namespace: Namespace = None) -> Projects:
+    """Remove a project from the code index (its history stays in the log)."""
+    gw = call.gw
+    s = await gw.queries.ask(
+        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project)
+    )
+    if s.found:
+        gw.noted(await gw.code.delete(call.namespace, project, call.principal.actor, call.request_id))
+    return Projects(results=[ProjectStatus.of(s)] if s.found else [])
