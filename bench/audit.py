@@ -84,7 +84,7 @@ from bench.common import (
     system_cpu_seconds,
     verdict,
 )
-from bench.spine import Corpus, TimedEventLog
+from bench.workload import Corpus, TimedEventLog
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from mneme.ids import event_id_for, new_id
