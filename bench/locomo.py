@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import fixtures
 from bench.common import emit_json, log, machine_info, print_table, rnd
 from mneme.compose import close_nats, connect
 from mneme.embed_cache import EmbeddingCache
@@ -43,10 +44,8 @@ from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
 from schemas.queries import SearchMemories, SearchMode
 from services.gateway.queries import QueryClient
-from services.projector.memories_view import MemoriesView
-from services.projector.service import Projector, catch_up
+from services.projector.service import catch_up
 from services.projector.vector_index import EdgeIndex
-from services.projector.vector_view import VectorView
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo-dev.json"
 KS = (1, 5, 10)
@@ -158,9 +157,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await ensure_streams(nc.jetstream())
         await publish(nc.jetstream(), iter(envelopes(turns)))
         model = ModelHandle(args.model).start()
-        view = MemoriesView(str(tmp / "projector.duckdb"))
-        vectors = VectorView(EdgeIndex(tmp / "vectors", model.dim), model, EmbeddingCache(tmp / "emb.sqlite"))
-        proj = Projector(nc, view, vectors=vectors)
+        view = fixtures.memories_view(tmp / "projector.duckdb")
+        vectors = fixtures.vector_view(EdgeIndex(tmp / "vectors", model.dim), model, EmbeddingCache(tmp / "emb.sqlite"))
+        proj = fixtures.projector(nc, view, vectors=vectors)
         t0 = time.perf_counter()
         await proj.start()
         await catch_up(proj)

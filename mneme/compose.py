@@ -24,6 +24,7 @@ from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
+from mneme.follow import Sink
 from mneme.generations import projection_dir, with_model_of
 from mneme.preflight import Refused, check_model
 from mneme.principals import Directory, Principal
@@ -201,13 +202,16 @@ def projector(
     log_nc: NATS | None = None,
     stop_at: int | None = None,
     access: bool = True,
+    also: tuple[Sink, ...] = (),
+    also_access: tuple[Sink, ...] = (),
     code: CodeView | None = None,
 ) -> Projector:
     """A projector folding the log into `view` (and `vectors`), tuned by `ps` (defaults: ProjectorSettings()).
 
     `live`: the data directory's settings of a serving projector: it listens for `mneme replay`'s swap and
     `mneme snapshot`'s requests and writes periodic snapshots there. `trail`: the audit trail its followers
-    also feed (`mneme serve`: one delivery, one decode). `stop_at`/`access=False`: a frozen copy's fold.
+    also feed (`mneme serve`: one delivery, one decode); `also`/`also_access`: more such sinks (the benchmarks'
+    instrumented trails). `stop_at`/`access=False`: a frozen copy's fold.
     """
     ps = ps or ProjectorSettings()
     control = {}
@@ -226,8 +230,8 @@ def projector(
         linger=ps.linger,
         vectors=vectors,
         vector_batch_max=ps.vector_batch_max,
-        also=(trail.source(EVENTS),) if trail is not None else (),
-        also_access=(trail.source(ACCESS),) if trail is not None else (),
+        also=((trail.source(EVENTS),) if trail is not None else ()) + also,
+        also_access=((trail.source(ACCESS),) if trail is not None else ()) + also_access,
         stop_at=stop_at,
         access=access,
         log_nc=log_nc,

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from services.auditor.service import Auditor
+from mneme import compose
 from services.auditor.trail import Trail
 from tests.harness import MNEME, Stack
 
@@ -36,7 +36,7 @@ async def test_every_event_is_recorded_once_across_a_restart(stack: Stack, tmp_p
     await _writes(stack, 20, "after")
     head = await stack.last_seq()
     trail = Trail(trail_file)
-    auditor = Auditor(stack.nc, trail)
+    auditor = compose.auditor(stack.nc, trail)
     await auditor.start()
     try:
         assert await auditor.follower.wait_for(head, 10)

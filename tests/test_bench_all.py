@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from bench import all as bench_all
 
@@ -41,3 +45,28 @@ def test_the_committed_baseline_names_its_commit_machine_and_every_headline_it_h
     assert quick["machine"]["git_commit"] and quick["machine"]["nproc"]
     labels = {h[0] for h in bench_all.HEADLINES}
     assert set(quick["figures"]) <= labels and len(quick["figures"]) >= 20
+
+
+BENCH = Path(bench_all.__file__).resolve().parent
+
+
+def test_no_benchmark_module_is_over_400_lines() -> None:
+    sizes = {str(p.relative_to(BENCH)): len(p.read_text().splitlines()) for p in BENCH.rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
+
+
+def test_every_projector_in_bench_is_built_by_the_composition_root() -> None:
+    """No benchmark calls the Projector or Auditor constructor itself: bench/fixtures.py builds them through
+    mneme.compose, the one place to change when a constructor changes (prose in backticks does not count)."""
+    builders = sorted(
+        str(p.relative_to(BENCH))
+        for p in BENCH.rglob("*.py")
+        if re.search(r"(?<![\w`.])(Projector|Auditor)\(", p.read_text())
+    )
+    assert builders == []
+    assert "compose.projector(" in (BENCH / "fixtures.py").read_text()
+
+
+@pytest.mark.parametrize("name", [b for b in bench_all.BENCHES if (BENCH / b).is_dir()])
+def test_each_benchmark_package_imports_its_entry_point(name: str) -> None:
+    assert callable(importlib.import_module(f"bench.{name}.__main__").main)

@@ -1,0 +1,316 @@
+"""bench.replay (1) and (2): the receive-and-decode floor, the replays through mneme.replay.replay() (full and
+DuckDB only), and a LogFollower into a VectorView alone (vectors only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import log, rnd
+from bench.floors import receive_all
+from bench.replay.instruments import Meter, Noise, Profiler, Timings
+from mneme.compose import open_vectors
+from mneme.follow import LogFollower
+from mneme.replay import ReplayFailed, replay
+from mneme.settings import CoreSettings, ProjectorSettings
+from schemas import subjects as S
+from schemas.events import decode_envelope
+
+# -- the floor ----------------------------------------------------------------------------------------------
+
+
+async def floor_once(js: Any, target: int) -> float:
+    """An ordered push consumer with a callback: receive, read the sequence, decode. Seconds to the last."""
+    secs, (count,) = await receive_all(js, [(S.EVENTS_STREAM, S.EVENTS_SUBJECTS, decode_envelope, target)], 900)
+    if count != target:
+        raise RuntimeError(f"the floor consumer received {count} messages, not {target}")
+    return secs
+
+
+# -- replays ---------------------------------------------------------------------------------------------------
+
+
+def progress_logger(label: str) -> Callable[[int, int, float], None]:
+    last = [0.0]
+
+    def progress(done: int, target: int, secs: float) -> None:
+        if secs - last[0] >= 15 or done >= target:
+            last[0] = secs
+            log(f"    {label}: {done:,} of {target:,} ({done / secs if secs else 0:,.0f} events/s)")
+
+    return progress
+
+
+STALL_S = 90.0  # a replay that applies nothing for this long is stopped and reported as stalled
+
+
+def completeness(db: Path, target: int) -> dict[str, Any]:
+    """What a DuckDB view folded: its checkpoint, its versions, and which sequences 1..target have no version
+    (this log's every event makes one version, so none may be missing)."""
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(db))  # in this process: the instance the (stalled) view holds, or the closed file
+    except Exception as exc:  # noqa: BLE001 - reported
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        ck = con.execute("SELECT seq FROM checkpoints WHERE name = 'memories'").fetchone()
+        versions = (con.execute("SELECT count(*) FROM memory_versions").fetchone() or (0,))[0]
+        gaps = con.execute(
+            "WITH m AS (SELECT s FROM range(1, ? + 1) t(s) ANTI JOIN memory_versions v ON v.seq = t.s), "
+            "g AS (SELECT s, s - row_number() OVER (ORDER BY s) AS grp FROM m) "
+            "SELECT min(s), max(s), count(*) FROM g GROUP BY grp ORDER BY 1",
+            [target],
+        ).fetchall()
+    finally:
+        con.close()
+    missing = sum(g[2] for g in gaps)
+    return {
+        "checkpoint": ck[0] if ck else None,
+        "versions": versions,
+        "missing_events": missing,
+        "gaps": len(gaps),
+        "first_gaps": [list(g) for g in gaps[:5]],
+    }
+
+
+async def run_replay(
+    label: str,
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    out: Path,
+    meter: Meter,
+    prof: Profiler | None,
+    noise: Noise,
+    target: int,
+) -> dict[str, Any]:
+    log(f"(2) {label}: replay() into {out.name}")
+    if prof is not None:
+        await prof.start()
+    mark = noise.mark()
+    seen = {"done": -1, "at": time.perf_counter()}
+    plog = progress_logger(label)
+
+    def progress(done: int, tgt: int, secs: float) -> None:
+        if done != seen["done"]:
+            seen.update(done=done, at=time.perf_counter())
+        plog(done, tgt, secs)
+
+    meter.start()
+    t0 = time.perf_counter()
+    task = asyncio.ensure_future(replay(core, ps, output=out, use_snapshots=False, swap=False, progress=progress))
+    stalled = None
+    while not task.done():
+        await asyncio.wait({task}, timeout=5)
+        if not task.done() and time.perf_counter() - seen["at"] > STALL_S:
+            stalled = seen["done"]
+            log(f"(2) {label}: STALLED at {stalled:,} of {target:,}: nothing applied for {STALL_S:.0f} s; stopping it")
+            task.cancel()
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - cancelled on purpose
+                pass
+    cpu = meter.stop()
+    nats_noise = noise.since(mark)
+    profile = await prof.stop() if prof is not None else None
+    log(f"(2) {label}: NATS: {nats_noise or 'nothing to report'}")
+    last_progress_s = seen["at"] - t0
+    if stalled is not None:
+        res = {
+            "events": target,
+            "seconds": None,
+            "events_per_s": None,
+            "embedded": None,
+            "digest": None,
+            "verify": {"stalled_at": stalled, "last_progress_s": rnd(last_progress_s, 1)},
+        }
+        failed: Any = f"stalled at {stalled} of {target}"
+    else:
+        try:
+            res = task.result()
+            failed = None
+        except ReplayFailed as exc:
+            res, failed = exc.result, exc.result.get("verify")
+        log(
+            f"(2) {label}: {res['events']:,} events in {res['seconds']:.1f} s = {res['events_per_s']:,.0f} events/s; "
+            f"embedded {res['embedded']}; verify {'ok' if failed is None else failed}"
+        )
+    folded = completeness(out / ps.db_name, target)
+    if stalled is not None and folded.get("versions") is not None:
+        folded["folded_per_s"] = rnd(folded["versions"] / last_progress_s, 1)  # what it really folded, until it stopped
+    if folded.get("missing_events"):
+        log(
+            f"(2) {label}: the DuckDB view has NO version for {folded['missing_events']:,} of {target:,} events "
+            f"(checkpoint {folded['checkpoint']:,}; {folded['gaps']} gaps, "
+            f"first {folded['first_gaps'][:2]})"
+        )
+    return {
+        "events": res["events"],
+        "seconds": res["seconds"],
+        "events_per_s": res["events_per_s"],
+        "embedded": res["embedded"],
+        "verify": res["verify"],
+        "digest": res["digest"],
+        "folded": folded,
+        "cpu_share_of_a_core": cpu,
+        "profile": profile,
+        "failed": failed,
+        "nats": nats_noise,
+        "disk_mb": rnd(du(out) / 1e6, 1),
+    }
+
+
+async def vectors_only(
+    core: CoreSettings,
+    ps: ProjectorSettings,
+    js: Any,
+    out: Path,
+    target: int,
+    meter: Meter,
+    prof: Profiler | None,
+    noise: Noise,
+) -> dict[str, Any]:
+    """A LogFollower into a VectorView alone (what the replay's vector follower does), parts timed."""
+    log(f"(2) vectors only: a LogFollower into a VectorView in {out.name}")
+    out.mkdir(parents=True)
+    vv = open_vectors(core, ps, base=out)
+    assert vv is not None
+    tm = Timings()
+    parts = (
+        (vv, "stage", "stage (worker thread or loop)"),
+        (vv.index, "retrieve", "  stage: Edge retrieve (previous states)"),
+        (vv.bm25, "document", "  stage: BM25 sparse encoding"),
+        (vv, "commit", "commit (worker thread)"),
+        (vv, "_vectors", "  commit: cache lookups + vectors to lists"),
+        (vv.cache, "get_many", "    of which EmbeddingCache.get_many"),
+        (vv.index, "upsert", "  commit: Edge upsert (build points + update)"),
+        (vv.index, "set_payload", "  commit: Edge set_payload (seq_to), one call per seq"),
+        (vv.index, "save_checkpoint", "  commit: Edge flush + checkpoint file"),
+    )
+    commits: list[tuple[float, int, float, float, float]] = []  # (end, committed seq, commit s, upsert s, flush s)
+    flush_label, upsert_label, commit_label = parts[8][2], parts[6][2], parts[3][2]
+
+    def noted(label: str, dt: float) -> None:
+        if label == commit_label:
+            commits.append((time.perf_counter(), vv.committed, dt, tm.last[upsert_label], tm.last[flush_label]))
+            tm.last[upsert_label] = tm.last[flush_label] = 0.0
+
+    for obj, name, label in parts:
+        tm.wrap(obj, name, label, noted if label == commit_label else None)
+    follower = LogFollower(js, vv, batch_max=ps.vector_batch_max, linger=ps.linger, stop_at=target)
+    await asyncio.to_thread(vv.model.wait, 120)  # as in a replay, the model loads meanwhile; not needed: cache warm
+    if prof is not None:
+        await prof.start()
+    mark = noise.mark()
+    meter.start()
+    t0 = time.perf_counter()
+    await follower.start()
+    last_log = t0
+    stalled = None
+    moved = (follower.committed, time.perf_counter())
+    while not await follower.wait_for(target, 0.5):
+        if follower.committed != moved[0]:
+            moved = (follower.committed, time.perf_counter())
+        elif time.perf_counter() - moved[1] > STALL_S:
+            stalled = follower.committed
+            last_progress = moved[1] - t0
+            log(f"(2) vectors only: STALLED at {stalled:,} of {target:,}: nothing committed for {STALL_S:.0f} s")
+            break
+        if time.perf_counter() - last_log >= 15:
+            last_log = time.perf_counter()
+            log(
+                f"    vectors only: {follower.committed:,} of {target:,} "
+                f"({follower.committed / (last_log - t0):,.0f} events/s)"
+            )
+    secs = time.perf_counter() - t0
+    cpu = meter.stop()
+    nats_noise = noise.since(mark)
+    log(f"(2) vectors only: NATS: {nats_noise or 'nothing to report'}")
+    profile = await prof.stop() if prof is not None else None
+    await follower.stop()
+    points = vv.index.count(all_points())
+    embedded = vv.embedded
+    vv.close()
+    tenths = by_tenth(commits, t0, target)
+    per = {label: rnd(tm.s[label] * 1e6 / target, 2) for _, _, label in parts}
+    calls = {label: tm.n[label] for _, _, label in parts}
+    log(
+        f"(2) vectors only: {follower.committed:,} events in {secs:.1f} s = {follower.committed / secs:,.0f} events/s; "
+        f"{points:,} points; embedded {embedded}"
+    )
+    rate = None if stalled is not None else rnd(target / secs, 1)
+    done = stalled if stalled is not None else target
+    if stalled is not None:  # per event over what it got through, until it stopped
+        per = {label: rnd(tm.s[label] * 1e6 / max(done, 1), 2) for _, _, label in parts}
+    return {
+        "events": target,
+        "seconds": rnd(secs, 3),
+        "events_per_s": rate,
+        "points": points,
+        "embedded": embedded,
+        "us_per_event": per,
+        "calls": calls,
+        "cpu_share_of_a_core": cpu,
+        "nats": nats_noise,
+        "stalled_at": stalled,
+        "events_done": done,
+        "stalled": None
+        if stalled is None
+        else {
+            "at": stalled,
+            "last_progress_s": rnd(last_progress, 1),
+            "points": points,
+            "points_per_s": rnd(points / last_progress, 1),
+        },
+        "profile": profile,
+        "disk_mb": rnd(du(out) / 1e6, 1),
+        "by_tenth": tenths,
+    }
+
+
+def by_tenth(commits: list[tuple[float, int, float, float, float]], t0: float, target: int) -> list[dict[str, Any]]:
+    """Per tenth of the log (by the sequence a commit reached): events/s, and per commit the mean ms of the
+    commit, its Edge upsert and its flush: does it slow down as the shard grows?"""
+    out = []
+    prev_t, prev_seq = t0, 0
+    for k in range(10):
+        hi = target * (k + 1) // 10
+        inside = [c for c in commits if prev_seq < c[1] <= hi]
+        if not inside:
+            continue
+        end_t, end_seq = inside[-1][0], inside[-1][1]
+        n = len(inside)
+        out.append(
+            {
+                "upto": end_seq,
+                "events_per_s": rnd((end_seq - prev_seq) / (end_t - prev_t), 1),
+                "commits": n,
+                "commit_ms": rnd(sum(c[2] for c in inside) * 1000 / n, 1),
+                "upsert_ms": rnd(sum(c[3] for c in inside) * 1000 / n, 1),
+                "flush_ms": rnd(sum(c[4] for c in inside) * 1000 / n, 1),
+            }
+        )
+        prev_t, prev_seq = end_t, end_seq
+    return out
+
+
+def all_points() -> Any:
+    from services.projector.vector_index import Cond, Where
+
+    return Where(must=(Cond("seq_from", "range", gte=1),))
+
+
+def du(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
