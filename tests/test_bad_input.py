@@ -358,7 +358,14 @@ def _is_number(prop: dict[str, Any]) -> bool:
     return prop.get("type") == "number" or any(m.get("type") == "number" for m in prop.get("anyOf", ()))
 
 
-REQUIRED = {"content": "x", "query": "x", "id": SEED}  # what the tools with a float parameter require besides it
+REQUIRED = {
+    "content": "x",
+    "query": "x",
+    "id": SEED,
+    "source": "a",
+    "target": "b",
+    "type": "t",
+}  # what the tools with a float parameter require besides it
 
 
 async def test_every_float_parameter_refuses_nan_and_infinity(shared: tuple[Stack, str]) -> None:
