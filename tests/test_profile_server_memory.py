@@ -23,9 +23,10 @@ from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
 from mneme import compose
+from mneme.embedded_nats import running_url
 from mneme.settings import GatewaySettings
 from services.gateway.server import build_server
-from tests.harness import Stack, ToolFailure, serve_params, text_of
+from tests.harness import Stack, ToolFailure, gateway_params, serve_params, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -228,3 +229,42 @@ async def test_two_gateways_writing_one_graph_lose_nothing(stack: Stack) -> None
     hub = next(e for e in graph["entities"] if e["name"] == "Hub")
     assert sorted(hub["observations"]) == sorted([f"x-{i}" for i in range(15)] + [f"y-{i}" for i in range(15)])
     assert len(graph["entities"]) == 31
+
+
+async def test_two_processes_writing_one_graph_lose_nothing(tmp_path: Path) -> None:
+    """Over stdio, as agents run it: `mneme serve --profile server-memory` and a second process, `mneme gateway
+    --profile server-memory` on the same log, add observations to one entity and create entities at once."""
+    data = tmp_path / "d"
+    env = {**os.environ}
+    async with (
+        stdio_client(serve_params(data, "--profile", "server-memory", env=env)) as (r1, w1),
+        ClientSession(r1, w1) as one,
+    ):
+        await one.initialize()
+        url = running_url(data / "nats")
+        assert url is not None
+        params = gateway_params(
+            url, "--profile", "server-memory", env={**env, "MNEME_GATEWAY_CONSISTENCY": "linearizable"}
+        )
+        async with stdio_client(params) as (r2, w2), ClientSession(r2, w2) as two:
+            await two.initialize()
+
+            async def call(s: ClientSession, tool: str, **args: Any) -> Any:
+                res = await s.call_tool(tool, args)
+                assert not res.is_error, text_of(res)
+                return res.structured_content
+
+            await call(one, "create_entities", entities=[{"name": "Hub", "entityType": "t", "observations": []}])
+
+            async def writer(s: ClientSession, tag: str) -> None:
+                for i in range(12):
+                    await call(s, "add_observations", observations=[{"entityName": "Hub", "contents": [f"{tag}{i}"]}])
+                    await call(
+                        s, "create_entities", entities=[{"name": f"{tag}{i}", "entityType": "t", "observations": []}]
+                    )
+
+            await asyncio.gather(writer(one, "p"), writer(two, "q"))
+            graph = await call(two, "read_graph")
+    hub = next(e for e in graph["entities"] if e["name"] == "Hub")
+    assert sorted(hub["observations"]) == sorted([f"p{i}" for i in range(12)] + [f"q{i}" for i in range(12)])
+    assert len(graph["entities"]) == 25

@@ -229,6 +229,7 @@ class SearchResults(BaseModel):
     mode: str | None = Field(None, description="detail=full: semantic, keyword or hybrid.")
     threshold: float | None = Field(None, description="detail=full: the minimum score applied.")
     model: str | None = Field(None, description="detail=full: embedding model of the semantic scores.")
+    subgraph_nodes: int | None = Field(None, description="graph_weight: knowledge-graph nodes the walk used.")
     as_of: AsOfInfo | None = None
 
 

@@ -136,5 +136,6 @@ async def memory_search(
         mode=got.mode if full else None,
         threshold=got.threshold if full else None,
         model=got.model if full else None,
+        subgraph_nodes=got.subgraph_nodes if graph_weight else None,
         as_of=AsOfInfo.of(got.as_of),
     )
