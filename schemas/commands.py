@@ -28,6 +28,7 @@ class CreateMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     expires_at: UtcTime | None = None
     valid_from: UtcTime | None = None
     valid_until: UtcTime | None = None
+    entities: tuple[str, ...] = ()  # knowledge-graph entities it is about, by name
 
 
 class UpdateMemory(Command, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="update_memory"):

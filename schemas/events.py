@@ -50,6 +50,7 @@ class MemoryCreated(Event, frozen=True, kw_only=True, tag="memory_created"):
     valid_until: UtcTime | None = None
     status: str = "active"
     verification: str = "unverified"  # an admin's writes start "verified"
+    entities: tuple[str, ...] = ()  # knowledge-graph entities it is about, by name (explicit mentions; added later)
 
 
 class MemoryUpdated(Event, frozen=True, kw_only=True, tag="memory_updated"):
@@ -70,6 +71,8 @@ class MemoryUpdated(Event, frozen=True, kw_only=True, tag="memory_updated"):
     # set by the domain, not by callers: an agent's change to a verified memory's content or kind
     # makes it "unverified" again (added after v1; absent in older events)
     verification: str | UnsetType = UNSET
+    # the entities it is about, by name: replaces the explicit mentions (added later; absent in older events)
+    entities: tuple[str, ...] | UnsetType = UNSET
 
 
 class MemoryMoved(Event, frozen=True, kw_only=True, tag="memory_moved_v2"):
@@ -144,8 +147,11 @@ AnyEvent = (
 # index's (schemas/code_events.py)
 LogEvent = AnyEvent | AnyGraphEvent | AnyCodeEvent
 
-UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change (verification is the domain's)
-    f for f in MemoryUpdated.__struct_fields__ if f not in ("memory_id", "version", "verification")
+UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change in the memory's state (verification is the
+    # domain's; entities are the knowledge graph's mentions, folded beside the state)
+    f
+    for f in MemoryUpdated.__struct_fields__
+    if f not in ("memory_id", "version", "verification", "entities")
 )
 
 

@@ -49,7 +49,8 @@ def history(seed: int, n: int) -> list[Positioned]:
         if roll < 0.3 or not mem:
             mid = f"m{i}"
             mem[mid] = 1
-            e = env(ns, mid, MemoryCreated(memory_id=mid, version=1, content=text()), i)
+            named = tuple(rng.sample(NAMES, rng.randint(1, 2))) if rng.random() < 0.3 else ()
+            e = env(ns, mid, MemoryCreated(memory_id=mid, version=1, content=text(), entities=named), i)
         elif roll < 0.45:
             mid = rng.choice(sorted(mem))
             mem[mid] += 1
@@ -161,3 +162,29 @@ def test_mentions_match_whole_words_longest_first() -> None:
         "Node.js",
     ]
     assert mentions("Yorkshire", known) == []
+
+
+def test_explicit_mentions_stay_until_the_memory_is_gone(tmp_path: Path) -> None:
+    ns = "ns"
+    bob = entity_id_for(ns, name_key("Bob"))
+    events = [
+        # named by its writer before Bob exists: recorded, counted once he does
+        env(ns, "m1", MemoryCreated(memory_id="m1", version=1, content="prefers oat milk", entities=("bob",)), 0),
+        env(ns, bob, EntityCreated(version=1, entity_id=bob, name="Bob", entity_type="person"), 1),
+        env(ns, "m1", MemoryUpdated(memory_id="m1", version=2, content="Bob prefers soy milk now"), 2),
+        env(ns, "m1", MemoryUpdated(memory_id="m1", version=3, content="prefers soy milk"), 3),
+        env(ns, "m1", MemoryDeleted(memory_id="m1", version=4), 4),
+    ]
+    view = MemoriesView(str(tmp_path / "m.duckdb"))
+    view.stage([Positioned(i + 1, T0, e) for i, e in enumerate(events)], len(events))
+    view.commit()
+    rows = (
+        view.reader()
+        .execute("SELECT memory_id, entity_id, seq, seq_to, explicit FROM graph_mentions ORDER BY seq, explicit")
+        .fetchall()
+    )
+    view.close()
+    assert rows == [
+        ("m1", bob, 1, 5, True),  # the writer's: from the create to the delete, whatever the content says
+        ("m1", bob, 3, 4, False),  # found in the content while it named him
+    ]

@@ -82,3 +82,24 @@ async def test_delete_closes_validity_and_as_of_reads_the_past(stack: Stack) -> 
     back = await stack.call("graph_entity", name="C", type="node")
     assert back["created"] is True and back["entity"]["observations"] == []  # created anew: its relations stay gone
     assert names(await stack.call("graph_get", related_to="C", direction="both")) == {"C": 0}
+
+
+async def test_memory_add_names_the_entities_it_is_about(stack: Stack) -> None:
+    """An explicit link on write: the entities are created when new, and the memory mentions them whatever its
+    content says (a graph-weighted search then reaches it from them)."""
+    got = await stack.call("memory_add", content="prefers oat milk in coffee", entities=["Bob", "bob ", "Coffee"])
+    assert [e["name"] for e in (await stack.call("graph_get"))["results"]] == ["Bob", "Coffee"]
+    rows = (
+        stack.view.reader()
+        .execute(
+            "SELECT e.name, m.explicit FROM graph_mentions m JOIN graph_entities e ON e.id = m.entity_id "
+            "AND e.seq_to IS NULL WHERE m.memory_id = ? AND m.seq_to IS NULL",
+            [got["id"]],
+        )
+        .fetchall()
+    )
+    # Bob because its writer said so; Coffee for that, and because the content names it too
+    assert sorted(rows) == [("Bob", True), ("Coffee", False), ("Coffee", True)]
+    with pytest.raises(ToolFailure) as e:
+        await stack.call("memory_add", content="x", entities=["   "])
+    assert e.value.code == "INVALID_INPUT" and e.value.field == "entities[0]"

@@ -12,6 +12,7 @@ from typing import Any
 from msgspec import UNSET
 
 from mneme.domain import validation as v
+from mneme.domain.graph import entity_names
 from mneme.domain.state import ACTIVE, ARCHIVED, DEPRECATED, UNVERIFIED, VERIFIED, MemoryState
 from mneme.errors import (
     InvalidInput,
@@ -109,6 +110,7 @@ def decide_create(
         valid_from=valid_from,
         valid_until=valid_until,
         verification=VERIFIED if is_admin(actor) else UNVERIFIED,
+        entities=entity_names(cmd.entities),
     )
 
 

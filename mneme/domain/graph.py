@@ -49,3 +49,24 @@ def mentions(text: str, known: Mapping[str, str]) -> list[str]:
 def distinct(items: Iterable[str]) -> list[str]:
     """Items in order, each once."""
     return list(dict.fromkeys(items))
+
+
+MAX_ENTITIES_PER_MEMORY = 50
+
+
+def entity_names(values: tuple[str, ...] | list[str], field: str = "entities") -> tuple[str, ...]:
+    """Entity names a memory is explicitly about: each with a letter or digit, at most MAX_NAME_CHARS, each once
+    (by name key), at most MAX_ENTITIES_PER_MEMORY."""
+    from mneme.errors import InvalidInput
+
+    if len(values) > MAX_ENTITIES_PER_MEMORY:
+        raise InvalidInput(field, f"at most {MAX_ENTITIES_PER_MEMORY} entities")
+    out: dict[str, str] = {}
+    for i, raw in enumerate(values):
+        name = raw.strip() if isinstance(raw, str) else ""
+        if not name_key(name):
+            raise InvalidInput(f"{field}[{i}]", "a name needs at least one letter or digit")
+        if len(name) > MAX_NAME_CHARS:
+            raise InvalidInput(f"{field}[{i}]", f"at most {MAX_NAME_CHARS} characters")
+        out.setdefault(name_key(name), name)
+    return tuple(out.values())

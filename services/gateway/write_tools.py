@@ -15,6 +15,7 @@ from msgspec import UNSET
 from pydantic import Field
 
 from mneme.domain import validation as v
+from mneme.domain.graph import entity_names
 from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.commands import (
     CreateMemory,
@@ -26,6 +27,7 @@ from schemas.commands import (
     UpdateMemory,
 )
 from services.gateway.gateway import Call, split_ref
+from services.gateway.graph_commands import NewEntity
 from services.gateway.models import AddResult, PruneResult, Receipt
 from services.gateway.params import (
     CREATE,
@@ -67,12 +69,26 @@ async def memory_add(
     expires_at: datetime | None = None,
     valid_from: datetime | None = None,
     valid_until: datetime | None = None,
+    entities: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=200)]] | None,
+        Field(max_length=50, description="Knowledge-graph entities it is about (created if new)."),
+    ] = None,
     request_id: RequestId = None,
 ) -> AddResult:
     """Remember something new: a fact, preference, decision or note, shared with every agent of the
     namespace. With store + path it can be read back by path (an occupied path is ALREADY_EXISTS; use
     memory_update to change a memory). Returns its id."""
     gw = call.gw
+    named = entity_names(entities or ())
+    if named:  # the entities it is about exist before it mentions them
+        made = await gw.graph.create_entities(
+            call.namespace,
+            [NewEntity(n, "concept") for n in named],
+            call.principal.actor,
+            f"{request_id or call.request_id}:entities",
+            await gw.min_seq(),
+        )
+        gw.noted(made.seq)
     cmd = CreateMemory(
         namespace=call.namespace,
         store=store,
@@ -89,6 +105,7 @@ async def memory_add(
         expires_at=expires_at,
         valid_from=valid_from,
         valid_until=valid_until,
+        entities=named,
     )
     w = await gw.commands.create(
         cmd, actor=call.principal.actor, request_id=request_id or call.request_id, min_seq=await gw.min_seq()

@@ -19,6 +19,7 @@ import msgspec
 from msgspec import UNSET
 
 from mneme.domain.graph import mentions, name_key
+from mneme.ids import entity_id_for
 from schemas.events import Envelope
 from schemas.graph_events import (
     ENTITY_EVENTS,
@@ -47,7 +48,7 @@ CREATE TABLE IF NOT EXISTS graph_relations (
 );
 CREATE TABLE IF NOT EXISTS graph_mentions (
     memory_id VARCHAR NOT NULL, entity_id VARCHAR NOT NULL, namespace VARCHAR NOT NULL, seq BIGINT NOT NULL,
-    seq_to BIGINT
+    seq_to BIGINT, explicit BOOLEAN NOT NULL  -- explicit: named by the writer (memory_add's entities), not found
 );
 CREATE INDEX IF NOT EXISTS graph_entities_key ON graph_entities (namespace, name_key);
 CREATE INDEX IF NOT EXISTS graph_mentions_memory ON graph_mentions (memory_id);
@@ -58,7 +59,7 @@ GRAPH_TABLES = ("graph_entities", "graph_relations", "graph_mentions")
 GRAPH_CANONICAL = {
     "graph_entities": ("id, version", "TRUE"),
     "graph_relations": ("id, version", "TRUE"),
-    "graph_mentions": ("memory_id, entity_id, seq", "TRUE"),
+    "graph_mentions": ("memory_id, entity_id, seq, explicit", "TRUE"),
 }
 
 ENTITY_COLUMNS = (
@@ -226,9 +227,11 @@ class GraphStaged:
     relation_rows: list[tuple[Any, ...]] = field(default_factory=list)
     closed_entities: dict[tuple[str, int], int] = field(default_factory=dict)  # (id, version) -> seq_to
     closed_relations: dict[tuple[str, int], int] = field(default_factory=dict)
-    mentions: dict[str, dict[str, int]] = field(default_factory=dict)  # memory -> entity -> since (current)
-    mention_rows: list[tuple[Any, ...]] = field(default_factory=list)  # (memory, entity, namespace, seq, None)
-    closed_mentions: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (memory, entity, since) -> to
+    # memory -> (entity, explicit) -> since: its current mentions
+    mentions: dict[str, dict[tuple[str, bool], int]] = field(default_factory=dict)
+    mention_rows: list[tuple[Any, ...]] = field(default_factory=list)  # (memory, entity, namespace, since, explicit)
+    # (memory, entity, since, explicit) -> seq_to
+    closed_mentions: dict[tuple[str, str, int, bool], int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.entity_rows or self.relation_rows or self.mention_rows or self.closed_mentions)
@@ -254,7 +257,7 @@ class GraphFold:
         self._ever: dict[str, bool] = {}  # namespace -> has it ever had an entity
         self._entities: dict[str, EntityState] = {}  # loaded for this batch
         self._relations: dict[str, RelationState] = {}
-        self._mentions: dict[str, dict[str, int]] = {}  # loaded for this batch: committed current mentions
+        self._mentions: dict[str, dict[tuple[str, bool], int]] = {}  # loaded for this batch: committed, current
 
     @staticmethod
     def is_graph(env: Envelope) -> bool:
@@ -267,7 +270,9 @@ class GraphFold:
                 "SELECT name_key, id, deleted FROM graph_entities WHERE namespace = ? AND seq_to IS NULL", [ns]
             ).fetchall()
             names = self._names[ns] = {r[0]: r[1] for r in rows if not r[2]}
-            self._ever[ns] = bool(rows)
+            self._ever[ns] = bool(rows) or bool(
+                cur.execute("SELECT 1 FROM graph_mentions WHERE namespace = ? LIMIT 1", [ns]).fetchall()
+            )
         return names
 
     def reads_disk(self, batch: list[Any]) -> bool:
@@ -330,7 +335,7 @@ class GraphFold:
         st.relations[aid] = new_r
         st.relation_rows.append(relation_row(new_r, p.recorded_at, env.actor.agent_id))
 
-    def _current_mentions(self, mid: str) -> dict[str, int]:
+    def _current_mentions(self, mid: str) -> dict[tuple[str, bool], int]:
         st = self.st
         if mid not in st.mentions:
             st.mentions[mid] = dict(self._mentions.get(mid, {}))
@@ -343,32 +348,51 @@ class GraphFold:
                 if mid not in self.st.mentions and mid not in self._mentions:
                     self._mentions.update(self._load_mentions(cur, [mid]))
                 current = self._current_mentions(mid)
-                if eid not in current:
-                    current[eid] = seq
-                    self.st.mention_rows.append((mid, eid, ns, seq, None))
+                if (eid, False) not in current:
+                    current[(eid, False)] = seq
+                    self.st.mention_rows.append((mid, eid, ns, seq, False))
 
     @staticmethod
-    def _load_mentions(cur: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {m: {} for m in ids}
-        for mid, eid, since in cur.execute(
-            "SELECT memory_id, entity_id, seq FROM graph_mentions "
+    def _load_mentions(cur: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[tuple[str, bool], int]]:
+        out: dict[str, dict[tuple[str, bool], int]] = {m: {} for m in ids}
+        for mid, eid, since, explicit in cur.execute(
+            "SELECT memory_id, entity_id, seq, explicit FROM graph_mentions "
             "WHERE seq_to IS NULL AND memory_id IN (SELECT unnest(?))",
             [ids],
         ).fetchall():
-            out[mid][eid] = since
+            out[mid][(eid, explicit)] = since
         return out
 
-    def memory_folded(self, cur: duckdb.DuckDBPyConnection, mid: str, ns: str, content: str | None, seq: int) -> None:
-        """A memory's content changed (None: it is gone): its mentions become those of its new content."""
-        if not self.has_graph(cur, ns):
+    def memory_folded(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        mid: str,
+        ns: str,
+        content: str | None,
+        seq: int,
+        explicit: tuple[str, ...] | None = None,
+    ) -> None:
+        """A memory came to exist, its content changed, or it is gone (content None): the mentions found in its
+        content become those of the new content; `explicit` (entity names its writer gave) adds explicit
+        mentions, which stay until the memory is gone. An explicit mention of an entity that does not exist yet
+        is recorded all the same: it counts once the entity exists."""
+        if not explicit and not self.has_graph(cur, ns):
             return
+        self._namespace(cur, ns)
+        self._ever[ns] = True
         current = self._current_mentions(mid)
-        new = set(mentions(content, self._namespace(cur, ns))) if content is not None else set()
-        for eid in [e for e in current if e not in new]:
-            self.st.closed_mentions[(mid, eid, current.pop(eid))] = seq
-        for eid in new - current.keys():
-            current[eid] = seq
-            self.st.mention_rows.append((mid, eid, ns, seq, None))
+        found = set(mentions(content, self._namespace(cur, ns))) if content is not None else set()
+        for key in list(current):
+            eid, is_explicit = key
+            if content is None or (not is_explicit and eid not in found):
+                self.st.closed_mentions[(mid, eid, current.pop(key), is_explicit)] = seq
+        wanted = [(eid, False) for eid in found]
+        if explicit and content is not None:
+            wanted += [(entity_id_for(ns, name_key(n)), True) for n in explicit]
+        for key in wanted:
+            if key not in current:
+                current[key] = seq
+                self.st.mention_rows.append((mid, key[0], ns, seq, key[1]))
 
     @staticmethod
     def _load_entities(cur: duckdb.DuckDBPyConnection, ids: set[str]) -> dict[str, EntityState]:
@@ -412,15 +436,22 @@ class GraphFold:
                     [[k[0] for k in ks], [k[1] for k in ks], [staged_closes[k] for k in ks]],
                 )
         closes = dict(st.closed_mentions)
-        rows = [(m, e, ns, since, closes.pop((m, e, since), None)) for m, e, ns, since, _ in st.mention_rows]
+        rows = [(m, e, ns, since, closes.pop((m, e, since, x), None), x) for m, e, ns, since, x in st.mention_rows]
         if rows:
-            w.executemany("INSERT INTO graph_mentions VALUES (?, ?, ?, ?, ?)", rows)
+            w.executemany("INSERT INTO graph_mentions VALUES (?, ?, ?, ?, ?, ?)", rows)
         if closes:
             ks3 = list(closes)
             w.execute(
                 "UPDATE graph_mentions SET seq_to = c.s FROM (SELECT unnest(?) AS m, unnest(?) AS e, unnest(?) AS f, "
-                "unnest(?) AS s) c WHERE memory_id = c.m AND entity_id = c.e AND seq = c.f",
-                [[k[0] for k in ks3], [k[1] for k in ks3], [k[2] for k in ks3], [closes[k] for k in ks3]],
+                "unnest(?) AS x, unnest(?) AS s) c WHERE memory_id = c.m AND entity_id = c.e AND seq = c.f "
+                "AND explicit = c.x",
+                [
+                    [k[0] for k in ks3],
+                    [k[1] for k in ks3],
+                    [k[2] for k in ks3],
+                    [k[3] for k in ks3],
+                    [closes[k] for k in ks3],
+                ],
             )
 
     def reset(self) -> None:

@@ -84,7 +84,8 @@ def build(view: MemoriesView, ns: str, at: AsOfResolved | None) -> Subgraph | No
         if mid not in memory_entities:
             memory_entities[mid] = []
             memories.append(mid)
-        memory_entities[mid].append(e)
+        if e not in memory_entities[mid]:  # (found in its content and named by its writer: one link)
+            memory_entities[mid].append(e)
     n_ent = len(ents)
     for j, mid in enumerate(memories):
         index[mid] = n_ent + j

@@ -26,7 +26,7 @@ import numpy as np
 from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
 from mneme.follow import Positioned
-from schemas.events import Event, event_name
+from schemas.events import Event, MemoryCreated, event_name
 from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold
 from services.projector.known_states import KnownStates
 
@@ -387,7 +387,10 @@ class MemoriesView:
                         del st.paths[key]  # recognised by readers: its id is in `states`)
                 st.states[mid] = new
                 if prev is None or new is None or prev.content != new.content:  # what it mentions may change
-                    self.graph.memory_folded(self._write, mid, env.namespace, new.content if new else None, p.seq)
+                    given = env.event.entities if isinstance(env.event, MemoryCreated) else None
+                    self.graph.memory_folded(
+                        self._write, mid, env.namespace, new.content if new else None, p.seq, given
+                    )
                 if new is not None and new.store is not None and new.path is not None:
                     st.paths[(new.namespace, new.store, new.path)] = mid
                 r = state_row(shown)
