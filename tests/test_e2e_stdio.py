@@ -27,6 +27,7 @@ TOOLS = {
     "memory_history", "memory_diff",
     "memory_verify", "memory_lock", "memory_unlock",
     "audit_query",
+    "graph_entity", "graph_relate", "graph_get", "graph_forget",
 }  # fmt: skip
 
 

@@ -600,8 +600,9 @@ async def test_without_the_model_search_is_not_ready_and_search_text_works(tmp_p
             assert await mm.fails("search", query="anything") == "Embedding service not ready. Please try again."
             assert await mm.fails("recall", query="anything") == "Embedding service not ready. Please try again."
             emb = (await mm("get_status"))["embedding"]
-            assert emb["status"] == model and emb["dimensions"] == (384 if model == "loading" else 0)
-            assert emb["model"] == ("paraphrase-MiniLM-L3-v2" if model == "loading" else "")
+            # loading or failed, the projector names the model it is configured with, and its dimension
+            assert emb["status"] == model and emb["dimensions"] == 384
+            assert emb["model"] == "paraphrase-MiniLM-L3-v2"
     finally:
         release.set()
         await stack.close()
