@@ -50,7 +50,9 @@ class MemoryCreated(Event, frozen=True, kw_only=True, tag="memory_created"):
     valid_until: UtcTime | None = None
     status: str = "active"
     verification: str = "unverified"  # an admin's writes start "verified"
-    entities: tuple[str, ...] = ()  # knowledge-graph entities it is about, by name (explicit mentions; added later)
+    # knowledge-graph entities it is about, by name: explicit mentions (added later; UNSET, and not written, when
+    # none are given, so an event without them encodes as it always did)
+    entities: tuple[str, ...] | UnsetType = UNSET
 
 
 class MemoryUpdated(Event, frozen=True, kw_only=True, tag="memory_updated"):

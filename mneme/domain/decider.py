@@ -110,7 +110,7 @@ def decide_create(
         valid_from=valid_from,
         valid_until=valid_until,
         verification=VERIFIED if is_admin(actor) else UNVERIFIED,
-        entities=entity_names(cmd.entities),
+        entities=entity_names(cmd.entities) or UNSET,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import msgspec
 import numpy as np
+from msgspec import UNSET
 
 from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
@@ -387,7 +388,8 @@ class MemoriesView:
                         del st.paths[key]  # recognised by readers: its id is in `states`)
                 st.states[mid] = new
                 if prev is None or new is None or prev.content != new.content:  # what it mentions may change
-                    given = env.event.entities if isinstance(env.event, MemoryCreated) else None
+                    ev = env.event
+                    given = ev.entities if isinstance(ev, MemoryCreated) and ev.entities is not UNSET else None
                     self.graph.memory_folded(
                         self._write, mid, env.namespace, new.content if new else None, p.seq, given
                     )
