@@ -150,23 +150,31 @@ def envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
     return out
 
 
-def graph_envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
+def graph_envelopes(turns: list[tuple], speakers: bool = True) -> list[tuple[str, Envelope]]:
     """The knowledge graph an agent would keep of each conversation, built without a language model: its two
     speakers (person) who know each other, and the capitalized words that are not sentence openers and
     appear at least twice in its turns (concept: places, people, pets, events), each linked from the
     speakers who say it, weighted by how often (at most 1). Memories mention them by name (the projector's
-    extraction), so the graph signal can walk from a question's hits to linked turns."""
+    extraction), so the graph signal can walk from a question's hits to linked turns. Without `speakers`
+    (a diagnostic): the concepts alone, linked when two are said in one turn; no entity that every turn of
+    a speaker names."""
     per_ns: dict[str, dict[str, Any]] = {}
     for ns, _, content, _, speaker in turns:
-        g = per_ns.setdefault(ns, {"speakers": [], "turns": {}, "said": {}})
+        g = per_ns.setdefault(ns, {"speakers": [], "turns": {}, "said": {}, "together": {}})
         if speaker not in g["speakers"]:
             g["speakers"].append(speaker)
         text = content.split(": ", 1)[-1]
+        seen: list[str] = []
         for m in re.finditer(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]{2,})\b", text):
             word = m.group(1)
             if word not in _NOT_NAMES:
                 g["turns"][word] = g["turns"].get(word, 0) + 1
                 g["said"][(speaker, word)] = g["said"].get((speaker, word), 0) + 1
+                seen.append(word)
+        for a in set(seen):
+            for b in set(seen):
+                if a < b:
+                    g["together"][(a, b)] = g["together"].get((a, b), 0) + 1
     out = []
     i = 0
     t0 = datetime(2025, 12, 31, tzinfo=UTC)
@@ -188,12 +196,18 @@ def graph_envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
     for ns, g in per_ns.items():
         ids: dict[str, str] = {}
         concepts = [w for w, n in g["turns"].items() if n >= 2 and w not in g["speakers"]]
-        for name, etype in [(s, "person") for s in g["speakers"]] + [(c, "concept") for c in concepts]:
+        people = [(s, "person") for s in g["speakers"]] if speakers else []
+        for name, etype in people + [(c, "concept") for c in concepts]:
             eid = ids[name] = entity_id_for(ns, name_key(name))
             out.append((S.entity_subject(ns, eid), env(ns, eid, EntityCreated(version=1, entity_id=eid, name=name,
                                                                               entity_type=etype))))  # fmt: skip
-        rels = [(a, b, "knows", 1.0) for a in g["speakers"] for b in g["speakers"] if a != b]
-        rels += [(sp, w, "talks_about", min(1.0, n / 5)) for (sp, w), n in g["said"].items() if w in concepts]
+        if speakers:
+            rels = [(a, b, "knows", 1.0) for a in g["speakers"] for b in g["speakers"] if a != b]
+            rels += [(sp, w, "talks_about", min(1.0, n / 5)) for (sp, w), n in g["said"].items() if w in concepts]
+        else:
+            rels = [
+                (a, b, "related_to", min(1.0, n / 3)) for (a, b), n in g["together"].items() if a in ids and b in ids
+            ]
         for a, b, rtype, weight in rels:
             rid = relation_id_for(ns, ids[a], rtype, ids[b])
             ev = RelationCreated(version=1, relation_id=rid, from_id=ids[a], to_id=ids[b], relation_type=rtype,
@@ -226,7 +240,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     nc = await connect(nats.url or "", "bench-locomo")
     try:
         await ensure_streams(nc.jetstream())
-        graph = graph_envelopes(turns)  # entities first: a memory's mentions are found as it is folded
+        graph = graph_envelopes(
+            turns, speakers=not args.graph_without_speakers
+        )  # entities first: a memory's mentions are found as it is folded
         await publish(nc.jetstream(), iter(graph + envelopes(turns)))
         model = ModelHandle(args.model).start()
         view = fixtures.memories_view(tmp / "projector.duckdb")
@@ -312,6 +328,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         **{m: results[m] for m in modes},
         "graph": {
+            "speakers_as_entities": not args.graph_without_speakers,
             "entities": sum(1 for _, e in graph if isinstance(e.event, EntityCreated)),
             "relations": sum(1 for _, e in graph if isinstance(e.event, RelationCreated)),
             "gain_points": graph_gain,
@@ -339,6 +356,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="first conversation only")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--per-category", action="store_true")
+    ap.add_argument(
+        "--graph-without-speakers",
+        action="store_true",
+        help="diagnostic: the graph without the speakers (named in every turn), its concepts linked by co-occurrence",
+    )
     args = ap.parse_args()
     emit_json(asyncio.run(run(args)))
 
