@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("spine", "audit", "search", "replay", "locomo")
+BENCHES = ("spine", "audit", "search", "replay", "locomo", "code", "graph")
 # the figures the table shows unless --all: targets, ratios to the floor, quality, lag and rates
 _HEADLINE = ("targets.", "vs_", "ratio", "recall@", "mrr", "lag", "events_per_s", "bytes")
 
@@ -64,10 +64,28 @@ HEADLINES: list[tuple[str, str, str, str, bool]] = [
     ("as_of p95 hybrid, ms", "replay", "targets.as_of_hybrid_p95.p95_ms", "< 50", True),
     ("LoCoMo hybrid recall@5", "locomo", "hybrid.recall@5", "", False),
     ("LoCoMo hybrid MRR", "locomo", "hybrid.mrr", "", False),
+    ("LoCoMo graph signal on - off, recall@10 points", "locomo", "graph.gain_points.recall@10", ">= 0", False),
+    ("LoCoMo graph signal on - off, recall@5 points", "locomo", "graph.gain_points.recall@5", ">= 0", False),
+    ("code index chunks/s / raw model", "code", "targets.chunks_vs_raw.ratio", ">= 0.70", False),
+    ("code index files/s", "code", "index.files_per_s", "", False),
+    ("search_code p95 over stdio, ms", "code", "targets.search_code_p95.p95_ms", "< 50", True),
+    ("recall p95 with the graph, 10k relations, ms", "graph", "targets.recall_graph_p95_10000.p95_ms", "< 50", True),
+    ("recall p95 with the graph, 100k relations, ms", "graph", "targets.recall_graph_p95_100000.p95_ms", "< 50",
+     True),
+    ("server-memory create_entities / no-op tool", "graph", "server_memory.create_entities.vs_noop", "", False),
+    ("server-memory create_entities p50 ms", "graph", "server_memory.create_entities.p50_ms", "", True),
+    ("server-memory add_observations p50 ms", "graph", "server_memory.add_observations.p50_ms", "", True),
+    ("server-memory search_nodes p50 ms", "graph", "server_memory.search_nodes.p50_ms", "", True),
+    ("server-memory open_nodes p50 ms", "graph", "server_memory.open_nodes.p50_ms", "", True),
     ("floor: awaited NATS publish, /s", "spine", "a_floor.a_floor_awaited.rate_per_s", "", False),
     ("floor: no-op MCP tool over stdio, /s", "spine", "c_stdio.noop.rate_per_s", "", False),
     ("floor: raw Edge dense search, p50 ms", "search", "latency.raw_edge.dense.p50_ms", "", True),
     ("floor: replay receive-and-decode, events/s", "replay", "floor.events_per_s", "", False),
+    ("floor: raw model on code chunks, texts/s", "code", "raw_per_s", "", False),
+    ("floor: plain hybrid p95 beside the graph, 100k, ms", "graph", "recall.relations_100000.plain.p95_ms", "",
+     True),
+    ("floor: no-op tool beside server-memory, /s", "graph", "server_memory.create_entities.noop.calls_per_s", "",
+     False),
 ]  # fmt: skip
 BASELINE = Path(__file__).with_name("baseline.json")
 

@@ -12,6 +12,11 @@ namespace, with the product's defaults (nothing is tuned per question) and thres
 every mode ranks its top 50. A hit at k: any evidence dia_id among the top k. MRR:
 reciprocal rank of the first evidence turn in the top 50 (0 when absent).
 
+The graph signal, on and off (issue 12): each conversation's knowledge graph (its speakers and the names
+said in two turns or more, linked; `graph_envelopes`) is in the log before the turns, and hybrid with
+memory-mcp's recall weights (z-score, vector 0.40, BM25 0.15) runs without and with PPR (0.45): the target
+is no loss of recall.
+
 Also, in the same run: hybrid with the earlier default fusion (z-score, semantic weight
 0.5), for a before/after on the same index; and each of them once more with its default
 threshold and limit 10 (what a caller gets; z-score's scores depend on how many
@@ -35,13 +40,16 @@ from typing import Any
 from bench import fixtures
 from bench.common import emit_json, log, machine_info, print_table, rnd
 from mneme.compose import close_nats, connect
+from mneme.domain.graph import name_key
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
+from mneme.ids import entity_id_for, relation_id_for
 from mneme.synthetic import publish
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
+from schemas.graph_events import EntityCreated, RelationCreated
 from schemas.queries import SearchMemories, SearchMode
 from services.gateway.queries import QueryClient
 from services.projector.service import catch_up
@@ -55,6 +63,17 @@ RUNS: tuple[tuple[SearchMode, str, dict[str, Any]], ...] = (  # mode, label, que
     ("semantic", "semantic", {}),
     ("hybrid", "hybrid", {}),
     ("hybrid", "hybrid-zscore", {"fusion": "zscore", "semantic_weight": 0.5}),  # the default until issue 9
+    # memory-mcp's recall weights (vector 0.40, BM25 0.15) without and with the graph signal (PPR 0.45)
+    ("hybrid", "hybrid-zscore-nograph", {"fusion": "zscore", "semantic_weight": 0.4, "keyword_weight": 0.15}),
+    ("hybrid", "hybrid-zscore-graph",
+     {"fusion": "zscore", "semantic_weight": 0.4, "keyword_weight": 0.15, "graph_weight": 0.45}),
+)  # fmt: skip
+# not a name: sentence words that are capitalized often enough in chat to pass the repetition test
+_NOT_NAMES = set(
+    "I I'm I've I'll I'd It It's That That's This The There They We You Yes No Oh Wow Hey Hi Thanks Thank What "
+    "How Why When Where Who Which And But So Also Just Really Sounds Good Great Awesome Yeah Sure Well Me My Your "
+    "He She His Her Our Their Let Let's Can Do Did Have Has Was Were Is Are Be Not Any Some All Glad Love Nice "
+    "Congrats Congratulations Absolutely Definitely Totally Haha Lol Ok Okay Cool Amazing Sorry Bye See Take".split()
 )
 
 
@@ -131,6 +150,72 @@ def envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
     return out
 
 
+def graph_envelopes(turns: list[tuple], speakers: bool = True) -> list[tuple[str, Envelope]]:
+    """The knowledge graph an agent would keep of each conversation, built without a language model: its two
+    speakers (person) who know each other, and the capitalized words that are not sentence openers and
+    appear at least twice in its turns (concept: places, people, pets, events), each linked from the
+    speakers who say it, weighted by how often (at most 1). Memories mention them by name (the projector's
+    extraction), so the graph signal can walk from a question's hits to linked turns. Without `speakers`
+    (a diagnostic): the concepts alone, linked when two are said in one turn; no entity that every turn of
+    a speaker names."""
+    per_ns: dict[str, dict[str, Any]] = {}
+    for ns, _, content, _, speaker in turns:
+        g = per_ns.setdefault(ns, {"speakers": [], "turns": {}, "said": {}, "together": {}})
+        if speaker not in g["speakers"]:
+            g["speakers"].append(speaker)
+        text = content.split(": ", 1)[-1]
+        seen: list[str] = []
+        for m in re.finditer(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]{2,})\b", text):
+            word = m.group(1)
+            if word not in _NOT_NAMES:
+                g["turns"][word] = g["turns"].get(word, 0) + 1
+                g["said"][(speaker, word)] = g["said"].get((speaker, word), 0) + 1
+                seen.append(word)
+        for a in set(seen):
+            for b in set(seen):
+                if a < b:
+                    g["together"][(a, b)] = g["together"].get((a, b), 0) + 1
+    out = []
+    i = 0
+    t0 = datetime(2025, 12, 31, tzinfo=UTC)
+
+    def env(ns: str, agg: str, ev: Any) -> Envelope:
+        nonlocal i
+        i += 1
+        return Envelope(
+            event_id=f"evt-locomo-graph-{i}",
+            schema_version=1,
+            namespace=ns,
+            aggregate_id=agg,
+            occurred_at=t0,
+            actor=Actor(agent_id="locomo"),
+            request_id=f"req-locomo-graph-{i}",
+            event=ev,
+        )
+
+    for ns, g in per_ns.items():
+        ids: dict[str, str] = {}
+        concepts = [w for w, n in g["turns"].items() if n >= 2 and w not in g["speakers"]]
+        people = [(s, "person") for s in g["speakers"]] if speakers else []
+        for name, etype in people + [(c, "concept") for c in concepts]:
+            eid = ids[name] = entity_id_for(ns, name_key(name))
+            out.append((S.entity_subject(ns, eid), env(ns, eid, EntityCreated(version=1, entity_id=eid, name=name,
+                                                                              entity_type=etype))))  # fmt: skip
+        if speakers:
+            rels = [(a, b, "knows", 1.0) for a in g["speakers"] for b in g["speakers"] if a != b]
+            rels += [(sp, w, "talks_about", min(1.0, n / 5)) for (sp, w), n in g["said"].items() if w in concepts]
+        else:
+            rels = [
+                (a, b, "related_to", min(1.0, n / 3)) for (a, b), n in g["together"].items() if a in ids and b in ids
+            ]
+        for a, b, rtype, weight in rels:
+            rid = relation_id_for(ns, ids[a], rtype, ids[b])
+            ev = RelationCreated(version=1, relation_id=rid, from_id=ids[a], to_id=ids[b], relation_type=rtype,
+                                 weight=weight)  # fmt: skip
+            out.append((S.relation_subject(ns, rid), env(ns, rid, ev)))
+    return out
+
+
 def score(ranked: list[list[str]], evidence: list[set[str]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for k in KS:
@@ -155,7 +240,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     nc = await connect(nats.url or "", "bench-locomo")
     try:
         await ensure_streams(nc.jetstream())
-        await publish(nc.jetstream(), iter(envelopes(turns)))
+        graph = graph_envelopes(
+            turns, speakers=not args.graph_without_speakers
+        )  # entities first: a memory's mentions are found as it is folded
+        await publish(nc.jetstream(), iter(graph + envelopes(turns)))
         model = ModelHandle(args.model).start()
         view = fixtures.memories_view(tmp / "projector.duckdb")
         vectors = fixtures.vector_view(EdgeIndex(tmp / "vectors", model.dim), model, EmbeddingCache(tmp / "emb.sqlite"))
@@ -228,8 +316,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for m, d in defaults.items()
         ],
     )
+    graph_gain = {
+        k: rnd((results["hybrid-zscore-graph"][k] - results["hybrid-zscore-nograph"][k]) * 100, 2)
+        for k in ("recall@1", "recall@5", "recall@10", "mrr")
+    }
+    print_table(
+        "The graph signal (memory-mcp's weights 0.40/0.15, PPR 0.45) on and off: change in points",
+        ["figure", "on - off"],
+        list(graph_gain.items()),
+    )
     return {
         **{m: results[m] for m in modes},
+        "graph": {
+            "speakers_as_entities": not args.graph_without_speakers,
+            "entities": sum(1 for _, e in graph if isinstance(e.event, EntityCreated)),
+            "relations": sum(1 for _, e in graph if isinstance(e.event, RelationCreated)),
+            "gain_points": graph_gain,
+            "no_loss_at_5_and_10": (graph_gain["recall@5"] or 0) >= 0 and (graph_gain["recall@10"] or 0) >= 0,
+        },
         "default_threshold_limit_10": defaults,
         "questions": len(questions),
         "turns": len(turns),
@@ -252,6 +356,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="first conversation only")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--per-category", action="store_true")
+    ap.add_argument(
+        "--graph-without-speakers",
+        action="store_true",
+        help="diagnostic: the graph without the speakers (named in every turn), its concepts linked by co-occurrence",
+    )
     args = ap.parse_args()
     emit_json(asyncio.run(run(args)))
 
