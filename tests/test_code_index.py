@@ -166,3 +166,24 @@ async def test_the_code_index_is_rebuilt_from_the_log_without_the_files(
     )
     assert status.status == "completed" and status.total_chunks == before["total_chunks"]
     rebuilt.close()
+
+
+def test_pieces_of_one_long_line_are_each_kept(tmp_path: Path) -> None:
+    """A line over the token budget is cut into pieces with the same line range: each piece is its own chunk."""
+    from datetime import UTC, datetime
+
+    from mneme.follow import Positioned
+    from schemas.code_events import CodeChunk, CodeFileIndexed
+    from schemas.events import Actor, Envelope
+
+    pieces = tuple(CodeChunk(start_line=1, end_line=1, chunk_type="lines", name=None, header="a.py", code=c)
+                   for c in ("x = [1, 2,", " 3, 4]"))  # fmt: skip
+    ev = CodeFileIndexed(project_id="p", run_id="r", path="a.py", language="python", sha256="s", size=9, chunks=pieces)
+    env = Envelope(event_id="e", schema_version=1, namespace="ns", aggregate_id="p", occurred_at=datetime.now(UTC),
+                   actor=Actor(agent_id="a"), request_id="r", event=ev)  # fmt: skip
+    view = CodeView(str(tmp_path / "c.duckdb"), shared_model(), EmbeddingCache(None), background=False)
+    view.stage([Positioned(1, env.occurred_at, env)], 1)
+    view.commit()
+    got = view.reader().execute("SELECT code FROM code_chunks ORDER BY code").fetchall()
+    view.close()
+    assert got == [(" 3, 4]",), ("x = [1, 2,",)]

@@ -18,9 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from mneme.code import Chunker, DryRun, InvalidPath, SourceFile, dry_run, scan_project, validate_project_path
-from mneme.errors import MnemeError
+from mneme.errors import MnemeError, ProjectionLag
 from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
 from schemas import subjects as S
@@ -227,4 +230,13 @@ class CodeIndexer:
             await asyncio.wait(set(self._tasks), timeout=timeout)
 
 
-__all__ = ["CodeIndexer", "InvalidPath", "Run"]
+async def status_query(queries: QueryClient, query: Any) -> Any:
+    """A code-index status or project list: read-your-writes when the projector keeps up; while it folds a large
+    run (a status is asked often, and must not fail then), the projector's state as it stands."""
+    try:
+        return await queries.ask(query)
+    except ProjectionLag:
+        return await queries.ask(msgspec.structs.replace(query, min_seq=0))
+
+
+__all__ = ["CodeIndexer", "InvalidPath", "Run", "status_query"]

@@ -11,6 +11,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from schemas.queries import CodeIndexStatus, CodeProjects, CodeStatusResult, SearchCode
+from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
 from services.gateway.params import READ, WRITE, Namespace
 from services.gateway.toolkit import Toolset
@@ -143,11 +144,14 @@ async def code_status(call: Call, project: Project | None = None, namespace: Nam
     """Indexing status (progress, ETA, error) of one project, or of every indexed project."""
     gw = call.gw
     if project is not None:
-        s = await gw.queries.ask(
-            CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project)
+        s = await status_query(
+            gw.queries,
+            CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project),
         )
         return Projects(results=[ProjectStatus.of(s)] if s.found else [])
-    got = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    got = await status_query(
+        gw.queries, CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq())
+    )
     return Projects(results=[ProjectStatus.of(p) for p in got.projects])
 
 
@@ -155,8 +159,9 @@ async def code_status(call: Call, project: Project | None = None, namespace: Nam
 async def code_forget(call: Call, project: Project, namespace: Namespace = None) -> Projects:
     """Remove a project from the code index (its history stays in the log)."""
     gw = call.gw
-    s = await gw.queries.ask(
-        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project)
+    s = await status_query(
+        gw.queries,
+        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project),
     )
     if s.found:
         gw.noted(await gw.code.delete(call.namespace, project, call.principal.actor, call.request_id))

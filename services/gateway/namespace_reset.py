@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mneme.errors import MnemeError
 from schemas.commands import DeleteMemory
 from schemas.queries import CodeProjects, GraphEntities, ListMemories
+from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
 
 SKIPPED = ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED", "PERMISSION_ERROR")
@@ -75,7 +76,9 @@ async def reset(call: Call, reason: str) -> ResetDone:
         if gone.deleted == 0:  # nothing could be deleted: stop rather than loop
             break
     chunks = 0
-    projects = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    projects = await status_query(
+        gw.queries, CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq())
+    )
     for p in projects.projects:
         gw.noted(await gw.code.delete(call.namespace, p.project_id, actor, rid))
         chunks += p.total_chunks

@@ -36,7 +36,7 @@ from services.projector.memories_view import SMALL_BATCH, insert_rows, one_row
 log = logging.getLogger("mneme.projector.code")
 
 CHECKPOINT = "code"
-VERSION = 1
+VERSION = 2  # 2: chunk ids by position in the file (1 merged chunks of one line)
 BATCH = 64  # chunks embedded per model call
 SCHEMA = """
 SET TimeZone = 'UTC';
@@ -66,8 +66,9 @@ CHUNK_COLUMNS = [
 ]  # fmt: skip
 
 
-def chunk_id(ns: str, project: str, path: str, start: int, end: int) -> str:
-    return hashlib.sha256(f"{ns}\n{project}\n{path}\n{start}\n{end}".encode()).hexdigest()[:32]
+def chunk_id(ns: str, project: str, path: str, ordinal: int) -> str:
+    """A chunk is the `ordinal`-th of its file (line ranges are not unique: pieces of one long line share one)."""
+    return hashlib.sha256(f"{ns}\n{project}\n{path}\n{ordinal}".encode()).hexdigest()[:32]
 
 
 def chunk_text(header: str, code: str) -> str:
@@ -154,11 +155,10 @@ class CodeView:
             w.execute("INSERT INTO code_files VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                       [*key, ev.path, ev.language, ev.sha256, ev.size, len(ev.chunks), seq])  # fmt: skip
             rows = [
-                (chunk_id(ns, ev.project_id, ev.path, c.start_line, c.end_line), ns, ev.project_id, ev.path,
+                (chunk_id(ns, ev.project_id, ev.path, i), ns, ev.project_id, ev.path,
                  ev.language, c.start_line, c.end_line, c.chunk_type, c.name, c.header, c.code, seq)
-                for c in ev.chunks
+                for i, c in enumerate(ev.chunks)
             ]  # fmt: skip
-            rows = list({r[0]: r for r in rows}.values())  # (a chunk id is unique per line range)
             if len(rows) >= SMALL_BATCH:
                 insert_rows(w, "code_chunks", CHUNK_COLUMNS, rows)
             elif rows:  # (the appender would want a value for every column, the vector too)

@@ -232,6 +232,7 @@ class GraphStaged:
     mention_rows: list[tuple[Any, ...]] = field(default_factory=list)  # (memory, entity, namespace, since, explicit)
     # (memory, entity, since, explicit) -> seq_to
     closed_mentions: dict[tuple[str, str, int, bool], int] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)  # namespaces whose graph or mentions this batch changes
 
     def __bool__(self) -> bool:
         return bool(self.entity_rows or self.relation_rows or self.mention_rows or self.closed_mentions)
@@ -258,6 +259,8 @@ class GraphFold:
         self._entities: dict[str, EntityState] = {}  # loaded for this batch
         self._relations: dict[str, RelationState] = {}
         self._mentions: dict[str, dict[tuple[str, bool], int]] = {}  # loaded for this batch: committed, current
+        # namespace -> the checkpoint of the last commit that changed its graph (what a cached subgraph is keyed by)
+        self.changed_at: dict[str, int] = {}
 
     @staticmethod
     def is_graph(env: Envelope) -> bool:
@@ -317,6 +320,7 @@ class GraphFold:
                 st.closed_entities[(aid, prev_e.version)] = p.seq
             st.entities[aid] = new_e
             st.entity_rows.append(entity_row(new_e, p.recorded_at, env.actor.agent_id))
+            st.touched.add(env.namespace)
             names = self._namespace(cur, env.namespace)
             self._ever[env.namespace] = True
             key = name_key(new_e.name)
@@ -334,6 +338,7 @@ class GraphFold:
             st.closed_relations[(aid, prev_r.version)] = p.seq
         st.relations[aid] = new_r
         st.relation_rows.append(relation_row(new_r, p.recorded_at, env.actor.agent_id))
+        st.touched.add(env.namespace)
 
     def _current_mentions(self, mid: str) -> dict[tuple[str, bool], int]:
         st = self.st
@@ -351,6 +356,7 @@ class GraphFold:
                 if (eid, False) not in current:
                     current[(eid, False)] = seq
                     self.st.mention_rows.append((mid, eid, ns, seq, False))
+                    self.st.touched.add(ns)
 
     @staticmethod
     def _load_mentions(cur: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[tuple[str, bool], int]]:
@@ -386,6 +392,7 @@ class GraphFold:
             eid, is_explicit = key
             if content is None or (not is_explicit and eid not in found):
                 self.st.closed_mentions[(mid, eid, current.pop(key), is_explicit)] = seq
+                self.st.touched.add(ns)
         wanted = [(eid, False) for eid in found]
         if explicit and content is not None:
             wanted += [(entity_id_for(ns, name_key(n)), True) for n in explicit]
@@ -393,6 +400,7 @@ class GraphFold:
             if key not in current:
                 current[key] = seq
                 self.st.mention_rows.append((mid, key[0], ns, seq, key[1]))
+                self.st.touched.add(ns)
 
     @staticmethod
     def _load_entities(cur: duckdb.DuckDBPyConnection, ids: set[str]) -> dict[str, EntityState]:
@@ -453,6 +461,11 @@ class GraphFold:
                     [closes[k] for k in ks3],
                 ],
             )
+
+    def committed(self, checkpoint: int) -> None:
+        """The staged changes are in DuckDB up to `checkpoint`: the namespaces they touched have a new graph."""
+        for ns in self.st.touched:
+            self.changed_at[ns] = checkpoint
 
     def reset(self) -> None:
         self.st = GraphStaged()

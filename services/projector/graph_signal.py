@@ -7,8 +7,9 @@ number of memories that mention the entity (a rare entity says more), plus the e
 then runs PPR with damping 0.5 (scipy sparse power iteration). A memory's PPR mass is its graph signal: it
 can rank a memory that neither vector nor keyword search found, because it is linked to what they found.
 
-The subgraph (a sparse, column-normalized matrix) is cached per namespace and projection position; a
-search as of a past position builds the subgraph as it stood then.
+The subgraph (a sparse, column-normalized matrix) is cached per namespace until a commit changes that
+namespace's entities, relations or mentions; a search as of a past position builds the subgraph as it stood
+then.
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ class GraphSignal:
         self._lock = threading.Lock()
 
     def subgraph(self, ns: str, at: AsOfResolved | None) -> Subgraph | None:
-        key = (ns, at.seq if at is not None else None, self.view.checkpoint if at is None else 0)
+        # now: keyed by the last commit that changed this namespace's graph (other writes leave it cached)
+        key = (ns, at.seq if at is not None else None, self.view.graph.changed_at.get(ns, 0) if at is None else 0)
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)

@@ -505,6 +505,7 @@ class MemoriesView:
             raise
         with self._lock:  # readers now find these rows in DuckDB
             self._st = _Staged()
+            self.graph.committed(last)
             self.graph.reset()
             self.checkpoint = last
         self._known.record(st.states)

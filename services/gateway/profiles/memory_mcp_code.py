@@ -13,6 +13,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from schemas.queries import CodeFiles, CodeIndexStatus, CodeProjects, CodeSearchResult, SearchCode
+from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
 from services.gateway.params import DESTRUCTIVE, READ, WRITE
 from services.gateway.toolkit import Toolset
@@ -119,8 +120,9 @@ async def search_code(call: Call, query: str, project_id: str | None = None, lim
 async def get_index_status(call: Call, project_id: ProjectId) -> IndexStatus:
     """Get indexing status for a project."""
     gw = call.gw
-    s = await gw.queries.ask(
-        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project_id)
+    s = await status_query(
+        gw.queries,
+        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project_id),
     )
     return IndexStatus(
         project_id=project_id,
@@ -140,7 +142,9 @@ async def get_index_status(call: Call, project_id: ProjectId) -> IndexStatus:
 async def list_projects(call: Call) -> Projects:
     """List all indexed projects."""
     gw = call.gw
-    got = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    got = await status_query(
+        gw.queries, CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq())
+    )
     ids = [p.project_id for p in got.projects]
     return Projects(projects=ids, count=len(ids))
 
@@ -149,8 +153,9 @@ async def list_projects(call: Call) -> Projects:
 async def delete_project(call: Call, project_id: ProjectId) -> ProjectDeleted:
     """Delete all indexed code chunks for a project."""
     gw = call.gw
-    s = await gw.queries.ask(
-        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project_id)
+    s = await status_query(
+        gw.queries,
+        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project_id),
     )
     if not s.found:
         files = await gw.queries.ask(

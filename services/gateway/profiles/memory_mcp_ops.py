@@ -29,6 +29,7 @@ from schemas.queries import (
     SearchMemories,
 )
 from services.gateway import namespace_reset
+from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
 from services.gateway.params import Intent
 from services.gateway.profiles.memory_mcp_models import CacheStats, EmbeddingStatus, ResetCounts
@@ -163,5 +164,7 @@ async def reset_namespace(call: Call) -> ResetCounts:
 async def code_chunks(call: Call) -> int:
     """Code chunks indexed in the call's namespace."""
     gw = call.gw
-    got = await gw.queries.ask(CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    got = await status_query(
+        gw.queries, CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq())
+    )
     return sum(p.total_chunks for p in got.projects)
