@@ -187,3 +187,57 @@ def test_pieces_of_one_long_line_are_each_kept(tmp_path: Path) -> None:
     got = view.reader().execute("SELECT code FROM code_chunks ORDER BY code").fetchall()
     view.close()
     assert got == [(" 3, 4]",), ("x = [1, 2,",)]
+
+
+def test_status_pending_indexing_completed_and_failed(tmp_path: Path) -> None:
+    """The status of a project through a run's events: indexing while files are recorded and chunks wait for
+    their vectors, completed when every chunk has one, failed (with the error) when the run says so."""
+    from datetime import UTC, datetime
+
+    from mneme.follow import Positioned
+    from schemas.code_events import CodeChunk, CodeFileIndexed, CodeIndexFinished, CodeIndexStarted
+    from schemas.events import Actor, Envelope
+    from schemas.queries import CodeIndexStatus
+
+    now = datetime.now(UTC)
+
+    def at(seq: int, ev: Any) -> Positioned:
+        env = Envelope(event_id=f"e{seq}", schema_version=1, namespace="ns", aggregate_id=ev.project_id,
+                       occurred_at=now, actor=Actor(agent_id="a"), request_id="r", event=ev)  # fmt: skip
+        return Positioned(seq, now, env)
+
+    view = CodeView(str(tmp_path / "c.duckdb"), shared_model(), EmbeddingCache(None), background=False)
+
+    def status(project: str) -> Any:
+        return code_status(view, CodeIndexStatus(namespace="ns", now=now, project_id=project))
+
+    assert status("p").status == "pending" and not status("p").found
+    header = "a.py \u203a f"
+    chunk = CodeChunk(start_line=1, end_line=2, chunk_type="function", name="f", header=header, code="def f(): ...")
+    view.stage([at(1, CodeIndexStarted(project_id="p", run_id="r1", root="/x", total_files=2, total_bytes=20))], 1)
+    view.stage([at(2, CodeFileIndexed(project_id="p", run_id="r1", path="a.py", language="python", sha256="s",
+                                      size=10, chunks=(chunk,)))], 2)  # fmt: skip
+    view.commit()
+    mid = status("p")
+    assert (mid.status, mid.indexed_files, mid.total_files, mid.total_chunks, mid.embedded_chunks) == (
+        "indexing",
+        1,
+        2,
+        1,
+        0,
+    )
+    assert 0 < mid.progress_percent < 100
+    view.stage([at(3, CodeIndexFinished(project_id="p", run_id="r1", status="completed"))], 3)
+    view.commit()
+    assert status("p").status == "indexing", "every chunk needs its vector first"
+    while view.fill_once():
+        pass
+    done = status("p")
+    assert (done.status, done.progress_percent, done.embedded_chunks) == ("completed", 100.0, 1)
+    assert done.completed_at is not None
+    view.stage([at(4, CodeIndexStarted(project_id="q", run_id="r2", root="/y", total_files=1, total_bytes=5))], 4)
+    view.stage([at(5, CodeIndexFinished(project_id="q", run_id="r2", status="failed", error="OSError: gone"))], 5)
+    view.commit()
+    failed = status("q")
+    assert (failed.status, failed.error) == ("failed", "OSError: gone")
+    view.close()
