@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from mneme.embed_cache import text_key
 from mneme.errors import InvalidInput
 from schemas.queries import (
@@ -79,24 +81,33 @@ def search(code: CodeView, q: SearchCode) -> CodeSearchResult:
     key = text_key(text)
     got = code.cache.get_many(embedder.model_id, [key])
     vec = got[key] if key in got else embedder.embed([text])[0]
-    where, args = ["namespace = ?", "embedding IS NOT NULL"], [q.namespace]
+    m = code.matrix(q.namespace)
+    mask = np.ones(len(m.ids), dtype=bool)
     if q.project_id is not None:
-        where.append("project_id = ?")
-        args.append(q.project_id)
+        mask &= m.projects == q.project_id
     if q.language is not None:
-        where.append("language = ?")
-        args.append(q.language.lower())
-    rows = (
-        code.reader()
-        .execute(
-            "SELECT id, project_id, path, language, start_line, end_line, chunk_type, name, code, "
-            "list_cosine_similarity(embedding, ?::FLOAT[]) AS score FROM code_chunks WHERE "
-            + " AND ".join(where)
-            + " ORDER BY score DESC, id LIMIT ?",
-            [[float(x) for x in vec], *args, q.limit],
-        )
-        .fetchall()
-    )
+        mask &= m.languages == q.language.lower()
+    picked = np.flatnonzero(mask)
+    rows: list[tuple[Any, ...]] = []
+    if len(picked):
+        qv = np.array(vec, dtype=np.float32)  # (a copy: a cached vector is read-only)
+        qv /= max(float(np.linalg.norm(qv)), 1e-12)
+        scores = m.vectors[picked] @ qv
+        k = min(q.limit, len(picked))
+        top = np.argpartition(-scores, k - 1)[:k]
+        order = sorted(top.tolist(), key=lambda i: (-float(scores[i]), m.ids[picked[i]]))
+        best = {m.ids[picked[i]]: float(scores[i]) for i in order}
+        found = {
+            r[0]: r
+            for r in code.reader()
+            .execute(
+                "SELECT id, project_id, path, language, start_line, end_line, chunk_type, name, code FROM code_chunks "
+                "WHERE id IN (SELECT unnest(?))",
+                [list(best)],
+            )
+            .fetchall()
+        }
+        rows = [(*found[i], s) for i, s in best.items() if i in found]
     hits = [CodeHit(id=r[0], project_id=r[1], path=r[2], language=r[3], start_line=r[4], end_line=r[5],
                     chunk_type=r[6], name=r[7], content=r[8], score=round(float(r[9]), 6)) for r in rows]  # fmt: skip
     return CodeSearchResult(hits=hits, pending=code.pending(q.namespace), model=embedder.model_id)

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -66,6 +67,14 @@ CHUNK_COLUMNS = [
 ]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Matrix:
+    ids: list[str]
+    projects: np.ndarray
+    languages: np.ndarray
+    vectors: np.ndarray  # one normalized row per chunk
+
+
 def chunk_id(ns: str, project: str, path: str, ordinal: int) -> str:
     """A chunk is the `ordinal`-th of its file (line ranges are not unique: pieces of one long line share one)."""
     return hashlib.sha256(f"{ns}\n{project}\n{path}\n{ordinal}".encode()).hexdigest()[:32]
@@ -104,6 +113,8 @@ class CodeView:
         self._wake = threading.Event()
         self._closed = False
         self.rate = 0.0  # chunks embedded per second (smoothed)
+        self.version = 0  # bumped whenever chunks or their vectors change (what the search matrices are keyed by)
+        self._matrices: dict[str, tuple[int, Any]] = {}  # namespace -> (version, Matrix)
         self._filler: threading.Thread | None = None
 
     # -- Sink
@@ -140,6 +151,7 @@ class CodeView:
                 raise
         self._checkpoint = last
         if ops:
+            self.version += 1
             self._wake.set()
         return last
 
@@ -235,6 +247,7 @@ class CodeView:
                 "WHERE code_chunks.id = c.i",
                 [ids, emb],
             )
+        self.version += 1
         secs = max(time.monotonic() - t0, 1e-6)
         self.rate = len(rows) / secs if self.rate == 0 else 0.8 * self.rate + 0.2 * len(rows) / secs
         return len(rows)
@@ -247,6 +260,29 @@ class CodeView:
             cur.execute("SET TimeZone = 'UTC'")
             self._local.cur = cur
         return cur
+
+    def matrix(self, ns: str) -> Matrix:
+        """The namespace's embedded chunks as one normalized float32 matrix (with each row's id, project and
+        language), kept until chunks or vectors change: a search is one matrix product, not a scan in SQL."""
+        got = self._matrices.get(ns)
+        if got is not None and got[0] == self.version:
+            return got[1]  # type: ignore[no-any-return]
+        version = self.version
+        rows = (
+            self.reader()
+            .execute(
+                "SELECT id, project_id, language, embedding FROM code_chunks "
+                "WHERE namespace = ? AND embedding IS NOT NULL ORDER BY id",
+                [ns],
+            )
+            .fetchall()
+        )
+        vecs = np.asarray([r[3] for r in rows], dtype=np.float32) if rows else np.zeros((0, 1), dtype=np.float32)
+        if len(rows):
+            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+        m = Matrix([r[0] for r in rows], np.asarray([r[1] for r in rows]), np.asarray([r[2] for r in rows]), vecs)
+        self._matrices[ns] = (version, m)
+        return m
 
     def pending(self, ns: str | None = None, project: str | None = None) -> int:
         sql, args = "SELECT count(*) FROM code_chunks WHERE embedding IS NULL", []
