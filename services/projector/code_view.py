@@ -5,7 +5,8 @@ A sink of the projector's event follower (one delivery, one decode): it folds th
 (invariant 5). Chunks are written without a vector; a filler thread embeds them in batches (the embedding
 cache first, the model for the rest) and stores each vector beside its chunk, so code never holds the
 memories' fold back. A project reads as `indexing` until every chunk of its last run has its vector, with
-progress and an ETA from a smoothed embedding rate; searching ranks the embedded chunks by cosine in DuckDB.
+progress and an ETA from a smoothed embedding rate; searching is one matrix product over the namespace's
+normalized vectors, kept in memory until chunks or vectors change.
 """
 
 from __future__ import annotations
