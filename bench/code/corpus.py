@@ -32,7 +32,7 @@ class Corpus:
     texts: list[str]  # every chunk's embedded text, in file order
     named: list[tuple[str, str, str]]  # (file, definition name, chunk type) of the named chunks
     skipped: dict[str, int]  # what the scan left out, by reason
-    line_ranges: int  # distinct (file, start line, end line): CodeView keeps one chunk per line range
+    line_ranges: int  # distinct (file, start line, end line): pieces of one long line share one
 
 
 def stdlib_files(seed: int, limit: int | None) -> tuple[Path, list[str]]:
