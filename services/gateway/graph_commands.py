@@ -34,7 +34,7 @@ from schemas.graph_events import (
     RelationCreated,
     RelationDeleted,
 )
-from schemas.queries import Entity, GraphEntities, GraphRelations, Relation
+from schemas.queries import Entity, GraphEntities, GraphRelations, GraphResult, Relation
 from services.gateway.queries import QueryClient
 
 MAX_ATTEMPTS = 25
@@ -131,12 +131,20 @@ class GraphCommands:
         self, ns: str, ids: Sequence[str], min_seq: int, relations: Literal["none", "either", "both"] = "none"
     ) -> dict[str, Entity]:
         query = GraphEntities(namespace=ns, now=self.clock(), min_seq=min_seq, ids=tuple(ids), relations=relations)
-        got = await self.queries.ask(query)
-        if len(got.entities) < len(set(ids)):  # a miss is confirmed at the head of the log (another gateway's write)
-            head = await self.log.last_seq()
-            if head > min_seq:
-                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
+        got = await self._confirmed(query, lambda g: len(g.entities) < len(set(ids)))
         return {e.id: e for e in got.entities}
+
+    async def _confirmed(
+        self, query: GraphEntities | GraphRelations, missed: Callable[[GraphResult], bool]
+    ) -> GraphResult:
+        """Ask; when something asked for is missing, ask again at the head of the log (another gateway may have
+        written it a moment ago)."""
+        got: GraphResult = await self.queries.ask(query)
+        if missed(got):
+            head = await self.log.last_seq()
+            if head > query.min_seq:
+                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
+        return got
 
     async def _retry(self, n: int) -> None:
         if n >= MAX_ATTEMPTS - 1:
@@ -268,11 +276,7 @@ class GraphCommands:
         query = GraphEntities(
             namespace=ns, now=self.clock(), min_seq=min_seq, ids=tuple(ids.values()), relations="either"
         )
-        got = await self.queries.ask(query)
-        if len(got.entities) < len(ids):  # a miss is confirmed at the head of the log
-            head = await self.log.last_seq()
-            if head > min_seq:
-                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
+        got = await self._confirmed(query, lambda g: len(g.entities) < len(ids))
         known = {e.id: e for e in got.entities}
         out.missing = [name for name, eid in ids.items() if eid not in known]
         for rel in got.relations:
@@ -368,11 +372,7 @@ class GraphCommands:
             for r in items
         )
         query = GraphRelations(namespace=ns, now=self.clock(), min_seq=min_seq, ids=tuple(ids))
-        got = await self.queries.ask(query)
-        if len(got.relations) < len(ids):  # a miss is confirmed at the head of the log
-            head = await self.log.last_seq()
-            if head > min_seq:
-                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
+        got = await self._confirmed(query, lambda g: len(g.relations) < len(ids))
         out = GraphWrite()
         for rel in got.relations:
             out.wrote(await self._delete_relation(ns, rel, actor, request_id, min_seq, None))

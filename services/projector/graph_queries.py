@@ -38,6 +38,12 @@ def _entity(r: tuple[Any, ...], depth: int | None = None) -> Entity:
     )
 
 
+def _relation(r: tuple[Any, ...]) -> Relation:
+    """From (id, from_id, from_name, to_id, to_name, relation_type, weight, version, seq)."""
+    return Relation(id=r[0], from_id=r[1], from_name=r[2], to_id=r[3], to_name=r[4], relation_type=r[5],
+                    weight=r[6], version=r[7], last_seq=r[8])  # fmt: skip
+
+
 def _relations(
     cur: duckdb.DuckDBPyConnection, ns: str, ids: list[str], mode: str, at: AsOfResolved | None
 ) -> list[Relation]:
@@ -115,20 +121,7 @@ def relations(view: MemoriesView, q: GraphRelations) -> GraphResult:
         f"WHERE r.namespace = ? AND {rv} AND r.id IN (SELECT unnest(?)) ORDER BY r.seq",
         [q.namespace, *rargs, list(q.ids)],
     ).fetchall()
-    rels = [
-        Relation(
-            id=r[0],
-            from_id=r[1],
-            from_name=r[2],
-            to_id=r[3],
-            to_name=r[4],
-            relation_type=r[5],
-            weight=r[6],
-            version=r[7],
-            last_seq=r[8],
-        )
-        for r in rows
-    ]
+    rels = [_relation(r) for r in rows]
     return GraphResult(entities=[], relations=rels, total=len(rels))
 
 
