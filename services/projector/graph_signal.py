@@ -4,8 +4,10 @@ The subgraph of a namespace has a node per entity and per memory that mentions o
 relations (weighted, walked both ways) and the mentions (weight 1). A search seeds the walk the way
 HippoRAG 2 does: from the entities that its top hits mention, each weighted by the hit's score over the
 number of memories that mention the entity (a rare entity says more), plus the entities the query names;
-then runs PPR with damping 0.5 (scipy sparse power iteration). A memory's PPR mass is its graph signal: it
-can rank a memory that neither vector nor keyword search found, because it is linked to what they found.
+seeds every candidate memory by its first-stage score too (HippoRAG 2 seeds its passage nodes by their dense
+scores); then runs PPR with damping 0.5 (scipy sparse power iteration). A memory's PPR mass is its graph
+signal: it can rank a memory that neither vector nor keyword search found, because it is linked to what they
+found, while what they found keeps its own mass. Without any entity seed there is no graph signal.
 
 The subgraph (a sparse, column-normalized matrix) is cached per namespace until a commit changes that
 namespace's entities, relations or mentions; a search as of a past position builds the subgraph as it stood
@@ -32,6 +34,7 @@ ITERATIONS = 50
 TOLERANCE = 1e-9
 SEED_HITS = 5  # the top hits whose entities seed the walk
 CACHED = 16  # subgraphs kept
+MEMORY_SEED = 0.5  # each candidate memory's seed, at its best, against the entity seeds' total
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,9 @@ class GraphSignal:
     def scores(
         self, ns: str, query: str, top: list[tuple[str, float]], at: AsOfResolved | None
     ) -> tuple[dict[str, float], int]:
-        """The PPR mass of each memory of the subgraph, seeded from `top` ((memory id, score), best first) and
-        the entities `query` names; ({}, 0) without a graph or a seed."""
+        """The PPR mass of each memory of the subgraph and of each candidate, seeded from the entities that the
+        best of `top` ((memory id, first-stage score), best first) mention, the entities `query` names, and the
+        candidates themselves; ({}, nodes) without an entity seed, ({}, 0) without a graph."""
         g = self.subgraph(ns, at)
         if g is None:
             return {}, 0
@@ -163,12 +167,30 @@ class GraphSignal:
             weight = max(seeds.max(), max((s for _, s in top[:1]), default=1.0), 1e-6)
             for eid in named:
                 seeds[g.index[eid]] += weight
-        total = seeds.sum()
-        if total <= 0:
+        entity_mass = float(seeds.sum())
+        if entity_mass <= 0:
             return {}, g.nodes
+        # every candidate is seeded too, by its first-stage score (min-max over the candidates), as HippoRAG 2
+        # seeds its passage nodes: the walk then spreads from what the retrievers found rather than replacing
+        # it, and a candidate that mentions no entity keeps its restart mass (an isolated node) instead of 0
+        outside: dict[str, float] = {}
+        if top:
+            hi, lo = top[0][1], min(s for _, s in top)
+            span = (hi - lo) or 1.0
+            for mid, score in top:
+                weight = MEMORY_SEED * entity_mass * (score - lo) / span
+                node = g.index.get(mid)
+                if node is None:
+                    outside[mid] = weight
+                else:
+                    seeds[node] += weight
+        total = float(seeds.sum()) + sum(outside.values())
         mass = personalized_pagerank(g.walk, seeds / total)
         n_ent = len(g.entities)
-        return {mid: float(mass[n_ent + j]) for j, mid in enumerate(g.memories)}, g.nodes
+        out = {mid: float(mass[n_ent + j]) for j, mid in enumerate(g.memories)}
+        for mid, weight in outside.items():
+            out[mid] = (1 - DAMPING) * weight / total
+        return out, g.nodes
 
     def points(self, memory_ids: list[str], at: AsOfResolved | None) -> dict[str, str]:
         """memory id -> the point id of its version now (or as of `at`), for memories that hold then."""
