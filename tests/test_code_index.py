@@ -241,3 +241,56 @@ def test_status_pending_indexing_completed_and_failed(tmp_path: Path) -> None:
     failed = status("q")
     assert (failed.status, failed.error) == ("failed", "OSError: gone")
     view.close()
+
+
+def test_events_without_code_move_the_checkpoint_without_a_write(tmp_path: Path) -> None:
+    """A commit of other events covers them in memory (no transaction on code.duckdb for each of a busy log's
+    commits); the saved position moves with code events, every PERSIST_EVERY events and at close. After a
+    crash the view resumes from the saved position and folds each code event once."""
+    from datetime import UTC, datetime
+
+    import duckdb
+
+    from mneme.follow import Positioned
+    from schemas.code_events import CodeIndexFinished, CodeIndexStarted
+    from schemas.events import Actor, Envelope, MemoryArchived
+    from services.projector import code_view
+
+    now = datetime.now(UTC)
+    every = code_view.PERSIST_EVERY
+
+    def at(seq: int, ev: Any) -> Positioned:
+        env = Envelope(event_id=f"e{seq}", schema_version=1, namespace="ns", aggregate_id="p", occurred_at=now,
+                       actor=Actor(agent_id="a"), request_id="r", event=ev)  # fmt: skip
+        return Positioned(seq, now, env)
+
+    def other(seq: int) -> Positioned:
+        return at(seq, MemoryArchived(memory_id="m", version=2))
+
+    def saved() -> int:
+        with duckdb.connect(str(path), read_only=True) as con:
+            return int(con.execute("SELECT seq FROM code_checkpoints").fetchall()[0][0])
+
+    path = tmp_path / "c.duckdb"
+    view = CodeView(str(path), shared_model(), EmbeddingCache(None), background=False)
+    view.stage([at(1, CodeIndexStarted(project_id="p", run_id="r1", root="/x", total_files=1, total_bytes=1))], 1)
+    assert view.commit() == 1
+    for seq in range(2, 50):
+        view.stage([other(seq)], seq)
+        assert view.commit() == seq and view.checkpoint == seq
+    view.con.close()  # a crash: nothing saved since the code event
+    assert saved() == 1, "no write for commits without code events"
+
+    view = CodeView(str(path), shared_model(), EmbeddingCache(None), background=False)
+    assert view.checkpoint == 1
+    view.stage([other(seq) for seq in range(2, 50)], 49)  # the follower refolds from the saved position
+    view.stage([at(50, CodeIndexFinished(project_id="p", run_id="r1", status="failed", error="x"))], 50)
+    assert view.commit() == 50
+    view.stage([other(every + 50)], every + 50)
+    view.commit()
+    view.stage([other(every + 51)], every + 51)
+    view.commit()
+    rows = view.reader().execute("SELECT count(*), min(status) FROM code_projects").fetchall()
+    view.close()
+    assert rows == [(1, "failed")]
+    assert saved() == every + 51, "saved every PERSIST_EVERY events, and at close"

@@ -40,6 +40,7 @@ log = logging.getLogger("mneme.projector.code")
 CHECKPOINT = "code"
 VERSION = 2  # 2: chunk ids by position in the file (1 merged chunks of one line)
 BATCH = 64  # chunks embedded per model call
+PERSIST_EVERY = 10_000  # events without code: the checkpoint is saved at most this far behind
 SCHEMA = """
 SET TimeZone = 'UTC';
 CREATE TABLE IF NOT EXISTS code_projects (
@@ -103,7 +104,8 @@ class CodeView:
         row = self.con.execute("SELECT seq FROM code_checkpoints WHERE name = ?", [CHECKPOINT]).fetchone()
         if row is None:
             self.con.execute("INSERT INTO code_checkpoints VALUES (?, 0)", [CHECKPOINT])
-        self._checkpoint: int = row[0] if row else 0
+        self._checkpoint: int = row[0] if row else 0  # covered: every event up to here is folded
+        self._persisted = self._checkpoint  # saved in code_checkpoints
         self.staged = self._checkpoint
         self._write = self.con.cursor()
         self._write.execute("SET TimeZone = 'UTC'")
@@ -137,6 +139,12 @@ class CodeView:
         last = self.staged
         if last == self._checkpoint:
             return last
+        if not self._ops and last - self._persisted < PERSIST_EVERY:
+            # nothing of the code index in these events: they are covered without a transaction (most commits
+            # of a busy log). After a restart the follower refolds from the saved position; code events are
+            # folded at most once, since only a commit with code events (or every PERSIST_EVERY) moves it.
+            self._checkpoint = last
+            return last
         ops, self._ops = self._ops, []
         with self._db:
             w = self._write
@@ -150,7 +158,7 @@ class CodeView:
                 w.execute("ROLLBACK")
                 self._ops = ops + self._ops
                 raise
-        self._checkpoint = last
+        self._checkpoint = self._persisted = last
         if ops:
             self.version += 1
             self._wake.set()
@@ -300,4 +308,9 @@ class CodeView:
         self._wake.set()
         if self._filler is not None:
             self._filler.join(timeout=5)
+        if self._checkpoint > self._persisted and not self._ops:
+            with self._db:
+                self._write.execute(
+                    "UPDATE code_checkpoints SET seq = ? WHERE name = ?", [self._checkpoint, CHECKPOINT]
+                )
         self.con.close()
