@@ -16,6 +16,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from schemas.code_events import AnyCodeEvent
 from schemas.graph_events import AnyGraphEvent
+from schemas.namespace_events import AnyNamespaceEvent
 
 UtcTime = Annotated[datetime, Meta(tz=True)]
 
@@ -147,7 +148,7 @@ AnyEvent = (
 
 # everything the log holds: memories' events, the knowledge graph's (schemas/graph_events.py) and the code
 # index's (schemas/code_events.py)
-LogEvent = AnyEvent | AnyGraphEvent | AnyCodeEvent
+LogEvent = AnyEvent | AnyGraphEvent | AnyCodeEvent | AnyNamespaceEvent
 
 UPDATABLE_FIELDS: tuple[str, ...] = tuple(  # what a caller may change in the memory's state (verification is the
     # domain's; entities are the knowledge graph's mentions, folded beside the state)

@@ -33,6 +33,7 @@ MEMORY_AGGREGATE = "mem"
 ENTITY_AGGREGATE = "ent"
 RELATION_AGGREGATE = "rel"
 CODE_AGGREGATE = "code"
+NAMESPACE_AGGREGATE = "ns"
 NO_STORE_TOKEN = "-"
 
 _READABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -64,6 +65,11 @@ def relation_subject(namespace: str, relation_id: str) -> str:
 
 def code_subject(namespace: str, project_id: str) -> str:
     return f"{EVENTS_PREFIX}.{token(namespace)}.{CODE_AGGREGATE}.{token(project_id)}"
+
+
+def namespace_subject(namespace: str, what: str) -> str:
+    """Events about a whole namespace (`what`: "reset")."""
+    return f"{EVENTS_PREFIX}.{token(namespace)}.{NAMESPACE_AGGREGATE}.{what}"
 
 
 CODE_SUBJECTS = f"{EVENTS_PREFIX}.*.{CODE_AGGREGATE}.>"  # every namespace's code-index events

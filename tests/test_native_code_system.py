@@ -74,7 +74,20 @@ async def test_status_and_reset(admin: Stack) -> None:
         "message": "Confirmation required. Set confirm=true to delete all data.",
     }
     done = await s.call("memory_reset", confirm=True)
-    assert done == {"reset": True, "memories": 3, "entities": 2, "relations": 1, "code_chunks": 0}
+    assert done == {
+        "reset": True,
+        "memories": 3,
+        "entities": 2,
+        "relations": 1,
+        "code_chunks": 0,
+        "kept": 0,
+        "before_seq": before,
+    }
+    # the reset itself is one audited event, after its deletes
+    await s.settle()
+    trail = (await s.call("audit_query", action="namespace_reset"))["results"]
+    assert [(r["action"], r["agent_id"]) for r in trail] == [("namespace_reset", s.gateway.principal.actor.agent_id)]
+    assert await s.last_seq() == before + 3 + 2 + 1 + 1, "a delete per memory, entity and relation, then the reset"
     after = await s.call("memory_status")
     assert (after["memories"], after["entities"], after["relations"]) == (0, 0, 0)
     assert len((await s.call("memory_list", as_of=before))["results"]) == 3, "the history before the reset stays"
@@ -91,3 +104,23 @@ async def test_reset_is_for_admins(tmp_path: Path, nats_server: EmbeddedNats) ->
         assert len((await s.call("memory_list"))["results"]) == 1
     finally:
         await s.close()
+
+
+async def test_a_replay_after_a_reset_equals_the_live_projection(admin: Stack, tmp_path: Path) -> None:
+    """The namespace_reset event is in the log for the audit trail only: a replay folds the deletes before it
+    and passes over it, to the digest the live projector has."""
+    from mneme.replay import replay
+    from mneme.settings import CoreSettings, ProjectorSettings
+
+    s = admin
+    for i in range(4):
+        await s.call("memory_add", content=f"fact {i}", entities=["Alice"] if i == 0 else [])
+    await s.call("memory_reset", confirm=True)
+    await s.call("memory_add", content="after the reset")
+    head = await s.last_seq()
+    assert await s.projector.follower.wait_for(head, 20, committed=True)
+    live = s.projector.view.canonical_digest()
+    core = CoreSettings(data_dir=s.data_dir, nats_url=s.url)
+    got = await replay(core, ProjectorSettings(vectors="off"), output=tmp_path / "r", use_snapshots=False)
+    assert (got["events"], got["verify"]["ok"], got["digest"]) == (head, True, live)
+    assert len((await s.call("memory_list"))["results"]) == 1

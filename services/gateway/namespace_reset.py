@@ -1,8 +1,11 @@
-"""Resetting a namespace: every memory, entity, relation and code project of it deleted, each by its own event.
+"""Resetting a namespace: every memory, entity, relation and code project of it deleted, each by its own event,
+then the reset itself recorded as one `namespace_reset` event (schemas/namespace_events.py).
 
-What memory-mcp's reset_all_memory and the native memory_reset do. Each delete is an ordinary, audited event,
-so the history before the reset stays in the log and readable with `as_of`. Memories this caller may not
-delete (locked, protected kinds) stay and are not counted.
+What memory-mcp's reset_all_memory and the native memory_reset do. Each delete is an ordinary, audited event
+that every projection already folds, so the history before the reset stays in the log and readable with
+`as_of` at `before_seq`; the closing event gives the audit trail one entry with who, why and the counts.
+Memories this caller may not delete (locked, protected kinds) stay, counted as `kept`. A retry with the same
+request id records the reset once.
 """
 
 from __future__ import annotations
@@ -10,7 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mneme.errors import MnemeError
+from mneme.ids import event_id_for
+from schemas import subjects as S
 from schemas.commands import DeleteMemory
+from schemas.events import Envelope, encode_envelope
+from schemas.namespace_events import NamespaceReset
 from schemas.queries import CodeProjects, GraphEntities, ListMemories
 from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
@@ -25,11 +32,15 @@ class ResetDone:
     entities: int
     relations: int
     code_chunks: int
+    kept: int
+    before_seq: int  # `as_of` here reads the namespace as it was
+    seq: int  # the namespace_reset event's position
 
 
 async def reset(call: Call, reason: str) -> ResetDone:
     gw = call.gw
     actor, rid = call.principal.actor, call.request_id
+    before = await gw.log.last_seq()
     memories = skipped = 0
     while True:
         got = await gw.queries.ask(
@@ -82,4 +93,36 @@ async def reset(call: Call, reason: str) -> ResetDone:
     for p in projects.projects:
         gw.noted(await gw.code.delete(call.namespace, p.project_id, actor, rid))
         chunks += p.total_chunks
-    return ResetDone(memories=memories, entities=entities, relations=len(relations), code_chunks=chunks)
+    ev = NamespaceReset(
+        reason=reason,
+        before_seq=before,
+        memories=memories,
+        entities=entities,
+        relations=len(relations),
+        code_chunks=chunks,
+        kept=skipped,
+    )
+    key = f"reset:{call.namespace}:{rid}"
+    env = Envelope(
+        event_id=event_id_for(key),
+        schema_version=1,
+        namespace=call.namespace,
+        aggregate_id="reset",
+        occurred_at=gw.now(),
+        actor=actor,
+        request_id=rid,
+        event=ev,
+    )
+    seq, _ = await gw.log.append(
+        S.namespace_subject(call.namespace, "reset"), encode_envelope(env), msg_id=key, expected_seq=None
+    )
+    gw.noted(seq)
+    return ResetDone(
+        memories=memories,
+        entities=entities,
+        relations=len(relations),
+        code_chunks=chunks,
+        kept=skipped,
+        before_seq=before,
+        seq=seq,
+    )

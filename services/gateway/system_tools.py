@@ -52,6 +52,8 @@ class ResetOut(BaseModel):
     entities: int | None = None
     relations: int | None = None
     code_chunks: int | None = None
+    kept: int | None = Field(default=None, description="Memories you may not delete (locked, protected), kept.")
+    before_seq: int | None = Field(default=None, description="as_of this log position reads everything as it was.")
 
 
 @tools.tool(intent="read", hints=READ)
@@ -95,5 +97,11 @@ async def memory_reset(
         return ResetOut(reset=False, message="Confirmation required. Set confirm=true to delete all data.")
     got = await namespace_reset.reset(call, "memory_reset")
     return ResetOut(
-        reset=True, memories=got.memories, entities=got.entities, relations=got.relations, code_chunks=got.code_chunks
+        reset=True,
+        memories=got.memories,
+        entities=got.entities,
+        relations=got.relations,
+        code_chunks=got.code_chunks,
+        kept=got.kept,
+        before_seq=got.before_seq,
     )
