@@ -33,7 +33,7 @@ from bench.floors import raw_rate
 from bench.stdio import ToolFailed, mcp_session, noop_params, structured
 from mneme.embedding import OnnxEmbedder
 from mneme.settings import ProjectorSettings
-from services.projector.code_view import BATCH
+from services.projector.code_view import FILL
 
 TARGET_RATIO = 0.70
 TARGET_P95_MS = 50.0
@@ -141,12 +141,12 @@ async def search_rounds(
 
 
 def filler_order_rate(onnx: OnnxEmbedder, texts: list[str], n: int) -> dict[str, Any]:
-    """The model on `n` consecutive chunk texts (file order), one call per 64: what the filler asks of it."""
+    """The model on `n` consecutive chunk texts (file order), one call per FILL (256): what the filler asks of it."""
     start = len(texts) // 3
     part = texts[start : start + n]
     t = time.perf_counter()
-    for i in range(0, len(part), BATCH):
-        onnx.embed(part[i : i + BATCH])
+    for i in range(0, len(part), FILL):
+        onnx.embed(part[i : i + FILL])
     secs = time.perf_counter() - t
     return {"texts": len(part), "seconds": rnd(secs, 3), "per_s": rnd(len(part) / secs, 1)}
 
@@ -200,7 +200,7 @@ async def amain(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         log("(1) raw model rate again (after)")
         raw_after = await asyncio.to_thread(raw_rate, onnx, sample)
         log(f"    {raw_after['per_s']:.1f} texts/s")
-        log("(1') diagnostic: the same model on consecutive chunks, 64 per call (as CodeView's filler takes them)")
+        log("(1') diagnostic: the same model on consecutive chunks, 256 per call (as CodeView's filler takes them)")
         in_order = await asyncio.to_thread(filler_order_rate, onnx, corpus.texts, len(sample))
         log(f"    {in_order['per_s']:.1f} texts/s")
     raw_mean = (raw_before["per_s"] + raw_after["per_s"]) / 2

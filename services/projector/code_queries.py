@@ -92,7 +92,7 @@ def search(code: CodeView, q: SearchCode) -> CodeSearchResult:
     if len(picked):
         qv = np.array(vec, dtype=np.float32)  # (a copy: a cached vector is read-only)
         qv /= max(float(np.linalg.norm(qv)), 1e-12)
-        scores = m.vectors[picked] @ qv
+        scores = (m.vectors @ qv)[picked]  # (every row, then the picked: copying the rows costs 4x the product)
         k = min(q.limit, len(picked))
         top = np.argpartition(-scores, k - 1)[:k]
         order = sorted(top.tolist(), key=lambda i: (-float(scores[i]), m.ids[picked[i]]))

@@ -40,6 +40,7 @@ log = logging.getLogger("mneme.projector.code")
 CHECKPOINT = "code"
 VERSION = 2  # 2: chunk ids by position in the file (1 merged chunks of one line)
 BATCH = 64  # chunks embedded per model call
+FILL = 4 * BATCH  # chunks taken per fill: the model sorts them by length first, so a wider window pads less
 PERSIST_EVERY = 10_000  # events without code: the checkpoint is saved at most this far behind
 SCHEMA = """
 SET TimeZone = 'UTC';
@@ -118,6 +119,7 @@ class CodeView:
         self.rate = 0.0  # chunks embedded per second (smoothed)
         self.version = 0  # bumped whenever chunks or their vectors change (what the search matrices are keyed by)
         self._matrices: dict[str, tuple[int, Any]] = {}  # namespace -> (version, Matrix)
+        self._pending: dict[tuple[str | None, str | None], tuple[int, int]] = {}  # -> (version, chunks)
         self._filler: threading.Thread | None = None
 
     # -- Sink
@@ -227,7 +229,7 @@ class CodeView:
                 log.warning("embedding code chunks failed; will retry", exc_info=True)
                 time.sleep(1.0)
 
-    def fill_once(self, limit: int = BATCH) -> int:
+    def fill_once(self, limit: int = FILL) -> int:
         """Embed up to `limit` chunks that have no vector yet; returns how many."""
         if not self.model.ready and not self.model.wait(5):
             return 0
@@ -294,6 +296,19 @@ class CodeView:
         return m
 
     def pending(self, ns: str | None = None, project: str | None = None) -> int:
+        """Chunks still without a vector; counted once per version of the chunks (a scan of every chunk)."""
+        key = (ns, project)
+        got = self._pending.get(key)
+        version = self.version
+        if got is not None and got[0] == version:
+            return got[1]
+        n = self._count_pending(ns, project)
+        if len(self._pending) > 64:
+            self._pending.clear()
+        self._pending[key] = (version, n)
+        return n
+
+    def _count_pending(self, ns: str | None, project: str | None) -> int:
         sql, args = "SELECT count(*) FROM code_chunks WHERE embedding IS NULL", []
         if ns is not None:
             sql += " AND namespace = ?"
