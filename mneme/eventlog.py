@@ -9,14 +9,16 @@ duplicate window, so a retry whose first attempt landed comes back as a conflict
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from mneme.errors import ConcurrencyConflict, Unavailable
 from schemas import subjects as S
@@ -92,25 +94,45 @@ class EventLog:
             headers[S.HDR_REQUEST_DIGEST] = digest
         if expected_subject:
             headers[S.HDR_EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = expected_subject
-        try:
-            ack = await self.js.publish(subject, data, timeout=self.timeout, headers=headers)
-        except APIError as exc:
-            if exc.err_code == S.ERR_WRONG_LAST_SEQUENCE:
-                m = _LAST_SEQ.search(exc.description or "")
-                raise WrongLastSequence(int(m.group(1)) if m else 0) from None
-            raise Unavailable(f"the event log refused the write: {exc.description}") from None
-        except (
-            TimeoutError,
-            nats.errors.TimeoutError,
-            nats.errors.NoRespondersError,
-            nats.errors.ConnectionClosedError,
-            nats.errors.OutboundBufferLimitError,
-        ) as exc:
-            raise Unavailable(
-                f"the event log (NATS JetStream) did not confirm the write ({type(exc).__name__}); it may or "
-                "may not have been applied: retry with the same request_id (details.request_id) to apply it once"
-            ) from None
-        return ack.seq, bool(ack.duplicate)
+        # A stream without a leader (an election in a cluster: a few seconds) answers no one, or 503: the same
+        # message, with the same Nats-Msg-Id, is published again until the timeout, so it lands at most once.
+        deadline = time.monotonic() + self.timeout
+        pause = 0.05
+        while True:
+            left = deadline - time.monotonic()
+            if not self.connected():  # reconnecting to another node of the cluster: wait for it, not past the timeout
+                if left <= pause:
+                    raise Unavailable("NATS is unreachable: the write was not sent; retry with the same request_id")
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.5)
+                continue
+            try:
+                ack = await self.js.publish(subject, data, timeout=max(left, 0.05), headers=headers)
+                return ack.seq, bool(ack.duplicate)
+            except ServiceUnavailableError as exc:
+                failure: Exception = exc
+            except APIError as exc:
+                if exc.err_code == S.ERR_WRONG_LAST_SEQUENCE:
+                    m = _LAST_SEQ.search(exc.description or "")
+                    raise WrongLastSequence(int(m.group(1)) if m else 0) from None
+                raise Unavailable(f"the event log refused the write: {exc.description}") from None
+            except (
+                TimeoutError,
+                nats.errors.TimeoutError,
+                nats.errors.NoRespondersError,
+                NoStreamResponseError,
+                nats.errors.ConnectionClosedError,
+                nats.errors.OutboundBufferLimitError,
+            ) as exc:
+                failure = exc
+            if deadline - time.monotonic() <= pause:
+                raise Unavailable(
+                    f"the event log (NATS JetStream) did not confirm the write ({type(failure).__name__}); it may "
+                    "or may not have been applied: retry with the same request_id (details.request_id) to apply it "
+                    "once"
+                ) from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     async def after(self, subject_filter: str, after_seq: int, limit: int = 64) -> AsyncIterator[Stored]:
         """The messages on `subject_filter` after `after_seq`, oldest first, at most `limit` (direct gets)."""
