@@ -89,6 +89,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "token", nargs="?", help="the token itself: works, but is visible in the process list and the shell history"
     )
+    p = sub.add_parser(
+        "cluster",
+        help="a local cluster without Docker: NATS nodes routed into one JetStream cluster, gateways over HTTP, "
+        "projector replicas and an auditor, each its own process",
+    )
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--dir", type=Path, default=Path("mneme-cluster"), help="where the processes keep their data")
+    p.add_argument("--nodes", type=int, default=3, help="nats-server nodes (default 3)")
+    p.add_argument("--gateways", type=int, default=2, help="MCP gateways over streamable HTTP (default 2)")
+    p.add_argument("--projectors", type=int, default=2, help="projector replicas (default 2)")
+    p.add_argument("--auditors", type=int, default=1, help="auditors (default 1)")
     p = sub.add_parser("audit", help="the compliance trail: verify the hash chain, or export records")
     _common(p)
     p.add_argument("action", choices=["verify", "export"])
@@ -216,9 +227,38 @@ def hash_token_command(token: str | None) -> int:
     return 0
 
 
+def cluster_command(args: argparse.Namespace) -> int:
+    from mneme import cluster
+
+    if args.action == "up":
+        if cluster.read_state(args.dir) is not None:
+            sys.stderr.write(f"mneme: a cluster is recorded in {args.dir}; run `mneme cluster down --dir {args.dir}`\n")
+            return 1
+        c = cluster.LocalCluster(
+            args.dir,
+            nodes=args.nodes,
+            gateways=args.gateways,
+            projectors=args.projectors,
+            auditors=args.auditors,
+            detach=True,
+        )
+        asyncio.run(c.up())
+        print(json.dumps(cluster.status_from_state(args.dir)))
+    elif args.action == "down":
+        stopped = asyncio.run(cluster.down_from_state(args.dir))
+        print(json.dumps({"stopped": stopped}))
+    else:
+        state = cluster.status_from_state(args.dir)
+        print(json.dumps(state if state is not None else {"running": False}))
+        return 0 if state is not None else 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.command == "hash-token":
         return hash_token_command(args.token)
+    if args.command == "cluster":
+        return cluster_command(args)
     s = _settings(args)
     logging.basicConfig(level=s["core"].log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     if args.command == "audit":

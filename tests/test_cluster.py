@@ -1,0 +1,131 @@
+"""The local cluster (`mneme cluster`, mneme/cluster.py): three nats-server nodes routed into one JetStream
+cluster with replicas=3 streams, two gateways over streamable HTTP, two projector replicas and an auditor,
+each its own process.
+
+Writes spread over both gateways while the event stream's leader is killed with SIGKILL and later
+restarted: every acknowledged write is in both replicas' read models afterwards, none lost, none
+duplicated, and a call during the election answers (a retryable error at worst) within its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import nats
+import pytest
+from mcp import Client
+
+from mneme.cluster import LocalCluster, read_state
+from schemas import subjects as S
+
+pytestmark = pytest.mark.anyio
+
+WRITES = 240
+WRITERS = 4
+CALL_LIMIT_S = 15.0  # the gateway's publish timeout (3 s) and query wait, with room for two shared cores
+
+
+async def stream_leader(url: str) -> str:
+    nc = await nats.connect(servers=url.split(","))
+    try:
+        info = await nc.jetstream(timeout=5).stream_info(S.EVENTS_STREAM)
+        assert info.cluster is not None and info.config.num_replicas == 3
+        assert info.cluster.leader is not None
+        return info.cluster.leader
+    finally:
+        await nc.close()
+
+
+def memories(db: Path) -> list[tuple[str, str]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return [(r[0], r[1]) for r in con.execute("SELECT id, content FROM memories").fetchall()]
+
+
+async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path / "cluster", nodes=3, gateways=2, projectors=2, auditors=1)
+    await c.up()
+    try:
+        urls = [s.url for s in c.layout.services if s.url]
+        assert len(urls) == 2
+        acked: dict[int, str] = {}
+        slowest = 0.0
+        errors: list[str] = []
+        killed: list[str] = []
+        next_i = iter(range(WRITES))
+
+        async def writer(k: int) -> None:
+            nonlocal slowest
+            async with Client(urls[k % 2]) as mcp:
+                for i in next_i:
+                    if i == WRITES // 3 and not killed:
+                        killed.append(await stream_leader(c.layout.nats_url))
+                        c.kill_node(killed[0])
+                    if i == 2 * WRITES // 3 and killed and len(killed) == 1:
+                        killed.append("restarted")
+                        c.start_node(c.node(killed[0]))
+                    args = {"content": f"cluster write {i}", "request_id": f"w-{i}"}
+                    deadline = time.monotonic() + 60
+                    while True:
+                        t = time.monotonic()
+                        res = await mcp.call_tool("memory_add", args)
+                        slowest = max(slowest, time.monotonic() - t)
+                        if not res.is_error:
+                            acked[i] = res.structured_content["id"]  # type: ignore[index]
+                            break
+                        err = json.loads(res.content[0].text)["error"]  # type: ignore[union-attr]
+                        errors.append(err["code"])
+                        assert err.get("retryable") or err["code"] in ("UNAVAILABLE", "PROJECTION_LAG"), err
+                        assert time.monotonic() < deadline, f"write {i} kept failing: {err}"
+                        await asyncio.sleep(0.2)
+
+        await asyncio.gather(*(writer(k) for k in range(WRITERS)))
+        assert len(acked) == WRITES and killed[1] == "restarted"
+        assert slowest < CALL_LIMIT_S, f"a call took {slowest:.1f} s"
+
+        # read your writes through either gateway, then both replicas hold exactly the acknowledged writes
+        async with Client(urls[1]) as mcp:
+            got = await mcp.call_tool("memory_get", {"id": acked[WRITES - 1]})
+            assert not got.is_error and got.structured_content["content"] == f"cluster write {WRITES - 1}"  # type: ignore[index]
+        nc = await nats.connect(servers=c.layout.nats_url.split(","))
+        head = (await nc.jetstream(timeout=10).stream_info(S.EVENTS_STREAM)).state.last_seq
+        await nc.close()
+        assert head == WRITES, "one event per acknowledged write: no duplicate from a retried publish"
+    finally:
+        await c.down()
+    expected = {(mid, f"cluster write {i}") for i, mid in acked.items()}
+    for s in c.layout.services:
+        if s.role == "projector":
+            got_rows = memories(Path(s.data_dir) / "projector.duckdb")
+            assert len(got_rows) == WRITES and set(got_rows) == expected, s.name
+
+
+def test_cluster_up_status_and_down_from_the_command_line(tmp_path: Path) -> None:
+    """`mneme cluster up` returns with every process running and recorded; `down` stops them all."""
+    root = tmp_path / "c"
+    cli = [sys.executable, "-m", "mneme", "cluster"]
+    args = ["--dir", str(root), "--nodes", "3", "--gateways", "1", "--projectors", "1", "--auditors", "0"]
+    up = subprocess.run([*cli, "up", *args], capture_output=True, text=True, timeout=180)
+    state: dict[str, Any] | None = read_state(root)
+    try:
+        assert up.returncode == 0, up.stderr[-2000:]
+        assert state is not None
+        status = json.loads(subprocess.run([*cli, "status", "--dir", str(root)], capture_output=True, text=True).stdout)
+        assert [n["alive"] for n in status["nodes"]] == [True, True, True]
+        assert [(s["role"], s["alive"]) for s in status["services"]] == [("projector", True), ("gateway", True)]
+        again = subprocess.run([*cli, "up", *args], capture_output=True, text=True, timeout=60)
+        assert again.returncode == 1 and "cluster down" in again.stderr
+    finally:
+        down = subprocess.run([*cli, "down", "--dir", str(root)], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0 and json.loads(down.stdout) == {"stopped": 5}
+    assert read_state(root) is None
+    from mneme.embedded_nats import is_alive
+
+    assert state is not None
+    assert not any(is_alive(p["pid"]) for p in (*state["nodes"], *state["services"]))
