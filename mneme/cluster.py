@@ -129,7 +129,8 @@ class LocalCluster:
         self.procs[node.name] = proc
         node.pid = proc.pid
 
-    def kill_node(self, name: str, sig: int = signal.SIGKILL) -> None:
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal one process (a node or a service) by name and reap it."""
         proc = self.procs[name]
         proc.send_signal(sig)
         proc.wait()

@@ -66,7 +66,7 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
                 for i in next_i:
                     if i == WRITES // 3 and not killed:
                         killed.append(await stream_leader(c.layout.nats_url))
-                        c.kill_node(killed[0])
+                        c.kill(killed[0])
                     if i == 2 * WRITES // 3 and killed and len(killed) == 1:
                         killed.append("restarted")
                         c.start_node(c.node(killed[0]))
@@ -104,6 +104,57 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
         if s.role == "projector":
             got_rows = memories(Path(s.data_dir) / "projector.duckdb")
             assert len(got_rows) == WRITES and set(got_rows) == expected, s.name
+
+
+async def test_a_killed_projector_replica_rejoins_and_ends_identical(tmp_path: Path) -> None:
+    """One replica of two killed with SIGKILL while an agent writes and reads its writes back: the other keeps
+    answering (a query in flight to the dead one may fail, retryably); restarted, it catches up from its own
+    checkpoint before it joins the queue group again, and both fold the log to the same canonical digest."""
+    from services.projector.memories_view import MemoriesView
+
+    c = LocalCluster(
+        tmp_path / "cluster", nodes=3, gateways=1, projectors=2, auditors=0, env={"MNEME_LOG_LEVEL": "INFO"}
+    )
+    await c.up()
+    failures: list[str] = []
+    n = 150
+    try:
+        url = c.layout.services[-1].url
+        assert url is not None
+        async with Client(url) as mcp:
+            for i in range(n):
+                if i == n // 3:
+                    c.kill("projector1")
+                if i == 2 * n // 3:
+                    c.start_service(c.service("projector1"))
+                added = await mcp.call_tool("memory_add", {"content": f"replica write {i}", "request_id": f"r-{i}"})
+                assert not added.is_error, added.content
+                got = await mcp.call_tool("memory_get", {"id": added.structured_content["id"]})  # type: ignore[index]
+                if got.is_error:
+                    err = json.loads(got.content[0].text)["error"]  # type: ignore[union-attr]
+                    assert err["code"] in ("PROJECTION_LAG", "UNAVAILABLE"), err
+                    failures.append(err["code"])
+                else:
+                    assert got.structured_content["content"] == f"replica write {i}"  # type: ignore[index]
+            # the restarted replica serves again: wait until it says so, then every read still answers
+            log = Path(c.service("projector1").data_dir) / "stderr.log"
+            deadline = time.monotonic() + 60
+            while log.read_text().count("projector serving queries") < 2:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                await asyncio.sleep(0.2)
+            for _ in range(20):
+                listed = await mcp.call_tool("memory_list", {"limit": 1})
+                assert not listed.is_error and listed.structured_content["total"] == n  # type: ignore[index]
+    finally:
+        await c.down()
+    assert len(failures) <= 1, failures  # at most the one query in flight when the replica died
+    digests = []
+    for s in c.layout.services:
+        if s.role == "projector":
+            view = MemoriesView(str(Path(s.data_dir) / "projector.duckdb"))
+            digests.append(view.canonical_digest())
+            view.close()
+    assert len(digests) == 2 and digests[0] == digests[1]
 
 
 def test_cluster_up_status_and_down_from_the_command_line(tmp_path: Path) -> None:
