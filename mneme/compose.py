@@ -16,6 +16,7 @@ import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
@@ -46,7 +47,9 @@ log = logging.getLogger("mneme")
 # ---- connections
 
 
-async def connect(url: str, name: str) -> NATS:
+async def connect(url: str, name: str, core: CoreSettings | None = None) -> NATS:
+    """A connection that reconnects forever (to any of the URLs); with `core`, its credentials and TLS."""
+
     async def quiet(exc: Exception) -> None:
         log.warning("nats (%s): %s", name, exc)
 
@@ -58,7 +61,26 @@ async def connect(url: str, name: str) -> NATS:
         connect_timeout=3,
         error_cb=quiet,
         allow_reconnect=True,
+        **(auth_options(core) if core is not None else {}),
     )
+
+
+def auth_options(core: CoreSettings) -> dict[str, Any]:
+    """nats.connect's keyword arguments for the settings' user and password (or creds file) and TLS."""
+    out: dict[str, Any] = {}
+    if core.nats_user:
+        out["user"] = core.nats_user
+        out["password"] = core.nats_password.get_secret_value() if core.nats_password else ""
+    if core.nats_creds:
+        out["user_credentials"] = str(core.nats_creds)
+    if core.nats_tls_ca or core.nats_tls_cert:
+        import ssl
+
+        tls = ssl.create_default_context(cafile=str(core.nats_tls_ca) if core.nats_tls_ca else None)
+        if core.nats_tls_cert:
+            tls.load_cert_chain(str(core.nats_tls_cert), str(core.nats_tls_key) if core.nats_tls_key else None)
+        out["tls"] = tls
+    return out
 
 
 async def close_nats(nc: NATS) -> None:
@@ -83,7 +105,7 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | 
             url = await server.start()
             stack.push_async_callback(server.stop)
             log.info("embedded nats-server at %s (data %s)", url, server.store_dir)
-        nc = await connect(url, name)
+        nc = await connect(url, name, core)
         stack.push_async_callback(close_nats, nc)
         await ensure_streams(nc.jetstream(), replicas=core.stream_replicas)
         yield nc

@@ -60,6 +60,12 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
         description="mneme: read and denied-access records (audit trail, access statistics)",
     )
     for cfg in (config, access):
+        assert cfg.name is not None
+        try:  # (looked up first: a service's NATS user may read streams but not create them)
+            await js.stream_info(cfg.name)
+            continue
+        except NotFoundError:
+            pass
         try:
             await js.add_stream(cfg)
         except APIError as exc:

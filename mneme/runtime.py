@@ -41,7 +41,7 @@ async def serve(
     ps = compose.checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(compose.nats_connection(core, "mneme-serve", stack_embedded=True))
-        log_nc = await compose.connect(compose.url_of(nc) or core.nats_url or "", "mneme-serve-log")
+        log_nc = await compose.connect(compose.url_of(nc) or core.nats_url or "", "mneme-serve-log", core)
         stack.push_async_callback(compose.close_nats, log_nc)
         trail = compose.trail(core, aus)
         stack.callback(trail.close)
@@ -76,7 +76,7 @@ async def projector(
             from mneme.maintenance import rebuild as rebuild_read_models
 
             await rebuild_read_models(core, ps, vectors=True, nc=nc, progress=progress)
-        log_nc = await compose.connect(core.nats_url or "", "mneme-projector-log")
+        log_nc = await compose.connect(core.nats_url or "", "mneme-projector-log", core)
         stack.push_async_callback(compose.close_nats, log_nc)
         await start_projector(stack, core, ps, nc, log_nc=log_nc)
         await until_stopped(_forever())

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -22,6 +22,12 @@ class CoreSettings(BaseSettings):
     nats_url: str | None = Field(None, description="NATS server(s), comma-separated; unset = embedded server.")
     stream_replicas: int = Field(1, ge=1, le=5, description="Replicas of the event stream (3 in a cluster).")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    nats_user: str | None = Field(None, description="NATS user (this service's role: mneme/nats_auth.py).")
+    nats_password: SecretStr | None = Field(None, description="NATS password of nats_user.")
+    nats_creds: Path | None = Field(None, description="A NATS .creds file (JWT and seed) instead of a password.")
+    nats_tls_ca: Path | None = Field(None, description="CA file to verify the NATS servers' TLS certificates.")
+    nats_tls_cert: Path | None = Field(None, description="Client certificate, when the servers require one.")
+    nats_tls_key: Path | None = Field(None, description="The client certificate's key.")
 
 
 class GatewaySettings(BaseSettings):

@@ -44,7 +44,7 @@ async def build(
     assert core.nats_url, "the parent passes the URL of the log it replays"
     vectors = open_vectors(core, ps, base=out)
     assert vectors is not None
-    nc = await connect(core.nats_url, "mneme-vector-build")
+    nc = await connect(core.nats_url, "mneme-vector-build", core)
     try:
         follower = LogFollower(nc.jetstream(), vectors, batch_max=ps.vector_batch_max, linger=ps.linger, stop_at=target)
         start = vectors.checkpoint

@@ -32,8 +32,8 @@ WRITERS = 4
 CALL_LIMIT_S = 15.0  # the gateway's publish timeout (3 s) and query wait, with room for two shared cores
 
 
-async def stream_leader(url: str) -> str:
-    nc = await nats.connect(servers=url.split(","))
+async def stream_leader(c: LocalCluster) -> str:
+    nc = await nats.connect(servers=c.layout.nats_url.split(","), **c.credentials("admin"))
     try:
         info = await nc.jetstream(timeout=5).stream_info(S.EVENTS_STREAM)
         assert info.cluster is not None and info.config.num_replicas == 3
@@ -65,7 +65,7 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
             async with Client(urls[k % 2]) as mcp:
                 for i in next_i:
                     if i == WRITES // 3 and not killed:
-                        killed.append(await stream_leader(c.layout.nats_url))
+                        killed.append(await stream_leader(c))
                         c.kill(killed[0])
                     if i == 2 * WRITES // 3 and killed and len(killed) == 1:
                         killed.append("restarted")
@@ -93,7 +93,7 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
         async with Client(urls[1]) as mcp:
             got = await mcp.call_tool("memory_get", {"id": acked[WRITES - 1]})
             assert not got.is_error and got.structured_content["content"] == f"cluster write {WRITES - 1}"  # type: ignore[index]
-        nc = await nats.connect(servers=c.layout.nats_url.split(","))
+        nc = await nats.connect(servers=c.layout.nats_url.split(","), **c.credentials("admin"))
         head = (await nc.jetstream(timeout=10).stream_info(S.EVENTS_STREAM)).state.last_seq
         await nc.close()
         assert head == WRITES, "one event per acknowledged write: no duplicate from a retried publish"
@@ -180,3 +180,48 @@ def test_cluster_up_status_and_down_from_the_command_line(tmp_path: Path) -> Non
 
     assert state is not None
     assert not any(is_alive(p["pid"]) for p in (*state["nodes"], *state["services"]))
+
+
+async def test_least_privilege_is_enforced_by_the_server(tmp_path: Path) -> None:
+    """Each service connects as its role (mneme/nats_auth.py): a gateway publishes events but cannot delete,
+    purge or create a stream; a projector follows the log but cannot publish an event; the server refuses
+    each with a permissions violation, and the stream is as it was."""
+    c = LocalCluster(tmp_path / "c", nodes=1, gateways=0, projectors=0, auditors=0)
+    await c.up()
+    try:
+        url = c.layout.nats_url
+        violations: list[str] = []
+
+        async def seen(exc: Exception) -> None:
+            violations.append(str(exc))
+
+        async def as_role(role: str) -> Any:
+            return await nats.connect(servers=[url], error_cb=seen, **c.credentials(role))
+
+        admin, gateway, projector = await as_role("admin"), await as_role("gateway"), await as_role("projector")
+        try:
+            subject = S.memory_subject("default", None, "m-1")
+            ack = await gateway.jetstream(timeout=3).publish(subject, b"{}")
+            assert ack.seq == 1, "a gateway appends events"
+
+            for attempt in (
+                gateway.jetstream(timeout=2).delete_stream(S.EVENTS_STREAM),
+                gateway.jetstream(timeout=2).purge_stream(S.EVENTS_STREAM),
+                projector.jetstream(timeout=2).publish(subject, b"{}"),
+                projector.jetstream(timeout=2).delete_stream(S.ACCESS_STREAM),
+            ):
+                with pytest.raises((nats.errors.Error, TimeoutError)):
+                    await attempt
+            await asyncio.sleep(0.2)
+            assert sum("permissions violation" in v.lower() for v in violations) >= 4, violations
+            info = await admin.jetstream(timeout=3).stream_info(S.EVENTS_STREAM)
+            assert (info.state.messages, info.state.last_seq) == (1, 1), "nothing deleted, purged or added"
+            assert (await admin.jetstream(timeout=3).stream_info(S.ACCESS_STREAM)).config.name == S.ACCESS_STREAM
+            # and what a projector does is allowed: read the log
+            msg = await projector.jetstream(timeout=3).get_msg(S.EVENTS_STREAM, seq=1, direct=True)
+            assert msg.data == b"{}"
+        finally:
+            for nc in (admin, gateway, projector):
+                await nc.close()
+    finally:
+        await c.down()
