@@ -77,9 +77,9 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
                         res = await mcp.call_tool("memory_add", args)
                         slowest = max(slowest, time.monotonic() - t)
                         if not res.is_error:
-                            acked[i] = res.structured_content["id"]  # type: ignore[index]
+                            acked[i] = res.structured_content["id"]
                             break
-                        err = json.loads(res.content[0].text)["error"]  # type: ignore[union-attr]
+                        err = json.loads(res.content[0].text)["error"]
                         errors.append(err["code"])
                         assert err.get("retryable") or err["code"] in ("UNAVAILABLE", "PROJECTION_LAG"), err
                         assert time.monotonic() < deadline, f"write {i} kept failing: {err}"
@@ -92,7 +92,7 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
         # read your writes through either gateway, then both replicas hold exactly the acknowledged writes
         async with Client(urls[1]) as mcp:
             got = await mcp.call_tool("memory_get", {"id": acked[WRITES - 1]})
-            assert not got.is_error and got.structured_content["content"] == f"cluster write {WRITES - 1}"  # type: ignore[index]
+            assert not got.is_error and got.structured_content["content"] == f"cluster write {WRITES - 1}"
         nc = await nats.connect(servers=c.layout.nats_url.split(","), **c.credentials("admin"))
         head = (await nc.jetstream(timeout=10).stream_info(S.EVENTS_STREAM)).state.last_seq
         await nc.close()
@@ -129,13 +129,13 @@ async def test_a_killed_projector_replica_rejoins_and_ends_identical(tmp_path: P
                     c.start_service(c.service("projector1"))
                 added = await mcp.call_tool("memory_add", {"content": f"replica write {i}", "request_id": f"r-{i}"})
                 assert not added.is_error, added.content
-                got = await mcp.call_tool("memory_get", {"id": added.structured_content["id"]})  # type: ignore[index]
+                got = await mcp.call_tool("memory_get", {"id": added.structured_content["id"]})
                 if got.is_error:
-                    err = json.loads(got.content[0].text)["error"]  # type: ignore[union-attr]
+                    err = json.loads(got.content[0].text)["error"]
                     assert err["code"] in ("PROJECTION_LAG", "UNAVAILABLE"), err
                     failures.append(err["code"])
                 else:
-                    assert got.structured_content["content"] == f"replica write {i}"  # type: ignore[index]
+                    assert got.structured_content["content"] == f"replica write {i}"
             # the restarted replica serves again: wait until it says so, then every read still answers
             log = Path(c.service("projector1").data_dir) / "stderr.log"
             deadline = time.monotonic() + 60
@@ -144,7 +144,7 @@ async def test_a_killed_projector_replica_rejoins_and_ends_identical(tmp_path: P
                 await asyncio.sleep(0.2)
             for _ in range(20):
                 listed = await mcp.call_tool("memory_list", {"limit": 1})
-                assert not listed.is_error and listed.structured_content["total"] == n  # type: ignore[index]
+                assert not listed.is_error and listed.structured_content["total"] == n
     finally:
         await c.down()
     assert len(failures) <= 1, failures  # at most the one query in flight when the replica died
