@@ -24,6 +24,7 @@ from mcp import Client
 
 from mneme.cluster import LocalCluster, read_state
 from schemas import subjects as S
+from tests.harness import ToolFailure, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +80,7 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
                         if not res.is_error:
                             acked[i] = res.structured_content["id"]
                             break
-                        err = json.loads(res.content[0].text)["error"]
+                        err = ToolFailure(text_of(res)).error
                         errors.append(err["code"])
                         assert err.get("retryable") or err["code"] in ("UNAVAILABLE", "PROJECTION_LAG"), err
                         assert time.monotonic() < deadline, f"write {i} kept failing: {err}"
@@ -131,7 +132,7 @@ async def test_a_killed_projector_replica_rejoins_and_ends_identical(tmp_path: P
                 assert not added.is_error, added.content
                 got = await mcp.call_tool("memory_get", {"id": added.structured_content["id"]})
                 if got.is_error:
-                    err = json.loads(got.content[0].text)["error"]
+                    err = ToolFailure(text_of(got)).error
                     assert err["code"] in ("PROJECTION_LAG", "UNAVAILABLE"), err
                     failures.append(err["code"])
                 else:
