@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("spine", "audit", "search", "replay", "locomo", "code", "graph")
+BENCHES = ("spine", "audit", "search", "replay", "locomo", "code", "graph", "cluster")
 # the figures the table shows unless --all: targets, ratios to the floor, quality, lag and rates
 _HEADLINE = ("targets.", "vs_", "ratio", "recall@", "mrr", "lag", "events_per_s", "bytes")
 
@@ -77,6 +77,11 @@ HEADLINES: list[tuple[str, str, str, str, bool]] = [
     ("server-memory add_observations p50 ms", "graph", "server_memory.add_observations.p50_ms", "", True),
     ("server-memory search_nodes p50 ms", "graph", "server_memory.search_nodes.p50_ms", "", True),
     ("server-memory open_nodes p50 ms", "graph", "server_memory.open_nodes.p50_ms", "", True),
+    ("cluster writes / single node, 1 gateway", "cluster", "ratios.writes_cluster_vs_single", "", False),
+    ("cluster writes, 2 gateways / 1", "cluster", "ratios.writes_two_vs_one_gateway", "", False),
+    ("cluster reads, 2 replicas / 1", "cluster", "ratios.reads_two_vs_one_replica", "", False),
+    ("new replica catch-up to serving, events/s", "cluster", "catch_up.events_per_s", "", False),
+    ("failed-publish window, stream leader killed, s", "cluster", "leader_kill.window_s", "", True),
     ("floor: awaited NATS publish, /s", "spine", "a_floor.a_floor_awaited.rate_per_s", "", False),
     ("floor: no-op MCP tool over stdio, /s", "spine", "c_stdio.noop.rate_per_s", "", False),
     ("floor: raw Edge dense search, p50 ms", "search", "latency.raw_edge.dense.p50_ms", "", True),
