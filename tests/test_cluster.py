@@ -226,3 +226,44 @@ async def test_least_privilege_is_enforced_by_the_server(tmp_path: Path) -> None
                 await nc.close()
     finally:
         await c.down()
+
+
+async def test_a_new_replica_joins_only_when_caught_up_and_never_answers_stale(tmp_path: Path) -> None:
+    """A projector replica started on a log of 10,000 events (100,000 in bench.cluster's full run) is the only
+    one: until it has folded the log as it stood at its start it is not in the queue group, so a reader that
+    asks with no log position of its own (min_seq 0, another gateway) gets 'no projector yet', never a count
+    from half the log; once it answers, it answers with everything."""
+    from mneme.synthetic import history, publish
+
+    c = LocalCluster(
+        tmp_path / "cluster", nodes=3, gateways=1, projectors=0, auditors=0, env={"MNEME_LOG_LEVEL": "INFO"}
+    )
+    await c.up()
+    try:
+        nc = await nats.connect(servers=c.layout.nats_url.split(","), **c.credentials("admin"))
+        await publish(nc.jetstream(timeout=10), history(10_000, namespaces=1, seed=5, store=None))
+        await nc.close()
+        url = c.layout.services[0].url
+        assert url is not None
+        from mneme.cluster import Service
+
+        s = Service("projector", "projector-late", str(tmp_path / "cluster" / "projector-late"))
+        c.layout.services.append(s)
+        answers: list[int] = []
+        refusals = 0
+        async with Client(url) as mcp:
+            c.start_service(s)  # the first ask below goes out while the process is still starting
+            deadline = time.monotonic() + 120
+            while len(answers) < 5:
+                assert time.monotonic() < deadline, (refusals, answers)
+                got = await mcp.call_tool("memory_list", {"namespace": "ns0", "limit": 1, "status": "any"})
+                if got.is_error:  # no projector yet, past the gateway's query timeout
+                    assert ToolFailure(text_of(got)).code in ("UNAVAILABLE", "PROJECTION_LAG"), text_of(got)
+                    refusals += 1
+                else:
+                    answers.append(got.structured_content["total"])
+        log = (Path(s.data_dir) / "stderr.log").read_text()
+        assert "projector serving queries at sequence 10000" in log, log[-2000:]
+        assert len(set(answers)) == 1 and answers[0] > 1000, (refusals, answers)
+    finally:
+        await c.down()
