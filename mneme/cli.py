@@ -94,7 +94,14 @@ def parser() -> argparse.ArgumentParser:
         help="a local cluster without Docker: NATS nodes routed into one JetStream cluster, gateways over HTTP, "
         "projector replicas and an auditor, each its own process",
     )
-    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument(
+        "action",
+        choices=["up", "down", "status", "accounts", "streams"],
+        help="up/down/status: the local cluster in --dir; accounts: write --dir/accounts.conf (nats-server) and "
+        "--dir/.env (each role's password, for compose.yaml); streams: create the streams on --nats-url (admin)",
+    )
+    p.add_argument("--nats-url", help="streams: the NATS servers (MNEME_NATS_URL), as the admin user")
+    p.add_argument("--replicas", type=int, default=3, help="streams: replicas of each stream (default 3)")
     p.add_argument("--dir", type=Path, default=Path("mneme-cluster"), help="where the processes keep their data")
     p.add_argument("--nodes", type=int, default=3, help="nats-server nodes (default 3)")
     p.add_argument("--gateways", type=int, default=2, help="MCP gateways over streamable HTTP (default 2)")
@@ -244,6 +251,15 @@ def cluster_command(args: argparse.Namespace) -> int:
         )
         asyncio.run(c.up())
         print(json.dumps(cluster.status_from_state(args.dir)))
+    elif args.action == "accounts":
+        print(json.dumps(cluster.write_accounts(args.dir)))
+    elif args.action == "streams":
+        from mneme.settings import CoreSettings
+
+        core = CoreSettings(**({"nats_url": args.nats_url} if args.nats_url else {}))
+        if core.nats_url is None:
+            raise Refused("--nats-url (or MNEME_NATS_URL) is required for `cluster streams`")
+        print(json.dumps(asyncio.run(cluster.create_streams(core, args.replicas))))
     elif args.action == "down":
         stopped = asyncio.run(cluster.down_from_state(args.dir))
         print(json.dumps({"stopped": stopped}))

@@ -347,3 +347,38 @@ def status_from_state(root: Path) -> dict[str, Any] | None:
     for item in (*state["nodes"], *state["services"]):
         item["alive"] = bool(item.get("pid")) and is_alive(item["pid"])
     return state
+
+
+def write_accounts(root: Path) -> dict[str, str]:
+    """For compose.yaml: `<root>/accounts.conf` (the nats-server accounts, a user per role) and `<root>/.env`
+    (MNEME_NATS_PASSWORD_<ROLE>=..., mode 0600), fresh passwords each time; the paths written."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    pw = nats_auth.passwords()
+    conf = root / "accounts.conf"
+    conf.write_text(nats_auth.server_config(pw))
+    env = root / ".env"
+    env.touch(mode=0o600)
+    env.write_text("".join(f"MNEME_NATS_PASSWORD_{role.upper()}={pw[role]}\n" for role in nats_auth.ROLES))
+    return {"accounts": str(conf), "env": str(env)}
+
+
+async def create_streams(core: Any, replicas: int) -> dict[str, Any]:
+    """The streams, created as the settings' (admin) user, waiting up to a minute for JetStream to answer."""
+    from mneme.compose import auth_options
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            nc = await nats.connect(servers=core.nats_url.split(","), connect_timeout=3, **auth_options(core))
+            try:
+                js = nc.jetstream(timeout=5)
+                await js.account_info()
+                await ensure_streams(js, replicas=replicas)
+                return {"streams": "ready", "replicas": replicas}
+            finally:
+                await nc.close()
+        except (APIError, ServiceUnavailableError, TimeoutError, nats.errors.Error, OSError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1)

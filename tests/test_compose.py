@@ -7,8 +7,10 @@ otherwise that part skips with the reason.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +47,15 @@ def settings_class(var: str) -> tuple[type[BaseSettings], str]:
 def test_the_layout_the_issue_names() -> None:
     s = services()
     roles = [svc["command"][1] for svc in s.values() if svc.get("command", [""])[0] == "mneme"]
-    assert sorted(roles) == ["auditor", "gateway", "gateway", "projector", "projector"]
+    assert sorted(roles) == ["auditor", "cluster", "gateway", "gateway", "projector", "projector"]
+    assert s["streams"]["command"][1:3] == ["cluster", "streams"] and s["streams"]["restart"] == "no"
     nats = {name: svc for name, svc in s.items() if str(svc["image"]).startswith("nats:")}
     assert len(nats) == 3 and "qdrant" in s
     for name, svc in nats.items():
         cmd = svc["command"]
         assert "-js" in cmd and cmd[cmd.index("--server_name") + 1] == name
+        assert cmd[cmd.index("-c") + 1] == "/config/accounts.conf"
+        assert "./accounts.conf:/config/accounts.conf:ro" in svc["volumes"]
         routes = cmd[cmd.index("--routes") + 1].split(",")
         assert sorted(routes) == sorted(f"nats://{other}:6222" for other in nats if other != name)
         assert svc["healthcheck"]["test"] and any(v.endswith(":/data") for v in svc["volumes"])
@@ -71,8 +76,16 @@ def test_every_command_and_variable_is_one_mneme_knows() -> None:
         if not cmd or cmd[0] != "mneme":
             continue
         args = parser().parse_args(cmd[1:])
-        assert args.command in ROLES, name
         env = svc["environment"]
+        # least privilege: each process connects as its role, with that role's password from .env
+        role = "admin" if args.command == "cluster" else args.command
+        assert env["MNEME_NATS_USER"] == role, name
+        assert env["MNEME_NATS_PASSWORD"].startswith(f"${{MNEME_NATS_PASSWORD_{role.upper()}:?"), name
+        if args.command == "cluster":
+            assert args.action == "streams" and args.replicas == 3
+            assert all(svc["depends_on"][n]["condition"] == "service_healthy" for n in ("nats-1", "nats-2", "nats-3"))
+            continue
+        assert args.command in ROLES, name
         for var in env:
             cls, field = settings_class(var)
             assert field in cls.model_fields, f"{name}: {var} is no field of {cls.__name__}"
@@ -85,9 +98,8 @@ def test_every_command_and_variable_is_one_mneme_knows() -> None:
             assert ps.vectors == "qdrant" and ps.qdrant_url == "http://qdrant:6333"
         if args.command == "gateway":
             assert env["MNEME_GATEWAY_PRINCIPALS_FILE"] and svc["healthcheck"]["test"]
-        # started only once every NATS node is healthy
-        deps = svc["depends_on"]
-        assert all(deps[n]["condition"] == "service_healthy" for n in ("nats-1", "nats-2", "nats-3")), name
+        # started only once the streams exist (after every NATS node is healthy)
+        assert svc["depends_on"]["streams"]["condition"] == "service_completed_successfully", name
         assert any(v.endswith(":/data") for v in svc.get("volumes", [])) or args.command == "gateway", name
 
 
@@ -95,6 +107,28 @@ def test_the_projectors_keep_their_own_collections() -> None:
     s = services()
     collections = [s[p]["environment"]["MNEME_PROJECTOR_QDRANT_COLLECTION"] for p in ("projector-1", "projector-2")]
     assert len(set(collections)) == 2
+
+
+def test_the_accounts_and_env_files_compose_reads(tmp_path: Path) -> None:
+    """`mneme cluster accounts` writes what compose.yaml mounts and interpolates: a nats-server config whose
+    users are the roles, and a .env (mode 0600) with a password per role that the config holds."""
+    got = subprocess.run(
+        [sys.executable, "-m", "mneme", "cluster", "accounts", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert got.returncode == 0, got.stderr
+    conf = json.loads((tmp_path / "accounts.conf").read_text())
+    users = {u["user"]: u for u in conf["accounts"]["MNEME"]["users"]}
+    env = dict(line.split("=", 1) for line in (tmp_path / ".env").read_text().splitlines())
+    assert set(users) == {"admin", "gateway", "projector", "auditor"}
+    assert {k: users[k.removeprefix("MNEME_NATS_PASSWORD_").lower()]["password"] for k in env} == env
+    assert (tmp_path / ".env").stat().st_mode & 0o077 == 0
+    referenced = {
+        v for svc in services().values() for k, v in svc.get("environment", {}).items() if k == "MNEME_NATS_PASSWORD"
+    }
+    assert {r.split(":?")[0].removeprefix("${") for r in referenced} == set(env)
 
 
 def test_docker_compose_accepts_it() -> None:
