@@ -50,6 +50,16 @@ def memories(db: Path) -> list[tuple[str, str]]:
 
 
 async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp_path: Path) -> None:
+    await leader_killed_under_writes(tmp_path, WRITES)
+
+
+@pytest.mark.slow
+async def test_5000_writes_survive_a_killed_stream_leader(tmp_path: Path) -> None:
+    """The issue's size: 5,000 writes over two gateways (python -m pytest -m slow)."""
+    await leader_killed_under_writes(tmp_path, 5000)
+
+
+async def leader_killed_under_writes(tmp_path: Path, writes: int) -> None:
     c = LocalCluster(tmp_path / "cluster", nodes=3, gateways=2, projectors=2, auditors=1)
     await c.up()
     try:
@@ -59,16 +69,16 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
         slowest = 0.0
         errors: list[str] = []
         killed: list[str] = []
-        next_i = iter(range(WRITES))
+        next_i = iter(range(writes))
 
         async def writer(k: int) -> None:
             nonlocal slowest
             async with Client(urls[k % 2]) as mcp:
                 for i in next_i:
-                    if i == WRITES // 3 and not killed:
+                    if i == writes // 3 and not killed:
                         killed.append(await stream_leader(c))
                         c.kill(killed[0])
-                    if i == 2 * WRITES // 3 and killed and len(killed) == 1:
+                    if i == 2 * writes // 3 and killed and len(killed) == 1:
                         killed.append("restarted")
                         c.start_node(c.node(killed[0]))
                     args = {"content": f"cluster write {i}", "request_id": f"w-{i}"}
@@ -87,24 +97,24 @@ async def test_writes_survive_a_killed_stream_leader_and_reach_both_replicas(tmp
                         await asyncio.sleep(0.2)
 
         await asyncio.gather(*(writer(k) for k in range(WRITERS)))
-        assert len(acked) == WRITES and killed[1] == "restarted"
+        assert len(acked) == writes and killed[1] == "restarted"
         assert slowest < CALL_LIMIT_S, f"a call took {slowest:.1f} s"
 
         # read your writes through either gateway, then both replicas hold exactly the acknowledged writes
         async with Client(urls[1]) as mcp:
-            got = await mcp.call_tool("memory_get", {"id": acked[WRITES - 1]})
-            assert not got.is_error and got.structured_content["content"] == f"cluster write {WRITES - 1}"
+            got = await mcp.call_tool("memory_get", {"id": acked[writes - 1]})
+            assert not got.is_error and got.structured_content["content"] == f"cluster write {writes - 1}"
         nc = await nats.connect(servers=c.layout.nats_url.split(","), **c.credentials("admin"))
         head = (await nc.jetstream(timeout=10).stream_info(S.EVENTS_STREAM)).state.last_seq
         await nc.close()
-        assert head == WRITES, "one event per acknowledged write: no duplicate from a retried publish"
+        assert head == writes, "one event per acknowledged write: no duplicate from a retried publish"
     finally:
         await c.down()
     expected = {(mid, f"cluster write {i}") for i, mid in acked.items()}
     for s in c.layout.services:
         if s.role == "projector":
             got_rows = memories(Path(s.data_dir) / "projector.duckdb")
-            assert len(got_rows) == WRITES and set(got_rows) == expected, s.name
+            assert len(got_rows) == writes and set(got_rows) == expected, s.name
 
 
 async def test_a_killed_projector_replica_rejoins_and_ends_identical(tmp_path: Path) -> None:
