@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -30,6 +31,8 @@ from schemas import subjects as S
 from services.projector.memories_view import PROJECTION_VERSION
 from services.projector.service import catch_up
 from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
+
+log = logging.getLogger("mneme.build")
 
 Progress = Callable[[int, int, float], None]
 
@@ -77,7 +80,7 @@ async def build(
             shutil.rmtree(out, ignore_errors=True)
     snapshot = None
     if not resumed and use_snapshots:
-        found = newest_snapshot(core.data_dir / "snapshots", upto=target, model=settings["model"])
+        found = newest_snapshot(compose.snapshot_dir(core, ps), upto=target, model=settings["model"])
         if found:
             snapshot = found[1]["seq"]
             restore_snapshot(found[0], found[1], out, ps.db_name)
@@ -136,3 +139,26 @@ async def build(
 
 async def head_of(nc: NATS) -> int:
     return (await nc.jetstream().stream_info(S.EVENTS_STREAM)).state.last_seq
+
+
+async def seed_from_snapshot(core: CoreSettings, ps: ProjectorSettings, nc: NATS) -> dict[str, Any] | None:
+    """A replica that starts with no read models (a new one, or one whose directory was lost) starts from the
+    newest valid snapshot in the snapshot directory (MNEME_PROJECTOR_SNAPSHOT_DIR: one the replicas share,
+    written by another replica or `mneme snapshot`) instead of the whole log; its followers then fold the
+    rest, and it joins the queue group once caught up, as always. The snapshot's manifest, or None."""
+    from mneme.generations import projection_dir
+
+    base = projection_dir(core)
+    if (base / ps.db_name).exists():
+        return None
+    head = (await nc.jetstream().stream_info(S.EVENTS_STREAM)).state.last_seq
+    model = ps.embedding_model if ps.vectors == "edge" else None
+    found = await asyncio.to_thread(newest_snapshot, compose.snapshot_dir(core, ps), upto=head, model=model)
+    if found is None:
+        return None
+    snap, manifest = found
+    if manifest.get("model") not in (None, ps.embedding_model):
+        manifest = {**manifest, "vectors": None}  # another model's vectors: rows only, the vectors refold
+    await asyncio.to_thread(restore_snapshot, snap, manifest, base, ps.db_name)
+    log.info("starting from snapshot %s (sequence %d)", snap, manifest["seq"])
+    return manifest

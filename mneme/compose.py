@@ -111,6 +111,11 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | 
         yield nc
 
 
+def snapshot_dir(core: CoreSettings, ps: ProjectorSettings) -> Path:
+    """Where this projector's snapshots go (and a new replica looks for one): shared, or its own."""
+    return ps.snapshot_dir or core.data_dir / "snapshots"
+
+
 def url_of(nc: NATS) -> str:
     """The URL a connection reached (the embedded server's, when it started one)."""
     return str(nc.connected_url.geturl()) if nc.connected_url else ""
@@ -241,7 +246,7 @@ def projector(
         control = {
             "control_id": control_id(live),
             "opener": opener(live, ps, vectors),
-            "snapshots": live.data_dir / "snapshots",
+            "snapshots": snapshot_dir(live, ps),
             "snapshot_every": ps.snapshot_every,
         }
     return Projector(

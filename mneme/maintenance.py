@@ -18,6 +18,7 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from mneme import compose
 from mneme.build import BuildFailed, build, head_of
 from mneme.compose import checked, control_id, nats_connection, open_vectors, open_view
 from mneme.generations import install, projection_dir, serving_settings
@@ -134,7 +135,7 @@ async def snapshot(core: CoreSettings, ps: ProjectorSettings) -> dict[str, objec
         open_vectors(core, ps) if (base / f"vectors-{ps.embedding_model}").is_dir() or ps.vectors != "edge" else None
     )
     try:
-        return {"ok": True, "live": False, **write_snapshot(view, vectors, core.data_dir / "snapshots")}
+        return {"ok": True, "live": False, **write_snapshot(view, vectors, compose.snapshot_dir(core, ps))}
     finally:
         view.close()
         if vectors is not None:

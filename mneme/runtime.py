@@ -76,6 +76,10 @@ async def projector(
             from mneme.maintenance import rebuild as rebuild_read_models
 
             await rebuild_read_models(core, ps, vectors=True, nc=nc, progress=progress)
+        else:
+            from mneme.build import seed_from_snapshot
+
+            await seed_from_snapshot(core, ps, nc)
         log_nc = await compose.connect(core.nats_url or "", "mneme-projector-log", core)
         stack.push_async_callback(compose.close_nats, log_nc)
         await start_projector(stack, core, ps, nc, log_nc=log_nc)

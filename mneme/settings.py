@@ -134,6 +134,11 @@ class ProjectorSettings(BaseSettings):
         description="Write a snapshot of the read models every this many events "
         "(0: only on `mneme snapshot`); a replay starts from the newest one.",
     )
+    snapshot_dir: Path | None = Field(
+        None,
+        description="Where snapshots are written and read (default <data dir>/snapshots): a directory the "
+        "replicas share lets a new replica start from another's snapshot instead of the whole log.",
+    )
 
 
 class AuditorSettings(BaseSettings):

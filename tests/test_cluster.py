@@ -277,3 +277,48 @@ async def test_a_new_replica_joins_only_when_caught_up_and_never_answers_stale(t
         assert len(set(answers)) == 1 and answers[0] > 1000, (refusals, answers)
     finally:
         await c.down()
+
+
+async def test_a_new_replica_starts_from_a_shared_snapshot(tmp_path: Path) -> None:
+    """Replicas that share MNEME_PROJECTOR_SNAPSHOT_DIR: one writes a snapshot every 3,000 events; a new one
+    starts from the newest (not from the log's first event), folds the rest, and ends with the same canonical
+    digest as the one that folded everything."""
+    from mneme.cluster import Service
+    from mneme.synthetic import history, publish
+    from services.projector.memories_view import MemoriesView
+
+    shared = tmp_path / "snapshots"
+    env = {
+        "MNEME_LOG_LEVEL": "INFO",
+        "MNEME_PROJECTOR_SNAPSHOT_DIR": str(shared),
+        "MNEME_PROJECTOR_SNAPSHOT_EVERY": "3000",
+        "MNEME_PROJECTOR_VECTORS": "off",
+    }
+    c = LocalCluster(tmp_path / "cluster", nodes=1, gateways=0, projectors=1, auditors=0, env=env)
+    await c.up()
+    try:
+        nc = await nats.connect(servers=c.layout.nats_url.split(","), **c.credentials("admin"))
+        await publish(nc.jetstream(timeout=10), history(10_000, namespaces=2, seed=11))
+        await nc.close()
+        deadline = time.monotonic() + 90
+        while not any(json.loads(m.read_text())["seq"] >= 9000 for m in shared.glob("snap-*/manifest.json")):
+            assert time.monotonic() < deadline, sorted(p.name for p in shared.glob("*"))
+            await asyncio.sleep(0.2)
+        late = Service("projector", "projector-late", str(tmp_path / "cluster" / "projector-late"))
+        c.layout.services.append(late)
+        c.start_service(late)
+        log = Path(late.data_dir) / "stderr.log"
+        while "projector serving queries" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline + 60, log.read_text()[-3000:]
+            c._check_alive(late.name)
+            await asyncio.sleep(0.2)
+        assert "starting from snapshot" in log.read_text()
+        await asyncio.sleep(1)  # (both fold the same log; the first has long caught up)
+    finally:
+        await c.down()
+    digests = []
+    for s in c.layout.services:
+        view = MemoriesView(str(Path(s.data_dir) / "projector.duckdb"))
+        digests.append((view.checkpoint, view.canonical_digest()))
+        view.close()
+    assert digests[0] == digests[1] and digests[0][0] == 10_000
