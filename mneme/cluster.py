@@ -150,7 +150,9 @@ class LocalCluster:
         """Every node started, JetStream ready (a meta leader elected) and the streams in place."""
         if self.passwords is not None:
             (self.root / "nats").mkdir(parents=True, exist_ok=True)
-            (self.root / "nats" / "accounts.conf").write_text(nats_auth.server_config(self.passwords))
+            conf = self.root / "nats" / "accounts.conf"  # (it holds the passwords too)
+            conf.touch(mode=0o600)
+            conf.write_text(nats_auth.server_config(self.passwords))
             secrets_file = self.root / "secrets.json"
             secrets_file.touch(mode=0o600)
             secrets_file.write_text(json.dumps(self.passwords, indent=1) + "\n")
