@@ -239,10 +239,20 @@ async def test_least_privilege_is_enforced_by_the_server(tmp_path: Path) -> None
 
 
 async def test_a_new_replica_joins_only_when_caught_up_and_never_answers_stale(tmp_path: Path) -> None:
-    """A projector replica started on a log of 10,000 events (100,000 in bench.cluster's full run) is the only
-    one: until it has folded the log as it stood at its start it is not in the queue group, so a reader that
-    asks with no log position of its own (min_seq 0, another gateway) gets 'no projector yet', never a count
-    from half the log; once it answers, it answers with everything."""
+    """A projector replica started on a log of 10,000 events is the only one: until it has folded the log as
+    it stood at its start it is not in the queue group, so a reader that asks with no log position of its
+    own (min_seq 0, another gateway) gets 'no projector yet', never a count from half the log; once it
+    answers, it answers with everything."""
+    await new_replica_never_stale(tmp_path, 10_000)
+
+
+@pytest.mark.slow
+async def test_a_new_replica_on_100000_events_never_answers_stale(tmp_path: Path) -> None:
+    """The issue's size: the same on a log of 100,000 events (python -m pytest -m slow)."""
+    await new_replica_never_stale(tmp_path, 100_000)
+
+
+async def new_replica_never_stale(tmp_path: Path, events: int) -> None:
     from mneme.synthetic import history, publish
 
     c = LocalCluster(
@@ -251,7 +261,7 @@ async def test_a_new_replica_joins_only_when_caught_up_and_never_answers_stale(t
     await c.up()
     try:
         nc = await nats.connect(servers=c.layout.nats_url.split(","), **c.credentials("admin"))
-        await publish(nc.jetstream(timeout=10), history(10_000, namespaces=1, seed=5, store=None))
+        await publish(nc.jetstream(timeout=10), history(events, namespaces=1, seed=5, store=None))
         await nc.close()
         url = c.layout.services[0].url
         assert url is not None
@@ -263,7 +273,7 @@ async def test_a_new_replica_joins_only_when_caught_up_and_never_answers_stale(t
         refusals = 0
         async with Client(url) as mcp:
             c.start_service(s)  # the first ask below goes out while the process is still starting
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 120 + events / 1000
             while len(answers) < 5:
                 assert time.monotonic() < deadline, (refusals, answers)
                 got = await mcp.call_tool("memory_list", {"namespace": "ns0", "limit": 1, "status": "any"})
@@ -273,7 +283,7 @@ async def test_a_new_replica_joins_only_when_caught_up_and_never_answers_stale(t
                 else:
                     answers.append(got.structured_content["total"])
         log = (Path(s.data_dir) / "stderr.log").read_text()
-        assert "projector serving queries at sequence 10000" in log, log[-2000:]
+        assert f"projector serving queries at sequence {events}" in log, log[-2000:]
         assert len(set(answers)) == 1 and answers[0] > 1000, (refusals, answers)
     finally:
         await c.down()
