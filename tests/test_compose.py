@@ -7,6 +7,7 @@ otherwise that part skips with the reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -142,3 +143,46 @@ def test_docker_compose_accepts_it() -> None:
         [docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True, timeout=60
     )
     assert got.returncode == 0, got.stderr
+
+
+def test_compose_up_smoke(tmp_path: Path) -> None:
+    """Where Docker runs compose: the stack built and started from a copy of this repository (accounts, .env
+    and a principals file written for it), one memory written through gateway-1 and read through gateway-2,
+    then everything removed. Skipped cleanly without a Docker engine and its compose plugin."""
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
+        pytest.skip("no Docker engine with the compose plugin here")
+    if subprocess.run([docker, "info"], capture_output=True).returncode != 0:
+        pytest.skip("the docker command finds no engine")
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+    from testcontainers.compose import DockerCompose
+
+    repo = COMPOSE.parent
+    for item in ("compose.yaml", "Dockerfile", "pyproject.toml", "README.md", "mneme", "schemas", "services"):
+        src = repo / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    subprocess.run([sys.executable, "-m", "mneme", "cluster", "accounts", "--dir", str(tmp_path)], check=True)
+    token = "compose-smoke-token"
+    principal = {"token_sha256": hashlib.sha256(token.encode()).hexdigest(), "agent_id": "smoke", "role": "admin"}
+    (tmp_path / "principals.json").write_text(json.dumps({"principals": [principal]}))
+
+    async def round_trip() -> None:
+        headers = {"Authorization": f"Bearer {token}"}
+        got: dict[str, Any] = {}
+        for port, tool, args in ((8765, "memory_add", {"content": "through compose"}), (8766, "memory_get", {})):
+            http = create_mcp_http_client(headers=headers)
+            async with (
+                http,
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (r, w, *_),
+                ClientSession(r, w) as cs,
+            ):
+                await cs.initialize()
+                res = await cs.call_tool(tool, args or {"id": got["id"]})
+                assert not res.is_error, res.content
+                got = res.structured_content or {}
+        assert got["content"] == "through compose"
+
+    with DockerCompose(tmp_path, compose_file_name="compose.yaml", build=True, wait=True):
+        anyio.run(round_trip)
