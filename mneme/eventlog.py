@@ -73,6 +73,14 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
                 raise
 
 
+def _unconfirmed(failure: Exception) -> Unavailable:
+    """A write sent at least once and never confirmed: it may have landed (a retry with the same id is safe)."""
+    return Unavailable(
+        f"the event log (NATS JetStream) did not confirm the write ({type(failure).__name__}); it may or may not "
+        "have been applied: retry with the same request_id (details.request_id) to apply it once"
+    )
+
+
 class EventLog:
     def __init__(self, js: JetStreamContext, *, timeout: float = 3.0, connected: Callable[[], bool] | None = None):
         self.js = js
@@ -104,19 +112,22 @@ class EventLog:
         # message, with the same Nats-Msg-Id, is published again until the timeout, so it lands at most once.
         deadline = time.monotonic() + self.timeout
         pause = 0.05
+        failure: Exception | None = None  # the last attempt's, once one was sent
         while True:
             left = deadline - time.monotonic()
             if not self.connected():  # reconnecting to another node of the cluster: wait for it, not past the timeout
-                if left <= pause:
+                if left > pause:
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+                    continue
+                if failure is None:
                     raise Unavailable("NATS is unreachable: the write was not sent; retry with the same request_id")
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 0.5)
-                continue
+                raise _unconfirmed(failure)
             try:
                 ack = await self.js.publish(subject, data, timeout=max(left, 0.05), headers=headers)
                 return ack.seq, bool(ack.duplicate)
             except ServiceUnavailableError as exc:
-                failure: Exception = exc
+                failure = exc
             except APIError as exc:
                 if exc.err_code == S.ERR_WRONG_LAST_SEQUENCE:
                     m = _LAST_SEQ.search(exc.description or "")
@@ -132,11 +143,7 @@ class EventLog:
             ) as exc:
                 failure = exc
             if deadline - time.monotonic() <= pause:
-                raise Unavailable(
-                    f"the event log (NATS JetStream) did not confirm the write ({type(failure).__name__}); it may "
-                    "or may not have been applied: retry with the same request_id (details.request_id) to apply it "
-                    "once"
-                ) from None
+                raise _unconfirmed(failure)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
 
