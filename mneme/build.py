@@ -156,9 +156,9 @@ async def seed_from_snapshot(core: CoreSettings, ps: ProjectorSettings, nc: NATS
     found = await asyncio.to_thread(newest_snapshot, compose.snapshot_dir(core, ps), upto=head, model=model)
     if found is None:
         return None
-    snap, manifest = found
-    if manifest.get("model") not in (None, ps.embedding_model):
-        manifest = {**manifest, "vectors": None}  # another model's vectors: rows only, the vectors refold
+    snap, manifest = found  # (for an Edge replica, of its model or without vectors: newest_snapshot checks)
+    if ps.vectors != "edge":
+        manifest = {**manifest, "vectors": None}  # its vectors are elsewhere (a Qdrant server) or off: rows only
     await asyncio.to_thread(restore_snapshot, snap, manifest, base, ps.db_name)
     log.info("starting from snapshot %s (sequence %d)", snap, manifest["seq"])
     return manifest

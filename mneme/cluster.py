@@ -163,32 +163,7 @@ class LocalCluster:
 
     async def wait_jetstream(self, timeout: float = 60) -> None:
         """Until the cluster answers JetStream requests and the streams exist with their replicas."""
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                nc = await nats.connect(
-                    servers=self.layout.nats_url.split(","),
-                    connect_timeout=2,
-                    allow_reconnect=False,
-                    error_cb=_quiet,
-                    **self.credentials("admin"),
-                )
-            except Exception as exc:  # noqa: BLE001 - the servers are still starting
-                last = exc
-                await asyncio.sleep(0.25)
-                continue
-            try:
-                js = nc.jetstream(timeout=3)
-                await js.account_info()
-                await ensure_streams(js, replicas=self.layout.replicas)
-                return
-            except (APIError, ServiceUnavailableError, TimeoutError, nats.errors.Error) as exc:
-                last = exc
-            finally:
-                await nc.close()
-            await asyncio.sleep(0.25)
-        raise RuntimeError(f"the NATS cluster was not ready within {timeout:.0f} s: {last!r}")
+        await streams_ready(self.layout.nats_url, self.layout.replicas, timeout, **self.credentials("admin"))
 
     def credentials(self, role: str) -> dict[str, str]:
         """nats.connect's user and password for a role ({} without auth)."""
@@ -222,6 +197,18 @@ class LocalCluster:
         self.procs[s.name] = proc
         s.pid = proc.pid
 
+    async def wait_logged(self, name: str, text: str, *, count: int = 1, timeout: float = 120) -> float:
+        """Until a service's stderr log holds `text` `count` times (e.g. "projector serving queries": it has
+        caught up and joined the queue group); the seconds it took. A service that exits meanwhile fails."""
+        log = Path(self.service(name).data_dir) / "stderr.log"
+        t0 = time.monotonic()
+        while (log.read_text(errors="replace") if log.exists() else "").count(text) < count:
+            self.check_alive(name)
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"{name} did not log {text!r} within {timeout:.0f} s (see {log})")
+            await asyncio.sleep(0.1)
+        return time.monotonic() - t0
+
     def service(self, name: str) -> Service:
         return next(s for s in self.layout.services if s.name == name)
 
@@ -240,7 +227,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         for s in self.layout.services:
             while s.port is not None:
-                self._check_alive(s.name)
+                self.check_alive(s.name)
                 try:
                     _, w = await asyncio.open_connection("127.0.0.1", s.port)
                     w.close()
@@ -250,7 +237,7 @@ class LocalCluster:
                         raise RuntimeError(f"{s.name} did not listen on {s.port} within {timeout:.0f} s") from None
                     await asyncio.sleep(0.2)
 
-    def _check_alive(self, name: str) -> None:
+    def check_alive(self, name: str) -> None:
         proc = self.procs.get(name)
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{name} exited with {proc.returncode} (see {self.root}/{name}/stderr.log)")
@@ -366,21 +353,35 @@ def write_accounts(root: Path) -> dict[str, str]:
 
 
 async def create_streams(core: Any, replicas: int) -> dict[str, Any]:
-    """The streams, created as the settings' (admin) user, waiting up to a minute for JetStream to answer."""
+    """`mneme cluster streams`: the streams, created as the settings' (admin) user once JetStream answers."""
     from mneme.compose import auth_options
 
-    deadline = time.monotonic() + 60
-    while True:
+    await streams_ready(core.nats_url, replicas, 60, **auth_options(core))
+    return {"streams": "ready", "replicas": replicas}
+
+
+async def streams_ready(url: str, replicas: int, timeout: float, **auth: Any) -> None:
+    """Until the servers at `url` answer JetStream requests (a cluster's meta leader is elected some seconds
+    after its nodes start) and the streams exist, created with `replicas` where missing."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
         try:
-            nc = await nats.connect(servers=core.nats_url.split(","), connect_timeout=3, **auth_options(core))
-            try:
-                js = nc.jetstream(timeout=5)
-                await js.account_info()
-                await ensure_streams(js, replicas=replicas)
-                return {"streams": "ready", "replicas": replicas}
-            finally:
-                await nc.close()
-        except (APIError, ServiceUnavailableError, TimeoutError, nats.errors.Error, OSError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(1)
+            nc = await nats.connect(
+                servers=url.split(","), connect_timeout=2, allow_reconnect=False, error_cb=_quiet, **auth
+            )
+        except Exception as exc:  # noqa: BLE001 - the servers are still starting
+            last = exc
+            await asyncio.sleep(0.25)
+            continue
+        try:
+            js = nc.jetstream(timeout=3)
+            await js.account_info()
+            await ensure_streams(js, replicas=replicas)
+            return
+        except (APIError, ServiceUnavailableError, TimeoutError, nats.errors.Error) as exc:
+            last = exc
+        finally:
+            await nc.close()
+        await asyncio.sleep(0.25)
+    raise RuntimeError(f"NATS at {url} was not ready within {timeout:.0f} s: {last!r}")

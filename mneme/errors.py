@@ -136,23 +136,11 @@ def from_dict(data: dict[str, Any]) -> MnemeError:
     """Rebuild an error that crossed a process boundary (projector → gateway), as the class of its code, so
     `except ProjectionLag` (or MemoryNotFound, ...) catches it as it would in process."""
     code = data.get("code", "INTERNAL")
-    cls = _by_code().get(code, MnemeError)
+    cls = _BY_CODE.get(code, MnemeError)
     err = cls.__new__(cls)
     MnemeError.__init__(err, data.get("message", "error"), field=data.get("field"), details=data.get("details"))
     err.code = code
     return err
-
-
-def _by_code() -> dict[str, type[MnemeError]]:
-    """The error classes of this module by code (their constructors differ; from_dict bypasses them)."""
-    if not _BY_CODE:
-        for cls in MnemeError.__subclasses__():
-            if cls.__module__ == __name__:
-                _BY_CODE.setdefault(cls.code, cls)
-    return _BY_CODE
-
-
-_BY_CODE: dict[str, type[MnemeError]] = {}
 
 
 class EntityNotFound(MnemeError):
@@ -163,3 +151,9 @@ class EntityNotFound(MnemeError):
 
     def __init__(self, name: str, *, field: str | None = None):
         super().__init__(f"Entity with name {name} not found", field=field, details={"name": name})
+
+
+# the error classes of this module by code (their constructors differ: from_dict bypasses them)
+_BY_CODE: dict[str, type[MnemeError]] = {
+    c.code: c for c in reversed(MnemeError.__subclasses__()) if c.__module__ == __name__
+}

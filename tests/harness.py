@@ -22,6 +22,7 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from nats.aio.client import Client as NATS
 
 from mneme import compose
+from mneme.cluster import free_port  # noqa: F401 - the tests import it from here
 from mneme.compose import close_nats, connect
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, is_alive
@@ -196,15 +197,6 @@ async def start_stack(
     client = await s.enter_async_context(Client(build_server(gw)))
     await projector.serving.wait()
     return Stack(data_dir, nats, nc, view, projector, trail, auditor, gw, client, s)
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (for a server child started next)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(proc: Any, port: int, timeout: float = 30.0, errlog: Path | None = None) -> None:

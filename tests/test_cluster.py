@@ -148,11 +148,7 @@ async def test_a_killed_projector_replica_rejoins_and_ends_identical(tmp_path: P
                 else:
                     assert got.structured_content["content"] == f"replica write {i}"
             # the restarted replica serves again: wait until it says so, then every read still answers
-            log = Path(c.service("projector1").data_dir) / "stderr.log"
-            deadline = time.monotonic() + 60
-            while log.read_text().count("projector serving queries") < 2:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                await asyncio.sleep(0.2)
+            await c.wait_logged("projector1", "projector serving queries", count=2, timeout=60)
             for _ in range(20):
                 listed = await mcp.call_tool("memory_list", {"limit": 1})
                 assert not listed.is_error and listed.structured_content["total"] == n
@@ -317,12 +313,8 @@ async def test_a_new_replica_starts_from_a_shared_snapshot(tmp_path: Path) -> No
         late = Service("projector", "projector-late", str(tmp_path / "cluster" / "projector-late"))
         c.layout.services.append(late)
         c.start_service(late)
-        log = Path(late.data_dir) / "stderr.log"
-        while "projector serving queries" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline + 60, log.read_text()[-3000:]
-            c._check_alive(late.name)
-            await asyncio.sleep(0.2)
-        assert "starting from snapshot" in log.read_text()
+        await c.wait_logged(late.name, "projector serving queries", timeout=120)
+        assert "starting from snapshot" in (Path(late.data_dir) / "stderr.log").read_text()
         await asyncio.sleep(1)  # (both fold the same log; the first has long caught up)
     finally:
         await c.down()

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import nats
@@ -129,13 +128,8 @@ async def catch_up(c: LocalCluster, events: int) -> dict[str, Any]:
     await nc.close()
     s = Service("projector", "projector-new", str(c.root / "projector-new"))
     c.layout.services.append(s)
-    t = time.monotonic()
     c.start_service(s)
-    log_file = Path(s.data_dir) / "stderr.log"
-    while "projector serving queries" not in (log_file.read_text() if log_file.exists() else ""):
-        c._check_alive(s.name)
-        await asyncio.sleep(0.1)
-    secs = time.monotonic() - t
+    secs = await c.wait_logged(s.name, "projector serving queries", timeout=3600)
     return {
         "events": head,
         "published_s": rnd(published_s, 2),

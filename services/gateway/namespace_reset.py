@@ -10,8 +10,6 @@ request id records the reset once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mneme.errors import MnemeError
 from mneme.ids import event_id_for
 from schemas import subjects as S
@@ -26,18 +24,8 @@ SKIPPED = ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED", "PERMISSION
 BATCH = 500
 
 
-@dataclass(frozen=True)
-class ResetDone:
-    memories: int
-    entities: int
-    relations: int
-    code_chunks: int
-    kept: int
-    before_seq: int  # `as_of` here reads the namespace as it was
-    seq: int  # the namespace_reset event's position
-
-
-async def reset(call: Call, reason: str) -> ResetDone:
+async def reset(call: Call, reason: str) -> NamespaceReset:
+    """Reset the call's namespace; the `namespace_reset` event recorded (its counts and `before_seq`)."""
     gw = call.gw
     actor, rid = call.principal.actor, call.request_id
     before = await gw.log.last_seq()
@@ -117,12 +105,4 @@ async def reset(call: Call, reason: str) -> ResetDone:
         S.namespace_subject(call.namespace, "reset"), encode_envelope(env), msg_id=key, expected_seq=None
     )
     gw.noted(seq)
-    return ResetDone(
-        memories=memories,
-        entities=entities,
-        relations=len(relations),
-        code_chunks=chunks,
-        kept=skipped,
-        before_seq=before,
-        seq=seq,
-    )
+    return ev
