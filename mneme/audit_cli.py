@@ -1,18 +1,26 @@
-"""`mneme audit verify|export`: the trail file read-only, beside nothing that holds it.
+"""`mneme audit verify|export`: the trail file read-only, beside nothing that holds it; `mneme audit
+reads|reread`: the debugger's view, asked of the running mneme.
 
 The trail is opened read-only: a missing file is an error (nothing is created), and a trail a
 running `mneme serve` or `mneme auditor` holds is refused with one line (DuckDB allows one
 process per file; admins can ask the running server with the `audit_query` tool).
+
+`reads` lists recorded reads (of `--agent`, between `--since` and `--until`) and `reread N` asks read N
+again as of the log position it was answered at (services/gateway/reread.py): both need the running
+system (its auditor, a projector and the access stream), through `--nats-url` or the `mneme serve` running
+on `--data-dir`, and act as the operator (every namespace).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+from typing import Any
 
 import duckdb
 
-from mneme.preflight import Refused, held_message, holder, parse_time
+from mneme.preflight import Refused, held_message, holder, parse_time, serve_url
 from mneme.settings import AuditorSettings, CoreSettings
 
 
@@ -44,6 +52,8 @@ def audit(args: argparse.Namespace, core: CoreSettings, aus: AuditorSettings) ->
     from services.auditor.trail import verify_chain
     from services.auditor.trail_queries import export
 
+    if args.action in ("reads", "reread"):
+        return debug(args, core)
     filters = {
         "since": parse_time(args.since, "--since"),
         "until": parse_time(args.until, "--until"),
@@ -70,3 +80,104 @@ def audit(args: argparse.Namespace, core: CoreSettings, aus: AuditorSettings) ->
         return 0
     finally:
         con.close()
+
+
+def debug(args: argparse.Namespace, core: CoreSettings) -> int:
+    """`reads` and `reread`, asked of the running mneme over NATS."""
+    if args.action == "reread" and args.record is None:
+        raise Refused("audit reread needs the read's trail_seq (mneme audit reads lists them)")
+    if args.action == "reads" and not (1 <= args.limit <= 1000 and args.offset >= 0):
+        raise Refused("--limit is 1 to 1000 and --offset 0 or more")
+    since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")
+    if core.nats_url is None and serve_url(core) is None:
+        raise Refused(
+            f"audit {args.action} asks the running mneme (its auditor and a projector): no mneme serve runs on "
+            f"{core.data_dir}; start one, or give --nats-url"
+        )
+    out = asyncio.run(_ask(args, core, since, until))
+    if args.json:
+        print(out.model_dump_json(exclude_none=True))
+    elif args.action == "reads":
+        print(format_reads(out))
+    else:
+        print(format_reread(out))
+    return 0 if args.action == "reads" or out.match else 1
+
+
+async def _ask(args: argparse.Namespace, core: CoreSettings, since: Any, until: Any) -> Any:
+    from datetime import UTC, datetime
+
+    from mneme.compose import nats_connection
+    from services.gateway.queries import QueryClient
+    from services.gateway.reread import find_reads, reread
+
+    async with nats_connection(core, "mneme-audit", "attach") as nc:
+        queries, js, now = QueryClient(nc), nc.jetstream(), datetime.now(UTC)
+        if args.action == "reads":
+            return await find_reads(queries, js, namespace="*", namespaces=("*",), now=now, agent_id=args.agent,
+                                    since=since, until=until, limit=args.limit, offset=args.offset)  # fmt: skip
+        return await reread(queries, js, trail_seq=args.record, namespace="*", namespaces=("*",), now=now,
+                            can_read=lambda ns: True)  # fmt: skip
+
+
+def _short(value: Any, width: int) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _args(arguments: dict[str, Any] | None) -> str:
+    if arguments is None:
+        return "(no query kept: cannot be re-run)"
+    shown = {k: v for k, v in arguments.items() if k not in ("namespace", "now", "min_seq")}
+    return " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in shown.items()) or "(defaults)"
+
+
+def format_reads(page: Any) -> str:
+    """One line per read: trail_seq, time, agent, tool, log position, results, the query's arguments."""
+    lines = [f"{page.total} read(s){'' if not page.has_more else ' (more: --offset)'}"]
+    lines.append(f"{'trail':>6}  {'at':<20}  {'agent':<12}  {'operation':<14}  {'seq':>6}  {'ids':>4}  arguments")
+    for r in page.results:
+        at = r.at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        seq = "-" if r.seq is None else str(r.seq)
+        lines.append(
+            f"{r.trail_seq:>6}  {at:<20}  {_short(r.agent_id, 12):<12}  {_short(r.operation, 14):<14}  {seq:>6}  "
+            f"{len(r.memory_ids):>4}  {_short(_args(r.arguments), 100)}"
+        )
+    return "\n".join(lines)
+
+
+def format_reread(x: Any) -> str:
+    """The read, the re-run's position, each result beside what was recorded, the verdict and the differences."""
+    r = x.read
+    lines = [
+        f"read {r.trail_seq}: {r.operation} by {r.agent_id} ({r.role}) in {r.namespace} at "
+        f"{r.at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} (request {r.request_id})",
+        f"asked: {_args(r.arguments)}",
+    ]
+    where = f"as of log position {x.as_of.seq}" if x.as_of is not None else "as asked"
+    answered = f"answered at log position {r.seq}" if r.seq is not None else "answered at an unrecorded position"
+    lines.append(f"{answered}; re-run {where}: {'MATCH' if x.match else 'MISMATCH'}")
+    if x.results:
+        lines.append(
+            f"{'rank':>9}  {'id':<36}  {'version':>9}  {'score':>15}  {'semantic':>8}  {'keyword':>8}  content"
+        )
+        for i in x.results:
+            rank = f"{i.recorded_rank or '-'}→{i.rank or '-'}"
+            ver = f"{i.recorded_version or '?'}→{i.version or '-'}"
+            score = "" if i.score is None and i.recorded_score is None else (
+                f"{_num(i.recorded_score)}→{_num(i.score)}")  # fmt: skip
+            lines.append(
+                f"{rank:>9}  {i.id:<36}  {ver:>9}  {score:>15}  {_num(i.semantic_score):>8}  "
+                f"{_num(i.keyword_score):>8}  {_short(i.content or '', 60)}"
+            )
+    for d in x.differences:
+        lines.append(f"difference: {d}")
+    if x.score_drift:
+        lines.append(f"largest score change: {x.score_drift}")
+    if x.note:
+        lines.append(f"note: {x.note}")
+    return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"

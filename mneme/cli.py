@@ -1,5 +1,5 @@
 """`mneme` command line: serve (everything embedded), gateway, projector, auditor, rebuild, replay, snapshot,
-audit verify/export, hash-token."""
+status, audit verify/export, hash-token."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=Path, help="data directory (default: the user's data dir; MNEME_DATA_DIR)")
     p.add_argument("--nats-url", help="NATS server URL(s), comma-separated (MNEME_NATS_URL); serve: unset = embedded")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-format", choices=["text", "json"], help="log lines on stderr (MNEME_LOG_FORMAT)")
 
 
 def _mcp(p: argparse.ArgumentParser) -> None:
@@ -107,9 +108,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gateways", type=int, default=2, help="MCP gateways over streamable HTTP (default 2)")
     p.add_argument("--projectors", type=int, default=2, help="projector replicas (default 2)")
     p.add_argument("--auditors", type=int, default=1, help="auditors (default 1)")
-    p = sub.add_parser("audit", help="the compliance trail: verify the hash chain, or export records")
+    p = sub.add_parser(
+        "status",
+        help="every service, stream and consumer, lags, dead letters, the model, data sizes "
+        "(of the serve on --data-dir, or of --nats-url)",
+    )
     _common(p)
-    p.add_argument("action", choices=["verify", "export"])
+    p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for NATS and each answer")
+    p = sub.add_parser(
+        "audit", help="the compliance trail: verify the hash chain, export records, list reads, re-run one read"
+    )
+    _common(p)
+    p.add_argument("action", choices=["verify", "export", "reads", "reread"])
+    p.add_argument("record", nargs="?", type=int, help="reread: the read's trail_seq (from `mneme audit reads`)")
+    p.add_argument("--json", action="store_true", help="reads, reread: JSON instead of lines")
+    p.add_argument("--limit", type=int, default=20, help="reads: at most this many (default 20)")
+    p.add_argument("--offset", type=int, default=0, help="reads: skip this many")
     p.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="export: file format")
     p.add_argument("--out", type=Path, help="export: the file to write")
     p.add_argument(
@@ -117,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
         help="export: only records from this time on (ISO 8601, e.g. 2026-11-26T14:02:00Z; no offset means UTC)",
     )
     p.add_argument("--until", help="export: only records before this time (ISO 8601)")
-    p.add_argument("--agent", help="export: only records of this agent id")
+    p.add_argument("--agent", help="export, reads: only records of this agent id")
     p.add_argument("--memory", help="export: only records that touch this memory id")
     p.add_argument(
         "--action-prefix",
@@ -134,7 +149,12 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
     core_over = {
         k: v
-        for k, v in (("data_dir", args.data_dir), ("nats_url", args.nats_url), ("log_level", args.log_level))
+        for k, v in (
+            ("data_dir", args.data_dir),
+            ("nats_url", args.nats_url),
+            ("log_level", args.log_level),
+            ("log_format", getattr(args, "log_format", None)),
+        )
         if v is not None
     }
     gw_over: dict[str, Any] = {
@@ -270,13 +290,51 @@ def cluster_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def status_command(args: argparse.Namespace, core: Any) -> int:
+    """Exit 0 when healthy, 1 when not, 2 when nothing answers (no NATS at the URL, no serve on the data dir)."""
+    from mneme import compose, status
+    from mneme.embedded_nats import running_url
+
+    url = core.nats_url or running_url(core.data_dir / "nats")
+    local = core.data_dir if core.data_dir.is_dir() else None
+
+    async def gather() -> dict[str, Any] | None:
+        try:
+            nc = await asyncio.wait_for(compose.connect(url or "", "mneme-status", core), args.timeout)
+        except Exception as exc:  # noqa: BLE001 - reported as not running
+            sys.stderr.write(f"mneme status: cannot reach NATS at {url}: {type(exc).__name__}: {exc}\n")
+            return None
+        try:
+            return await status.gather(nc, local, timeout=args.timeout)
+        finally:
+            await compose.close_nats(nc)
+
+    if url is None:
+        out: dict[str, Any] | None = None
+        sys.stderr.write(f"mneme status: no mneme serve is running on {core.data_dir} (or give --nats-url)\n")
+    else:
+        out = asyncio.run(gather())
+    if out is None:
+        out = {"healthy": False, "running": False, "data_dir": str(core.data_dir)}
+        if local is not None:
+            out["data_bytes"] = status.data_sizes(local)
+        print(json.dumps(out) if args.json else f"mneme: not running ({core.data_dir})")
+        return 2
+    print(json.dumps(out, default=str) if args.json else status.render(out))
+    return 0 if out["healthy"] else 1
+
+
 def run(args: argparse.Namespace) -> int:
     if args.command == "hash-token":
         return hash_token_command(args.token)
     if args.command == "cluster":
         return cluster_command(args)
     s = _settings(args)
-    logging.basicConfig(level=s["core"].log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    from mneme.logs import setup
+
+    setup(s["core"].log_level, s["core"].log_format, args.command)
+    if args.command == "status":
+        return status_command(args, s["core"])
     if args.command == "audit":
         from mneme.audit_cli import audit
 

@@ -36,6 +36,7 @@ from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
 from services.gateway.queries import QueryClient
+from services.gateway.rate_limits import Limits
 from services.projector.code_view import CodeView
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
@@ -103,6 +104,7 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | 
                 raise Refused("--nats-url (or MNEME_NATS_URL) is required for this command")
             server = EmbeddedNats(core.data_dir / "nats")
             url = await server.start()
+            server.supervise()
             stack.push_async_callback(server.stop)
             log.info("embedded nats-server at %s (data %s)", url, server.store_dir)
         nc = await connect(url, name, core)
@@ -310,4 +312,5 @@ def gateway(nc: NATS, gs: GatewaySettings | None = None) -> Gateway:
         consistency=gs.consistency,
         stores=dict(gs.stores),
         code_roots=tuple(gs.code_roots) if gs.code_roots is not None else None,
+        limits=Limits(rate=gs.rate_limit, burst=gs.rate_burst, max_in_flight=gs.max_in_flight),
     )

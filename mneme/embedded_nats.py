@@ -2,14 +2,17 @@
 
 It listens on a free loopback port (chosen by the server itself, read back from its
 ports file: no race), keeps JetStream data under the data directory, and dies with
-its parent even on SIGKILL (PR_SET_PDEATHSIG on Linux).
+its parent even on SIGKILL (PR_SET_PDEATHSIG on Linux). Under `supervise` (mneme serve), a child that dies
+on its own is started again on the same port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
+import logging
 import os
 import shutil
 import signal
@@ -19,6 +22,8 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+
+log = logging.getLogger("mneme.nats")
 
 
 def nats_server_binary() -> str:
@@ -44,6 +49,8 @@ class EmbeddedNats:
         self.host = host
         self.proc: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
+        self.restarts = 0  # times `supervise` brought the server back after it died on its own
+        self._supervisor: asyncio.Task[None] | None = None
 
     async def start(self, timeout: float = 15.0) -> str:
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -76,11 +83,42 @@ class EmbeddedNats:
             self.stop_now()
             raise RuntimeError(f"nats-server did not start within {timeout} s (log: {log_file})")
         shutil.rmtree(ports_dir, ignore_errors=True)
+        if self.port <= 0:  # a restart comes back on the same port: clients reconnect to the URL they know
+            self.port = int(self.url.rsplit(":", 1)[1])
         self.url_file.write_text(f"{self.proc.pid} {self.url}\n")  # for `mneme replay` beside a running serve
         return self.url
 
+    def supervise(self, every: float = 0.5) -> None:
+        """Watch the child: if it exits on its own (killed, crashed), start it again on the same port and
+        store directory. Clients reconnect by themselves; writes in between fail with UNAVAILABLE."""
+        if self._supervisor is None:
+            self._supervisor = asyncio.create_task(self._watch(every), name="nats-supervisor")
+
+    async def _watch(self, every: float) -> None:
+        delay = every
+        while True:
+            await asyncio.sleep(delay)
+            p = self.proc
+            if p is None or p.poll() is None:
+                delay = every
+                continue
+            log.error("embedded nats-server (pid %d) exited with %s; starting it again", p.pid, p.returncode)
+            try:
+                await self.start()
+                self.restarts += 1
+                log.warning("embedded nats-server is back at %s (restart %d)", self.url, self.restarts)
+                delay = every
+            except Exception as exc:  # noqa: BLE001 - e.g. the port taken meanwhile: try again, backing off
+                log.error("embedded nats-server did not start again: %s", exc)
+                delay = min(delay * 2, 10.0)
+
     async def stop(self, timeout: float = 10.0) -> None:
         """Graceful: SIGTERM lets nats-server flush JetStream; SIGKILL only after `timeout`."""
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
         p = self.proc
         if p is None or p.poll() is not None:
             return

@@ -132,6 +132,14 @@ class Unavailable(MnemeError):
     retryable = True
 
 
+class RateLimited(MnemeError):
+    code = "RATE_LIMIT"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float = 0.0, limit: dict[str, Any] | None = None):
+        super().__init__(message, details={"retry_after_s": retry_after, **(limit or {})})
+
+
 def from_dict(data: dict[str, Any]) -> MnemeError:
     """Rebuild an error that crossed a process boundary (projector → gateway), as the class of its code, so
     `except ProjectionLag` (or MemoryNotFound, ...) catches it as it would in process."""

@@ -59,7 +59,19 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
         duplicate_window=120.0,
         description="mneme: read and denied-access records (audit trail, access statistics)",
     )
-    for cfg in (config, access):
+    dead = StreamConfig(
+        name=S.DEAD_LETTER_STREAM,
+        subjects=[S.DEAD_LETTER_SUBJECTS],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        duplicate_window=120.0,
+        max_msgs=100_000,  # the newest are kept; the log still holds every message they point at
+        description="mneme: messages a consumer could not fold (schemas/dead_letter.py), with the reason",
+    )
+    from mneme.heartbeat import ensure_bucket
+
+    await ensure_bucket(js, replicas=replicas)
+    for cfg in (config, access, dead):
         assert cfg.name is not None
         try:  # (looked up first: a service's NATS user may read streams but not create them)
             await js.stream_info(cfg.name)
@@ -71,6 +83,14 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
         except APIError as exc:
             if exc.err_code != 10058:  # stream name already in use: keep the existing stream
                 raise
+
+
+async def dead_letter_count(js: JetStreamContext) -> int:
+    """How many dead letters the MNEME_DLQ stream holds (0 when it does not exist yet)."""
+    try:
+        return int((await js.stream_info(S.DEAD_LETTER_STREAM)).state.messages)
+    except NotFoundError:
+        return 0
 
 
 def _unconfirmed(failure: Exception) -> Unavailable:

@@ -23,16 +23,16 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from schemas import subjects as S
+from schemas.dead_letter import DeadLetter, encode_dead_letter
 from schemas.events import decode_envelope
 
 log = logging.getLogger("mneme.follow")
@@ -45,6 +45,10 @@ class Positioned:
     seq: int
     recorded_at: datetime
     envelope: Any
+
+
+# A sink may also record the messages its follower skipped, in log order (the audit trail does):
+#     def dead_letter(self, letter: DeadLetter) -> None
 
 
 class Sink(Protocol):
@@ -72,9 +76,12 @@ class LogFollower:
         decode: Callable[[bytes], Any] = decode_envelope,
         stop_at: int | None = None,
         pending_msgs_limit: int | None = None,
+        consumer: str | None = None,
     ):
         """`stop_at`: fold nothing past this sequence (a point-in-time copy of the log).
-        `pending_msgs_limit`: nats-py's buffer of undelivered messages (tests make it small to force drops)."""
+        `pending_msgs_limit`: nats-py's buffer of undelivered messages (tests make it small to force drops).
+        `consumer`: the name a message it cannot decode is dead-lettered under (`mneme.dlq.<consumer>`);
+        None (a rebuild, a replay): counted and logged, not published."""
         self.js = js
         self.stream, self.subjects, self.decode = stream, subjects, decode
         self.sink = sink
@@ -100,6 +107,12 @@ class LogFollower:
         self._task: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Future[object] | None = None
         self._sub: JetStreamContext.PushSubscription | None = None
+        self.consumer = consumer
+        self.dead_letters = 0  # messages skipped since start (the MNEME_DLQ stream keeps every one)
+        self.last_dead_letter: DeadLetter | None = None
+        self._publishing: set[asyncio.Task[None]] = set()
+        self.stalled: str | None = None  # why commits fail (the disk is full...): None while they succeed
+        self._retry_in = 0.5
 
     @property
     def applied(self) -> int:
@@ -242,6 +255,8 @@ class LogFollower:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self._publishing:  # dead letters on their way out
+            await asyncio.wait(set(self._publishing), timeout=5.0)
         if self._in_flight is not None:
             # work already handed to a worker thread finishes before we return, so whoever
             # closes the database next never closes it under a running transaction
@@ -291,8 +306,11 @@ class LogFollower:
                         pass
                 if self._queue.empty() and loop.time() - self._last_arrival >= self.idle_check:
                     await self._check_tail()
+            if self.stalled is not None:  # the last commit failed: take nothing new (the queue fills, NATS
+                await asyncio.sleep(self._retry_in)  # waits), try the commit again after a backoff
+                self._commit_asked = True
             batch: list[Msg] = []
-            while len(batch) < self.batch_max:
+            while self.stalled is None and len(batch) < self.batch_max:
                 try:
                     batch.append(self._queue.get_nowait())
                 except asyncio.QueueEmpty:
@@ -312,28 +330,96 @@ class LogFollower:
                 await self._resync()  # everything before the gap is staged; fetch from the first missing one
             if self._pending and due:
                 self._commit_asked = False
-                self._pending = 0
-                await self._run(self.sink.commit)
+                pending, self._pending = self._pending, 0
+                try:
+                    await self._run(self.sink.commit)
+                except Exception as exc:  # noqa: BLE001 - e.g. the disk is full: stall, keep what is staged, retry
+                    self._pending = pending
+                    self._stall(exc)
+                    continue
+                if self.stalled is not None:
+                    log.warning("%s: commits work again (%s resolved)", self.consumer, self.stalled)
+                    self.stalled, self._retry_in = None, 0.5
                 self.committed = self.staged
                 async with self.advanced:
                     self.advanced.notify_all()
             elif self._commit_asked and not self._pending:
                 self._commit_asked = False
 
+    def _stall(self, exc: Exception) -> None:
+        first = self.stalled is None
+        self.stalled = f"commit failed: {type(exc).__name__}: {exc}"[:500]
+        self._retry_in = 0.5 if first else min(self._retry_in * 2, 10.0)
+        log.error("%s: %s; nothing new is folded until a commit succeeds (next try in %.1f s)",
+                  self.consumer, self.stalled, self._retry_in)  # fmt: skip
+
     async def _stage(self, batch: list[Msg]) -> None:
-        positioned = []
+        positioned: list[Positioned] = []
+        dead: list[tuple[int, DeadLetter]] = []  # (where in `positioned` it was, the letter)
         for m in batch:
             md = m.metadata
             try:
                 positioned.append(Positioned(md.sequence.stream, md.timestamp, self.decode(m.data)))
-            except msgspec.DecodeError as exc:  # a poison message must not stop the consumer
-                log.error("skipping undecodable event at sequence %d: %s", md.sequence.stream, exc)
+            except Exception as exc:  # noqa: BLE001 - a poison message must not stop the consumer
+                dead.append((len(positioned), self._dead_letter(m, f"undecodable: {type(exc).__name__}: {exc}")))
         upto = batch[-1].metadata.sequence.stream
+        if log.isEnabledFor(logging.DEBUG):  # one line per message, with the request id of the call behind it
+            for p in positioned:
+                rid = getattr(p.envelope, "request_id", None)
+                log.debug("%s folded %s #%d", self.consumer, self.stream, p.seq, extra={"request_id": rid})
+        start = 0
+        for at, letter in dead:  # fold up to each poison message, record it, go on (the trail stays in order)
+            await self._fold(positioned[start:at], letter.seq - 1)
+            if (record := getattr(self.sink, "dead_letter", None)) is not None:
+                record(letter)
+            start = at
+        await self._fold(positioned[start:], upto)
+        self.staged = max(self.staged, upto)
+
+    async def _fold(self, positioned: list[Positioned], upto: int) -> None:
         if self.sink.stage_reads_disk(positioned):
             await self._run(self.sink.stage, positioned, upto)
         else:  # pure folding in memory: a thread hop would cost more than the work
             self.sink.stage(positioned, upto)
-        self.staged = max(self.staged, upto)
+
+    def _dead_letter(self, m: Msg, reason: str) -> DeadLetter:
+        """Count, log and (a named consumer) publish a message that cannot be folded; the caller skips it."""
+        md = m.metadata
+        data = m.data or b""
+        letter = DeadLetter(
+            consumer=self.consumer or "unnamed",
+            stream=self.stream,
+            seq=md.sequence.stream,
+            subject=m.subject,
+            reason=reason[:500],
+            size=len(data),
+            head_b64=DeadLetter.head(data),
+            recorded_at=md.timestamp,
+            skipped_at=datetime.now(UTC),
+        )
+        self.dead_letters += 1
+        self.last_dead_letter = letter
+        log.error("%s: dead-lettered %s sequence %d (%s)", letter.consumer, self.stream, letter.seq, letter.reason)
+        if self.consumer is not None:
+            task = asyncio.create_task(self._publish_dead_letter(letter))
+            self._publishing.add(task)
+            task.add_done_callback(self._publishing.discard)
+        return letter
+
+    async def _publish_dead_letter(self, letter: DeadLetter) -> None:
+        """On `mneme.dlq.<consumer>`, once per (consumer, stream, sequence) within the stream's duplicate
+        window: a restart that meets the same message again within it does not count it twice."""
+        msg_id = f"{letter.consumer}:{letter.stream}:{letter.seq}"
+        try:
+            await self.js.publish(
+                S.dead_letter_subject(letter.consumer),
+                encode_dead_letter(letter),
+                stream=S.DEAD_LETTER_STREAM,
+                timeout=5.0,
+                headers={S.HDR_MSG_ID: msg_id},
+            )
+        except Exception as exc:  # noqa: BLE001 - still counted and logged; the stream keeps the message
+            log.warning("could not publish the dead letter for %s sequence %d: %s", letter.stream, letter.seq, exc)
 
 
 class FanOut:
@@ -358,12 +444,19 @@ class FanOut:
         self.checkpoint = min(s.commit() for s in self.sinks)
         return self.checkpoint
 
+    def dead_letter(self, letter: DeadLetter) -> None:
+        for s in self.sinks:
+            if (record := getattr(s, "dead_letter", None)) is not None:
+                record(letter)
+
     def remove(self, sink: Sink) -> None:
         """Stop feeding `sink` (a projection swapped out); the others go on. Takes effect at the next stage."""
         self.sinks = tuple(s for s in self.sinks if s is not sink)
 
 
-def access_follower(js: JetStreamContext, sink: Sink, *, batch_max: int = 5000, linger: float = 0.1) -> LogFollower:
+def access_follower(
+    js: JetStreamContext, sink: Sink, *, batch_max: int = 5000, linger: float = 0.1, consumer: str | None = None
+) -> LogFollower:
     """A follower of the access stream (read and denied records) instead of the event log."""
     from schemas.access import decode_access
 
@@ -375,4 +468,5 @@ def access_follower(js: JetStreamContext, sink: Sink, *, batch_max: int = 5000, 
         stream=S.ACCESS_STREAM,
         subjects=S.ACCESS_SUBJECTS,
         decode=decode_access,
+        consumer=consumer,
     )

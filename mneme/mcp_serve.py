@@ -95,7 +95,26 @@ class Mcp:
         self.listener = listener
         self._http: _Uvicorn | None = None
 
+    def hint(self) -> str | None:
+        """The line a person who started the server by hand in a terminal reads (an MCP client, which owns
+        stdin, never sees it: None unless stdin is a terminal, or for HTTP, stderr is)."""
+        if self.gs.transport == "stdio":
+            if not sys.stdin.isatty():
+                return None
+            return (
+                f"mneme: ready, serving MCP ({self.gs.profile} profile) over stdio: it waits for an MCP client on "
+                "stdin, not for typing. Configure your agent to run `mneme serve`, or add --transport http; "
+                "Ctrl-C stops; `mneme status` shows how it is doing."
+            )
+        if not sys.stderr.isatty() or self.listener is None:
+            return None
+        host, port = self.listener.getsockname()[:2]
+        return f"mneme: ready, serving MCP over streamable HTTP at http://{host}:{port}/mcp (Ctrl-C stops)"
+
     async def run(self) -> None:
+        if (line := self.hint()) is not None:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
         try:
             if self.gs.transport == "stdio":
                 await build_server(self.gw, profile=self.gs.profile).run_stdio_async()

@@ -3,7 +3,8 @@
 - gateway: publishes events (`mneme.evt.>`), access records (`mneme.audit.>`) and queries (`mneme.qry.>`), and
   calls the JetStream API to publish and read messages; subscribes to its own inboxes only.
 - projector: replies, and calls the JetStream API to follow the streams; subscribes to queries, the control
-  plane (`mneme.ctl.>`) and its inboxes. It cannot publish an event.
+  plane (`mneme.ctl.>`) and its inboxes; publishes dead letters (`mneme.dlq.>`). It cannot publish an event.
+- every role puts its heartbeat in the MNEME_SERVICES bucket (`$KV.MNEME_SERVICES.>`).
 - auditor: as a projector, without the control plane.
 - admin (`mneme replay`, `mneme snapshot`, operators): everything.
 
@@ -33,6 +34,7 @@ _STREAM_ADMIN = [
     "$JS.API.STREAM.SNAPSHOT.>",
 ]
 _INBOX = "_INBOX.>"
+_HEARTBEAT = "$KV.MNEME_SERVICES.>"  # mneme/heartbeat.py: each service's line in `mneme status`
 
 
 def permissions(role: str) -> dict[str, Any] | None:
@@ -42,7 +44,7 @@ def permissions(role: str) -> dict[str, Any] | None:
     if role == "gateway":
         return {
             "publish": {
-                "allow": ["mneme.evt.>", "mneme.audit.>", "mneme.qry.>", "$JS.API.>", _INBOX],
+                "allow": ["mneme.evt.>", "mneme.audit.>", "mneme.qry.>", "$JS.API.>", _HEARTBEAT, _INBOX],
                 "deny": _STREAM_ADMIN,
             },
             "subscribe": {"allow": [_INBOX]},
@@ -50,7 +52,10 @@ def permissions(role: str) -> dict[str, Any] | None:
     if role in ("projector", "auditor"):
         listens = ["mneme.qry.>", _INBOX] + (["mneme.ctl.>"] if role == "projector" else [])
         return {
-            "publish": {"allow": ["$JS.API.>", "$JS.FC.>", "$JS.ACK.>", _INBOX], "deny": _STREAM_ADMIN},
+            "publish": {
+                "allow": ["mneme.dlq.>", "$JS.API.>", "$JS.FC.>", "$JS.ACK.>", _HEARTBEAT, _INBOX],
+                "deny": _STREAM_ADMIN,
+            },
             "subscribe": {"allow": listens},
             "allow_responses": True,
         }

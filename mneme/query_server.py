@@ -42,6 +42,7 @@ from nats.aio.client import Client as NATS
 
 from mneme.errors import MnemeError, ProjectionLag
 from mneme.follow import LogFollower
+from mneme.logs import HEADER, request_id
 from schemas import control
 from schemas.queries import Reply, encoder
 
@@ -162,10 +163,14 @@ class Plane:
         encode, log, what = encoder.encode, self.log, subject
 
         async def handle(msg: StreamMessage[Any]) -> None:
+            if msg.headers and (rid := msg.headers.get(HEADER)):
+                request_id.set(rid)  # the call this query serves, in this handler's log lines
             try:
                 reply = await answer(decode(msg.body))
             except Exception as exc:  # noqa: BLE001 - every failure is a reply
                 reply = error_reply(exc, applied(), log, what)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("query %s answered at %d", what, reply.applied_seq)
             await self._respond(msg, encode(reply))
 
         self._subscribe(router, subject, queue, handle)

@@ -14,18 +14,24 @@ import logging
 import socket
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from typing import Any
 
 from nats.aio.client import Client as NATS
 
 from mneme import compose
+from mneme.follow import LogFollower
 from mneme.generations import serving_settings
+from mneme.heartbeat import Heartbeat
 from mneme.mcp_serve import Mcp, until_stopped
 from mneme.preflight import bind, check_http
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+from services.auditor.service import Auditor
 from services.auditor.trail import Trail
+from services.gateway.gateway import Gateway
 from services.projector.service import Projector, close_generation
 
 log = logging.getLogger("mneme")
+Figures = Callable[[], dict[str, Any]]
 
 
 async def serve(
@@ -49,14 +55,20 @@ async def serve(
         auditor = compose.auditor(nc, trail, aus, fed_by=projector)
         await auditor.start()
         stack.push_async_callback(auditor.stop)
-        mcp = Mcp(compose.gateway(nc, gs), gs, listener)
+        gw = compose.gateway(nc, gs)
+        await beat(stack, nc, "serve", core, lambda: projector_figures(projector) | auditor_figures(auditor)
+                   | gateway_figures(gw))  # fmt: skip
+        mcp = Mcp(gw, gs, listener)
         await until_stopped(mcp.run(), graceful=mcp.stop)
 
 
 async def gateway(core: CoreSettings, gs: GatewaySettings, listener: socket.socket | None = None) -> None:
     listener = http_listener(gs, listener)
-    async with compose.nats_connection(core, "mneme-gateway", stack_embedded=False) as nc:
-        mcp = Mcp(compose.gateway(nc, gs), gs, listener)
+    async with AsyncExitStack() as stack:
+        nc = await stack.enter_async_context(compose.nats_connection(core, "mneme-gateway", stack_embedded=False))
+        gw = compose.gateway(nc, gs)
+        await beat(stack, nc, "gateway", core, lambda: gateway_figures(gw))
+        mcp = Mcp(gw, gs, listener)
         await until_stopped(mcp.run(), graceful=mcp.stop)
 
 
@@ -82,7 +94,8 @@ async def projector(
             await seed_from_snapshot(core, ps, nc)
         log_nc = await compose.connect(core.nats_url or "", "mneme-projector-log", core)
         stack.push_async_callback(compose.close_nats, log_nc)
-        await start_projector(stack, core, ps, nc, log_nc=log_nc)
+        proj = await start_projector(stack, core, ps, nc, log_nc=log_nc)
+        await beat(stack, nc, "projector", core, lambda: projector_figures(proj))
         await until_stopped(_forever())
 
 
@@ -94,6 +107,7 @@ async def auditor(core: CoreSettings, aus: AuditorSettings) -> None:
         aud = compose.auditor(nc, trail, aus)
         await aud.start()
         stack.push_async_callback(aud.stop)
+        await beat(stack, nc, "auditor", core, lambda: auditor_figures(aud))
         await until_stopped(_forever())
 
 
@@ -118,6 +132,32 @@ async def start_projector(
     await proj.start()
     stack.push_async_callback(proj.stop)
     return proj
+
+
+async def beat(stack: AsyncExitStack, nc: NATS, role: str, core: CoreSettings, figures: Figures) -> None:
+    """Start this process's heartbeat (mneme status lists it), stopped when `stack` unwinds."""
+    hb = Heartbeat(nc, role, lambda: {"data_dir": str(core.data_dir)} | figures())
+    await hb.start()
+    stack.push_async_callback(hb.stop)
+
+
+def _follower(f: LogFollower) -> dict[str, Any]:
+    out = {"stream": f.stream, "applied": f.applied, "committed": f.committed, "dead_letters": f.dead_letters}
+    return out | ({"stalled": f.stalled} if f.stalled else {})
+
+
+def projector_figures(p: Projector) -> dict[str, Any]:
+    return {"projector": {f.consumer or "?": _follower(f) for f in p.gen.followers}}
+
+
+def auditor_figures(a: Auditor) -> dict[str, Any]:
+    own = {f.consumer or "?": _follower(f) for f in a.followers} if a.own else {}  # (serve: the projector's)
+    return {"auditor": own | {"trail_records": a.trail.last_seq}}
+
+
+def gateway_figures(gw: Gateway) -> dict[str, Any]:
+    lim = gw.limits
+    return {"gateway": {"calls": lim.calls, "rate_limited": lim.refused, "in_flight": lim.in_flight}}
 
 
 def http_listener(gs: GatewaySettings, listener: socket.socket | None) -> socket.socket | None:

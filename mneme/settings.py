@@ -22,6 +22,9 @@ class CoreSettings(BaseSettings):
     nats_url: str | None = Field(None, description="NATS server(s), comma-separated; unset = embedded server.")
     stream_replicas: int = Field(1, ge=1, le=5, description="Replicas of the event stream (3 in a cluster).")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object per line, with the request id that joins a call's lines."
+    )
     nats_user: str | None = Field(None, description="NATS user (this service's role: mneme/nats_auth.py).")
     nats_password: SecretStr | None = Field(None, description="NATS password of nats_user.")
     nats_creds: Path | None = Field(None, description="A NATS .creds file (JWT and seed) instead of a password.")
@@ -63,11 +66,11 @@ class GatewaySettings(BaseSettings):
         "optional, or required.",
     )
     tools: Annotated[
-        list[Literal["core", "time", "governance", "audit", "graph", "code", "system"]] | None, NoDecode
+        list[Literal["core", "time", "governance", "audit", "graph", "code", "system", "debug"]] | None, NoDecode
     ] = Field(
         None,
         description="The groups of native tools served (default: core, time, governance, audit, graph; "
-        "also: code, system).",
+        "also: code, system, debug).",
     )
 
     @field_validator("tools", mode="before")
@@ -90,6 +93,13 @@ class GatewaySettings(BaseSettings):
     publish_timeout: float = Field(3.0, gt=0, description="Seconds to wait for JetStream to confirm a write.")
     query_timeout: float = Field(6.0, gt=0, description="Seconds to wait for a projector's answer.")
     max_content_chars: int = Field(65_536, ge=1, le=1_048_576)
+    rate_limit: float = Field(
+        2000.0, ge=0, description="Tool calls per second per principal; more are refused with RATE_LIMIT (0: no limit)."
+    )
+    rate_burst: int = Field(4000, ge=1, description="Calls a principal may make at once after being idle.")
+    max_in_flight: int = Field(
+        512, ge=0, description="Tool calls per principal running at once; more are refused with RATE_LIMIT (0: no cap)."
+    )
     profile: str = Field("native", description="Tool surface over stdio: native, or a seed contract's profile.")
     code_roots: Annotated[list[Path] | None, NoDecode] = Field(
         None,

@@ -5,6 +5,8 @@ auditor keeps and the projector folds into access statistics. Their own stream, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from msgspec import Struct
 
@@ -22,8 +24,22 @@ class AccessRecord(Struct, frozen=True, kw_only=True, tag_field="type"):
     operation: str  # the tool: memory_get, memory_list, …
 
 
+class AskedQuery(Struct, frozen=True, kw_only=True):
+    """The projector query a read asked (a schemas/queries.py query, as plain JSON): enough to ask it again."""
+
+    operation: str  # memory.get, memory.list, memory.search
+    arguments: dict[str, Any]
+
+
 class ReadRecorded(AccessRecord, frozen=True, kw_only=True, tag="read"):
     memory_ids: tuple[str, ...] = ()
+    # (added later; records without them still decode)
+    seq: int | None = None  # the log position the answer reflects (a past read: the position it asked for)
+    versions: tuple[int, ...] = ()  # each returned memory's version, as memory_ids (0: not known)
+    scores: tuple[float, ...] = ()  # a search's score of each result, as memory_ids
+    # the query whose answer was exactly memory_ids (None: no such query, e.g. stats, or an answer the tool
+    # built from several): `audit_reread` asks it again as of `seq`
+    query: AskedQuery | None = None
 
 
 class AccessDenied(AccessRecord, frozen=True, kw_only=True, tag="denied"):

@@ -23,6 +23,7 @@ from mneme import __version__
 from schemas import subjects as S
 from schemas.access import AnyAccess
 from schemas.control import CONTROL_VERBS
+from schemas.dead_letter import DeadLetter
 from schemas.events import Envelope
 from schemas.queries import RESULT_TYPES, AuditQuery, Reply
 
@@ -47,6 +48,7 @@ def document() -> dict[str, Any]:
     payloads: list[Any] = [
         Envelope,
         AnyAccess,
+        DeadLetter,
         ReplyShape,
         *queries.values(),
         *sorted(set(RESULT_TYPES.values()), key=lambda t: t.__name__),
@@ -96,6 +98,15 @@ def document() -> dict[str, Any]:
     }
     operations["recordAccess"] = {"action": "send", "channel": {"$ref": "#/channels/access"}}
     operations["followAccess"] = {"action": "receive", "channel": {"$ref": "#/channels/access"}}
+
+    channels["deadLetters"] = {
+        "address": f"{S.DEAD_LETTER_PREFIX}.{{consumer}}",
+        "description": f"Dead letters, stream {S.DEAD_LETTER_STREAM} (subjects {S.DEAD_LETTER_SUBJECTS}): a message "
+        "of the event or access stream that a consumer could not decode, with where it is and why it was skipped.",
+        "parameters": {"consumer": _param("projector-rows, projector-access, projector-vectors, auditor-events, ...")},
+        "messages": {"DeadLetter": message("DeadLetter", JSON, "A skipped message: stream, seq, reason, first bytes")},
+    }
+    operations["deadLetter"] = {"action": "send", "channel": {"$ref": "#/channels/deadLetters"}}
 
     message("Reply", MSGPACK, "Every query's reply: applied_seq, and the result (msgpack) or an error")
     for op, query in queries.items():

@@ -26,7 +26,8 @@ class Query(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
 
 class AsOf(Struct, frozen=True, kw_only=True):
-    """A past position: a stream sequence, or a time (the newest sequence recorded at or before it)."""
+    """A past position: a stream sequence, or a time (the newest sequence recorded at or before it); both: that
+    sequence, with expiry judged at that time (an audited read asked again as it was asked)."""
 
     seq: int | None = None
     time: UtcTime | None = None
@@ -276,6 +277,7 @@ class AuditQuery(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     until: UtcTime | None = None
     limit: int = 100
     offset: int = 0
+    trail_seq: int | None = None  # only this record
 
 
 class AuditRow(Struct, frozen=True, kw_only=True):
@@ -463,6 +465,8 @@ class StatusResult(Struct, frozen=True, kw_only=True):
     lag_seconds: float  # how long ago the oldest event not yet applied was recorded (0: none)
     vectors_applied: int | None = None
     code_pending: int = 0  # code chunks waiting for their vector
+    dead_letters: int = 0  # messages any consumer could not fold, kept on MNEME_DLQ (the stream's count)
+    dead_letters_here: int = 0  # of those, skipped by this projector since it started
 
 
 class Reply(Struct, frozen=True, kw_only=True):

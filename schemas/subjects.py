@@ -95,3 +95,13 @@ CONTROL_PREFIX = "mneme.ctl"
 def control_subject(target: str, verb: str) -> str:
     """Operator requests to one process (e.g. `mneme replay` asking a projector to swap generations)."""
     return f"{CONTROL_PREFIX}.{token(target)}.{verb}"
+
+
+DEAD_LETTER_STREAM = "MNEME_DLQ"
+DEAD_LETTER_PREFIX = "mneme.dlq"
+DEAD_LETTER_SUBJECTS = f"{DEAD_LETTER_PREFIX}.>"
+
+
+def dead_letter_subject(consumer: str) -> str:
+    """Where a consumer puts a message it could not fold: `mneme.dlq.<consumer>` (e.g. `projector-rows`)."""
+    return f"{DEAD_LETTER_PREFIX}.{token(consumer)}"

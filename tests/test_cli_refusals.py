@@ -85,7 +85,7 @@ def test_audit_help_describes_each_filter() -> None:
     for want in (
         "--since SINCE export: only records from this time on (ISO 8601",
         "--until UNTIL export: only records before this time (ISO 8601)",
-        "--agent AGENT export: only records of this agent id",
+        "--agent AGENT export, reads: only records of this agent id",
         "--memory MEMORY export: only records that touch this memory id",
         "--action-prefix ACTION_PREFIX export: only records whose action starts with this",
     ):

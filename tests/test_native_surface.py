@@ -91,6 +91,8 @@ INTENTS = {
     "code_forget": ("write", "code"),
     "memory_status": ("read", "system"),
     "memory_reset": ("admin", "system"),
+    "audit_reads": ("read", "debug"),
+    "audit_reread": ("read", "debug"),
 }
 
 BUDGET = 40_000  # bytes of compact JSON: what an agent carries in its context for the whole native tool list

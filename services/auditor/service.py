@@ -40,8 +40,8 @@ class Auditor:
         js = nc.jetstream()
         self.own = fed_by is None
         self.followers: list[LogFollower] = fed_by or [
-            LogFollower(js, trail.source(EVENTS), batch_max=batch_max, linger=linger),
-            access_follower(js, trail.source(ACCESS), batch_max=batch_max, linger=linger),
+            LogFollower(js, trail.source(EVENTS), batch_max=batch_max, linger=linger, consumer="auditor-events"),
+            access_follower(js, trail.source(ACCESS), batch_max=batch_max, linger=linger, consumer="auditor-access"),
         ]
         self.wait_timeout = wait_timeout
         self.plane = Plane(nc, log)

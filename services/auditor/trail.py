@@ -23,6 +23,7 @@ import duckdb
 
 from mneme.follow import Positioned
 from schemas.access import AccessDenied, AnyAccess
+from schemas.dead_letter import DeadLetter
 from schemas.events import Envelope, event_name
 
 log = logging.getLogger("mneme.auditor")
@@ -176,6 +177,21 @@ class Trail:
             self._staged_hash, self._staged_seq = prev, seq
             self.staged[source] = max(self.staged[source], upto or 0)
 
+    def dead_letter(self, source: str, letter: DeadLetter) -> None:
+        """A message of `source` that could not be decoded: one record (action `dead_letter`, the reason as its
+        code), chained in log order like any other, so the trail says that it happened and where."""
+        with self._lock:
+            if letter.seq <= self.staged[source]:
+                return
+            at = letter.recorded_at or letter.skipped_at
+            seq = self._staged_seq + 1
+            fields: tuple[Any, ...] = (seq, source, letter.seq, at, f"dlq:{letter.stream}:{letter.seq}", "dead_letter",
+                      "dead_letter", "", "", "", "", [], letter.reason[:200], at)  # fmt: skip
+            h = record_hash(self._staged_hash, fields)
+            self._rows.append((*fields, self._staged_hash, h))
+            self._staged_hash, self._staged_seq = h, seq
+            self.staged[source] = letter.seq
+
     def commit(self) -> None:
         """Write every staged record (both sources) and both checkpoints in one transaction.
 
@@ -246,6 +262,9 @@ class TrailSource:
 
     def stage(self, batch: list[Positioned], upto: int) -> None:
         self.trail.stage(self.name, batch, upto)
+
+    def dead_letter(self, letter: DeadLetter) -> None:
+        self.trail.dead_letter(self.name, letter)
 
     def commit(self) -> int:
         self.trail.commit()

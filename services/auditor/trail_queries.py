@@ -47,6 +47,9 @@ def _where(q: AuditQuery) -> tuple[str, list[Any]]:
     if q.until is not None:
         where.append("occurred_at < ?")
         args.append(q.until)
+    if q.trail_seq is not None:
+        where.append("trail_seq = ?")
+        args.append(q.trail_seq)
     return " AND ".join(where), args
 
 

@@ -3,19 +3,135 @@
 Each record goes to the MNEME_ACCESS stream with `Nats-Msg-Id` = its record id (derived
 from the request id and the tool), so a retried call leaves one record. Publishing runs
 in the background; `flush` waits for what is in flight (at shutdown, and in tests).
+
+A read record says what the read saw, precisely enough to ask it again (`audit_reread`): the
+query client notes every projector answer of a call (`answers`), and `read_record` keeps the
+log position of the answer, each returned memory's version (and score, for a search) and the
+query whose answer was exactly what the tool returned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
+import msgspec
 from nats.js import JetStreamContext
 
 from schemas import subjects as S
-from schemas.access import AccessDenied, AccessRecord, encode_access
+from schemas.access import AccessDenied, AccessRecord, AskedQuery, ReadRecorded, encode_access
+from schemas.queries import GetMemory, GetResult, ListMemories, ListResult, SearchMemories, SearchResult
 
 log = logging.getLogger("mneme.gateway")
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One projector answer within a call: the query, the position the projector answered at, the result."""
+
+    query: Any
+    applied_seq: int
+    result: Any
+
+
+_answered: ContextVar[list[Answered] | None] = ContextVar("mneme_answered", default=None)
+
+
+@contextmanager
+def answers() -> Iterator[list[Answered]]:
+    """Collect the projector answers of the code run inside (one tool call's body)."""
+    got: list[Answered] = []
+    token = _answered.set(got)
+    try:
+        yield got
+    finally:
+        _answered.reset(token)
+
+
+@contextmanager
+def unnoted() -> Iterator[None]:
+    """Leave the answers asked inside out of the call's read record (an audit re-run is not the admin's read)."""
+    token = _answered.set(None)
+    try:
+        yield
+    finally:
+        _answered.reset(token)
+
+
+def note_answer(query: Any, applied_seq: int, result: Any) -> None:
+    got = _answered.get()
+    if got is not None:
+        got.append(Answered(query, applied_seq, result))
+
+
+READ_QUERIES = (GetMemory, ListMemories, SearchMemories)
+
+
+def answer_items(result: Any) -> list[tuple[str, int, float | None]]:
+    """(id, version, score) of each memory a get, list or search answered, in order."""
+    if isinstance(result, GetResult):
+        return [(result.item.memory.id, result.item.memory.version, None)] if result.item is not None else []
+    if isinstance(result, ListResult):
+        return [(r.memory.id, r.memory.version, None) for r in result.items]
+    if isinstance(result, SearchResult):
+        return [(h.memory.id, h.memory.version, h.score) for h in result.hits]
+    return []
+
+
+def position(a: Answered) -> int:
+    """The log position an answer reflects: the past position it was asked for, else where the projector was."""
+    at = getattr(a.result, "as_of", None)
+    return int(at.seq) if at is not None else a.applied_seq
+
+
+def read_record(
+    *,
+    record_id: str,
+    at: datetime,
+    agent_id: str,
+    role: str,
+    request_id: str,
+    namespace: str,
+    operation: str,
+    memory_ids: list[str],
+    answered: list[Answered],
+) -> ReadRecorded:
+    seq: int | None = position(answered[-1]) if answered else None
+    versions: tuple[int, ...] = ()
+    scores: tuple[float, ...] = ()
+    query: AskedQuery | None = None
+    reads = [a for a in answered if isinstance(a.query, READ_QUERIES)]
+    if reads:
+        last = reads[-1]
+        seq = position(last)
+        seen: dict[str, tuple[int, float | None]] = {}
+        for a in reads:
+            seen.update({i: (ver, score) for i, ver, score in answer_items(a.result)})
+        versions = tuple(seen.get(i, (0, None))[0] for i in memory_ids)
+        if isinstance(last.query, SearchMemories):
+            scores = tuple(float(seen.get(i, (0, 0.0))[1] or 0.0) for i in memory_ids)
+        if [i for i, _, _ in answer_items(last.result)] == memory_ids:
+            query = AskedQuery(operation=last.query.OPERATION, arguments=msgspec.to_builtins(last.query))
+    return ReadRecorded(
+        record_id=record_id,
+        at=at,
+        agent_id=agent_id,
+        role=role,
+        request_id=request_id,
+        namespace=namespace,
+        operation=operation,
+        memory_ids=tuple(memory_ids),
+        seq=seq,
+        versions=versions,
+        scores=scores,
+        query=query,
+    )
 
 
 class AccessLog:

@@ -4,6 +4,8 @@ have seen, and the two sides (commands, queries). Tools call `run`; it owns no r
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,11 +21,12 @@ from mneme.domain.state import MemoryState
 from mneme.errors import InvalidContext, InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
 from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
+from mneme.logs import request_id as request_id_var
 from mneme.principals import Directory, Principal
-from schemas.access import AccessDenied, ReadRecorded
+from schemas.access import AccessDenied
 from schemas.commands import DeleteMemory
 from schemas.queries import AsOf, AsOfResolved, ExpiredMemories, GetMemory, MemoryRow, VersionInfo
-from services.gateway.access_log import AccessLog
+from services.gateway.access_log import AccessLog, answers, read_record
 from services.gateway.code_indexer import CodeIndexer
 from services.gateway.commands import Clock, CommandService, Written, utc_now
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
@@ -31,6 +34,9 @@ from services.gateway.graph_commands import GraphCommands
 from services.gateway.models import Memory
 from services.gateway.params import Intent, RequestContext
 from services.gateway.queries import QueryClient
+from services.gateway.rate_limits import Limits
+
+log = logging.getLogger("mneme.gateway")
 
 Consistency = Literal["gateway", "linearizable"]
 T = TypeVar("T")
@@ -68,6 +74,7 @@ class Gateway:
     native_context: Literal["never", "optional", "required"] = "never"  # the native tools' `context` argument
     tool_groups: tuple[str, ...] | None = None  # the native tool groups served (None: all)
     clock: Clock = utc_now
+    limits: Limits = field(default_factory=Limits)  # per-principal rate and in-flight caps (RATE_LIMIT)
     _high_water: int = 0
 
     code_roots: tuple[Path, ...] | None = None  # the directories index_project may index (None: any)
@@ -186,13 +193,19 @@ class Gateway:
         """Authorize, run the body, record the read (or the refusal); domain errors become JSON tool errors."""
         principal = self.principal
         call: Call | None = None
+        slot: str | None = None
+        started, failed = time.perf_counter(), None
         try:
             principal = self.principal_for(headers)
+            self.limits.acquire(principal.agent_id)  # RATE_LIMIT before anything else runs
+            slot = principal.agent_id
             call = self.authorize(principal, tool, intent, context, namespace, context_required)
-            result = await body(call)
+            request_id_var.set(call.request_id)  # (logs: joins this call's lines in every process)
+            with answers() as answered:
+                result = await body(call)
             if intent == "read":
                 await self.access.record(
-                    ReadRecorded(
+                    read_record(
                         record_id=event_id_for(f"access:{call.request_id}:{tool}"),
                         at=self.now(),
                         agent_id=principal.agent_id,
@@ -200,11 +213,13 @@ class Gateway:
                         request_id=call.request_id,
                         namespace=call.namespace,
                         operation=tool,
-                        memory_ids=tuple(call.read_ids),
+                        memory_ids=call.read_ids,
+                        answered=answered,
                     )
                 )
             return result
         except MnemeError as exc:
+            failed = exc.code
             if exc.code in DENIALS:
                 rid = call.request_id if call else (context.request_id if context and context.request_id else new_id())
                 ns = call.namespace if call else (namespace or principal.default_namespace)
@@ -223,6 +238,13 @@ class Gateway:
                     )
                 )
             raise ToolError(errors.render(exc.code, exc.message, exc.field, exc.details)) from None
+        finally:
+            if slot is not None:
+                self.limits.release(slot)
+            if log.isEnabledFor(logging.INFO):
+                ms = round((time.perf_counter() - started) * 1000, 2)
+                fields = {"tool": tool, "agent": principal.agent_id, "outcome": failed or "ok", "ms": ms}
+                log.info("call %s %s", tool, failed or "ok", extra={"fields": fields})
 
     # -- helpers shared by tools ---------------------------------------------------------
     async def change(

@@ -11,8 +11,10 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from mneme.errors import ProjectionLag, Unavailable, from_dict
+from mneme.logs import HEADER, request_id
 from schemas import subjects as S
 from schemas.queries import RESULT_TYPES, Query, Reply, encoder
+from services.gateway.access_log import note_answer
 
 T = TypeVar("T")
 
@@ -30,6 +32,8 @@ class QueryClient:
         subject = S.query_subject(op)
         data = encoder.encode(query)
         deadline = time.monotonic() + self.timeout
+        rid = request_id.get()
+        headers = {HEADER: rid} if rid else None  # (the projector's log lines for it carry the call's id)
         delay = 0.02
         no_projector = False  # seen "no responders": nobody serves queries (yet), which is not lag
         while True:
@@ -41,7 +45,7 @@ class QueryClient:
                 delay = min(delay * 2, 0.25)
                 continue
             try:
-                msg = await self.nc.request(subject, data, timeout=max(left, 0.05))
+                msg = await self.nc.request(subject, data, timeout=max(left, 0.05), headers=headers)
                 break
             except nats.errors.NoRespondersError:
                 no_projector = True
@@ -64,4 +68,6 @@ class QueryClient:
         reply = _reply.decode(msg.data)
         if reply.error is not None:
             raise from_dict(reply.error)
-        return _results[op].decode(reply.result)
+        result = _results[op].decode(reply.result)
+        note_answer(query, reply.applied_seq, result)  # (the call's read record says what it saw)
+        return result

@@ -43,6 +43,7 @@ class StatusOut(BaseModel):
     lag_events: int = Field(description="Events the projector has not applied yet.")
     lag_s: float
     log_head: int
+    dead_letters: int = Field(default=0, description="Log messages a consumer could not fold (see mneme status).")
 
 
 class ResetOut(BaseModel):
@@ -80,6 +81,7 @@ async def memory_status(call: Call, namespace: Namespace = None) -> StatusOut:
         lag_events=s.lag_events,
         lag_s=s.lag_seconds,
         log_head=s.head_seq,
+        dead_letters=s.dead_letters,
     )
 
 

@@ -70,9 +70,12 @@ _SELECT = _select(None)
 
 
 def resolve_as_of(view: MemoriesView, as_of: AsOf | None) -> AsOfResolved | None:
-    """A sequence, or a time -> the newest sequence recorded at or before it (0: before the first event)."""
+    """A sequence, or a time -> the newest sequence recorded at or before it (0: before the first event). Both
+    (an audited read asked again): that sequence, with expiry judged at that time, as the read judged it."""
     if as_of is None:
         return None
+    if as_of.seq is not None and as_of.time is not None:
+        return AsOfResolved(seq=as_of.seq, time=as_of.time)
     cur = view.reader()
     if as_of.seq is not None:
         r = cur.execute("SELECT max(recorded_at) FROM memory_versions WHERE seq <= ?", [as_of.seq]).fetchone()

@@ -30,6 +30,7 @@ from nats.aio.client import Client as NATS
 
 from mneme.embedding import MODELS
 from mneme.errors import Indexing, MnemeError
+from mneme.eventlog import dead_letter_count
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
 from mneme.query_server import Plane, Tasks, wait_applied
 from schemas import subjects as S
@@ -152,10 +153,14 @@ class Projector:
         also_access: tuple[Sink, ...] = (),
     ) -> Generation:
         sink: Sink = FanOut(view, *also) if also else view
-        follower = LogFollower(self.js, sink, batch_max=self.batch_max, linger=self.linger, stop_at=self.stop_at)
+        follower = LogFollower(
+            self.js, sink, batch_max=self.batch_max, linger=self.linger, stop_at=self.stop_at, consumer="projector-rows"
+        )
         access: Sink = AccessView(view)
         access = FanOut(access, *also_access) if also_access else access
-        acc = access_follower(self.js, access, batch_max=self.batch_max, linger=self.linger)
+        acc = access_follower(
+            self.js, access, batch_max=self.batch_max, linger=self.linger, consumer="projector-access"
+        )
         gen = Generation(
             view=view,
             follower=follower,
@@ -166,7 +171,12 @@ class Projector:
         if vectors is not None:  # a follower of its own: embedding never holds the rows back
             gen.vectors = vectors
             gen.vector_follower = LogFollower(
-                self.js, vectors, batch_max=self.vector_batch_max, linger=self.linger, stop_at=self.stop_at
+                self.js,
+                vectors,
+                batch_max=self.vector_batch_max,
+                linger=self.linger,
+                stop_at=self.stop_at,
+                consumer="projector-vectors",
             )
             gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25, GraphSignal(view))
         gen.code = self.code
@@ -386,6 +396,12 @@ class Projector:
         applied = gen.follower.applied
         if isinstance(query, SearchMemories) and query.mode != "keyword":
             await self._dense_ready(gen, need)
+        # the position the answer reflects (an audited read is asked again as of it): the committed vectors for
+        # a search, the committed rows for a list or stats, the staged ones for a point read
+        if isinstance(query, SearchMemories) and gen.vector_follower is not None:
+            applied = gen.vector_follower.committed
+        elif committed:
+            applied = gen.follower.committed
         if isinstance(query, ProjectorStatus):
             return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(await self._status(gen, query))))
         if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
@@ -442,6 +458,8 @@ class Projector:
             lag_seconds=round(lag_seconds, 3),
             vectors_applied=gen.vector_follower.applied if gen.vector_follower is not None else None,
             code_pending=await asyncio.to_thread(gen.code.pending, q.namespace) if gen.code is not None else 0,
+            dead_letters=await dead_letter_count(self.js),
+            dead_letters_here=sum(f.dead_letters for f in gen.followers),
         )
 
     async def _dense_ready(self, gen: Generation, need: int) -> None:

@@ -3,9 +3,10 @@
 Its tools live in services/gateway/*_tools.py, one module per concern, each a Toolset of typed tool functions;
 this module orders them as an agent meets them. Twenty tools in five groups an operator can choose from
 (`--tools`, MNEME_GATEWAY_TOOLS): core (remember, find, read, change, retire), time (history, diff),
-governance (verify, lock, unlock), audit, and graph (entities, relations, traversal). The `context` argument
-is not offered unless the operator asks for it (`--context optional|required`): the principal comes from the
-bearer token or the stdio settings. Results leave null fields out and answer lists in brief unless
+governance (verify, lock, unlock), audit, and graph (entities, relations, traversal); code, system and debug
+(an agent's recorded reads, asked again as they were answered) are served when an operator names them. The
+`context` argument is not offered unless the operator asks for it (`--context optional|required`): the principal
+comes from the bearer token or the stdio settings. Results leave null fields out and answer lists in brief unless
 `detail="full"`.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from services.gateway import (
     code_tools,
+    debug_tools,
     governance_tools,
     graph_tools,
     read_tools,
@@ -34,6 +36,7 @@ _all.specs = [
     *graph_tools.tools.specs,
     *code_tools.tools.specs,
     *system_tools.tools.specs,
+    *debug_tools.tools.specs,
 ]
 tools.specs = _all.pick(
     "memory_search", "memory_add", "memory_get", "memory_update", "memory_retire", "memory_list",
@@ -44,11 +47,12 @@ tools.specs = _all.pick(
     "graph_entity", "graph_relate", "graph_get", "graph_forget",
     "code_index", "code_search", "code_status", "code_forget",
     "memory_status", "memory_reset",
+    "audit_reads", "audit_reread",
 )  # fmt: skip
 assert len(tools.specs) == len(_all.specs), "a native tool is missing from the order above"
 
-GROUPS = ("core", "time", "governance", "audit", "graph", "code", "system")
-DEFAULT_GROUPS = ("core", "time", "governance", "audit", "graph")  # code and system: when an operator asks
+GROUPS = ("core", "time", "governance", "audit", "graph", "code", "system", "debug")
+DEFAULT_GROUPS = ("core", "time", "governance", "audit", "graph")  # code, system, debug: when an operator asks
 
 PROFILE = Profile(
     name="native",
