@@ -21,6 +21,7 @@ from typing import Any
 
 import duckdb
 
+from mneme.duck import rollback
 from mneme.follow import Positioned
 from schemas.access import AccessDenied, AnyAccess
 from schemas.dead_letter import DeadLetter
@@ -220,7 +221,7 @@ class Trail:
                 )
                 c.execute("COMMIT")
             except BaseException:
-                c.execute("ROLLBACK")
+                rollback(c)
                 with self._lock:
                     self._rows = rows + self._rows
                 raise

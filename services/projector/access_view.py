@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
+from mneme.duck import rollback
 from mneme.follow import Positioned
 from schemas.access import ReadRecorded
 from services.projector.memories_view import MemoriesView
@@ -61,7 +62,7 @@ class AccessView:
             )
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            rollback(c)
             with self._lock:  # keep the counts for the next attempt
                 for mid, (at, n) in acc.items():
                     at2, n2 = self._acc.get(mid, (at, 0))

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from mneme.duck import rollback
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle
 from mneme.follow import Positioned
@@ -157,7 +158,7 @@ class CodeView:
                 w.execute("UPDATE code_checkpoints SET seq = ? WHERE name = ?", [last, CHECKPOINT])
                 w.execute("COMMIT")
             except BaseException:
-                w.execute("ROLLBACK")
+                rollback(w)
                 self._ops = ops + self._ops
                 raise
         self._checkpoint = self._persisted = last

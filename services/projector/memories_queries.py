@@ -11,6 +11,7 @@ import msgspec
 
 from mneme.domain.state import MemoryState
 from mneme.domain.validation import categories_of
+from mneme.duck import rollback
 from schemas.queries import (
     AsOf,
     AsOfResolved,
@@ -497,7 +498,7 @@ def reindex_categories(view: MemoriesView, q: ReindexCategories) -> ReindexResul
         )[0]
         cur.execute("COMMIT")
     except BaseException:
-        cur.execute("ROLLBACK")
+        rollback(cur)
         raise
     return ReindexResult(
         categories=len(want), added=len(missing), removed=len([p for p in stale if p not in want]), memories=memories

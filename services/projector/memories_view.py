@@ -26,6 +26,7 @@ from msgspec import UNSET
 
 from mneme.domain.state import MemoryState, evolve
 from mneme.domain.validation import categories_of
+from mneme.duck import rollback
 from mneme.follow import Positioned
 from schemas.events import Event, MemoryCreated, event_name
 from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold
@@ -501,7 +502,7 @@ class MemoriesView:
             w.execute("UPDATE checkpoints SET seq = ? WHERE name = ?", [last, CHECKPOINT])
             w.execute("COMMIT")
         except BaseException:
-            w.execute("ROLLBACK")
+            rollback(w)
             raise
         with self._lock:  # readers now find these rows in DuckDB
             self._st = _Staged()
