@@ -55,7 +55,10 @@ async def test_entities_observations_and_names_by_key(stack: Stack) -> None:
     assert [e["name"] for e in found["results"]] == ["Ada  Lovelace"]
     with pytest.raises(ToolFailure) as e:
         await stack.call("graph_relate", source="Ada Lovelace", target="Babbage", type="knew")
-    assert e.value.code == "ENTITY_NOT_FOUND"
+    assert e.value.code == "ENTITY_NOT_FOUND" and e.value.field == "target"
+    with pytest.raises(ToolFailure) as e:
+        await stack.call("graph_relate", source="Babbage", target="Ada Lovelace", type="knew")
+    assert e.value.code == "ENTITY_NOT_FOUND" and e.value.field == "source"
     with pytest.raises(ToolFailure) as e:
         await stack.call("graph_relate", source="Ada Lovelace", target="Ada Lovelace", type="is", weight=1.5)
     assert e.value.code == "INVALID_INPUT" and e.value.field == "weight"

@@ -67,7 +67,14 @@ def validate_project_path(
     shown = os.fspath(path)
     if not shown.strip():
         raise InvalidPath(shown, "missing", "no path given")
-    real = Path(os.path.realpath(Path(shown).expanduser()))
+    try:
+        real = Path(os.path.realpath(Path(shown).expanduser()))
+        return _checked(shown, real, allowed_roots)
+    except (ValueError, OSError, RuntimeError) as exc:  # NUL, too long, an unknown ~user, a symlink loop
+        raise InvalidPath(shown, "invalid", f"not a usable path ({type(exc).__name__})") from None
+
+
+def _checked(shown: str, real: Path, allowed_roots: Sequence[str | os.PathLike[str]] | None) -> Path:
     if allowed_roots is not None:
         roots = [Path(os.path.realpath(Path(os.fspath(r)).expanduser())) for r in allowed_roots]
         if not any(real.is_relative_to(r) for r in roots):

@@ -183,7 +183,10 @@ def utc(value: datetime | None, field: str) -> datetime | None:
         return None
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00, 9999-12-31T23:59-01:00: no such time in UTC
+        raise InvalidInput(field, "is outside the range of times (years 1 to 9999 in UTC)") from None
 
 
 def memory_id(value: str, field: str = "id") -> str:

@@ -5,14 +5,17 @@ log, so a replay rebuilds the index without the files (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from mneme.code import InvalidPath
 from schemas.queries import CodeIndexStatus, CodeProjects, CodeStatusResult, SearchCode
 from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
+from services.gateway.limits import shown
 from services.gateway.params import READ, WRITE, Namespace
 from services.gateway.toolkit import Toolset
 
@@ -65,6 +68,22 @@ class ProjectStatus(BaseModel):
         )
 
 
+async def project_path(call: Call, path: str) -> str:
+    """`path`, checked as the indexer checks it before anything runs: a missing, unreadable or disallowed
+    directory is the indexer's INVALID_INPUT; a path the operating system will not even look up (a NUL
+    character, a name too long, the ~ of a user there is not) is one too, rather than a failure inside."""
+    try:
+        await asyncio.to_thread(call.gw.code.validate, path)
+    except InvalidPath:
+        raise
+    except (OSError, ValueError, RuntimeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it cannot name a file"
+        if "\x00" in path:
+            why = "it holds a NUL character"
+        raise InvalidPath(shown(path.replace("\x00", "\\0"), 200), "missing", f"no such directory ({why})") from None
+    return path
+
+
 class IndexReceipt(BaseModel):
     project: str
     files: int = Field(description="Files to index (dry run) or recorded by this run (changed ones only).")
@@ -87,6 +106,7 @@ async def code_index(
     """Index (or re-index: only changed files) a project directory for code_search; it is searchable as its
     chunks are embedded (code_status)."""
     gw = call.gw
+    path = await project_path(call, path)
     if dry_run:
         est = await gw.code.estimate(path)
         return IndexReceipt(project=est.root.name, files=est.files, bytes=est.bytes)

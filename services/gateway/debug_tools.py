@@ -4,7 +4,6 @@ what it returned (services/gateway/reread.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from pydantic import Field
@@ -12,7 +11,7 @@ from pydantic import Field
 from mneme.domain import validation as v
 from mneme.errors import PermissionDenied
 from services.gateway.gateway import Call
-from services.gateway.params import READ
+from services.gateway.params import READ, UtcTime
 from services.gateway.reread import ReadsPage, Reread, find_reads, readable, reread
 from services.gateway.toolkit import Toolset
 
@@ -23,8 +22,8 @@ tools = Toolset(group="debug", flow=True)
 async def audit_reads(
     call: Call,
     agent_id: Annotated[str | None, Field(max_length=128)] = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: UtcTime | None = None,
+    until: UtcTime | None = None,
     namespace: Annotated[str | None, Field(max_length=255, description="Default: every one you may read.")] = None,
     limit: Annotated[int, Field(ge=1, le=100)] = 20,
     offset: Annotated[int, Field(ge=0)] = 0,

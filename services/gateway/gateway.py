@@ -373,17 +373,17 @@ class Gateway:
         offset). A sequence past the head of the log, a time in the future or a malformed value is refused."""
         if value is None:
             return None
-        if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        if isinstance(value, int) or (isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()):
             seq = int(value)
-            if seq < 0:
-                raise InvalidInput("as_of", "a log sequence is 0 or more")
+            if seq < 0 or seq >= 2**63:
+                raise InvalidInput("as_of", "a log sequence is 0 or more, and below 2**63")
             head = await self.log.last_seq()
             if seq > head:
                 raise InvalidInput("as_of", f"sequence {seq} is beyond the head of the log ({head})")
             return AsOf(seq=seq)
         try:
             t = datetime.fromisoformat(value.strip())
-        except ValueError:
+        except (ValueError, TypeError):
             raise InvalidInput(
                 "as_of", f"{value!r} is neither an ISO 8601 time (2026-11-26T14:02:00Z) nor a log sequence number"
             ) from None

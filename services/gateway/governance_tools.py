@@ -5,7 +5,6 @@ any writer may do, is memory_retire's mode "deprecate"."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -16,7 +15,7 @@ from schemas.commands import LockMemory, UnlockMemory, VerifyMemory
 from schemas.queries import AuditQuery
 from services.gateway.gateway import Call, split_ref
 from services.gateway.models import AuditPage, AuditRecord, Receipt
-from services.gateway.params import READ, WRITE, Namespace, Ref, RequestId
+from services.gateway.params import READ, WRITE, Namespace, Ref, RequestId, UtcTime
 from services.gateway.toolkit import Toolset
 
 Reason = Annotated[str | None, Field(max_length=128)]
@@ -62,8 +61,8 @@ async def audit_query(
     agent_id: Annotated[str | None, Field(max_length=128, description="What this agent did.")] = None,
     action: Annotated[str | None, Field(max_length=64, description="Prefix: memory_, read:, denied:")] = None,
     outcome: Literal["ok", "denied"] | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: UtcTime | None = None,
+    until: UtcTime | None = None,
     all_readable: Annotated[bool, Field(description="Search every namespace you may read, not just one.")] = False,
     limit: Annotated[int, Field(ge=1, le=1000)] = 100,
     offset: Annotated[int, Field(ge=0)] = 0,

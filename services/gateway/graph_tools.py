@@ -154,9 +154,13 @@ async def graph_relate(
     item = NewRelation(
         entity_name(source, "source"), entity_name(target, "target"), relation_type(type, "type"), weight
     )
-    w = await gw.graph.create_relations(
-        call.namespace, [item], call.principal.actor, call.request_id, await gw.min_seq()
-    )
+    try:
+        w = await gw.graph.create_relations(
+            call.namespace, [item], call.principal.actor, call.request_id, await gw.min_seq()
+        )
+    except EntityNotFound as exc:  # named by this tool's arguments, not the batch's relations[0].from/to
+        exc.field = "source" if exc.field == "relations[0].from" else "target"
+        raise
     gw.noted(w.seq)
     rel = (w.created or w.existing)[0]
     assert isinstance(rel, Relation)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
+from pydantic_core import PydanticCustomError
 
 Namespace = Annotated[str | None, Field(description="Namespace to act in; default: yours.", max_length=255)]
 Store = Annotated[str | None, Field(description="A named collection of memories addressed by path.", max_length=64)]
@@ -41,6 +42,44 @@ Detail = Annotated[
     Literal["brief", "full"], Field(description="brief: id, content and what marks each; full: every field.")
 ]
 
+
+def utc_time(value: datetime) -> datetime:
+    """A time that is a moment in UTC: 0001-01-01T00:00:00+01:00 is before year 1 there, and
+    9999-12-31T23:59:59-01:00 after year 9999, so neither can be stored or compared (Python cannot convert them).
+    """
+    if value.tzinfo is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise PydanticCustomError(
+                "datetime_range", "out of range: its UTC time is before year 1 or after year 9999"
+            ) from None
+    return value
+
+
+# Every time argument is a UtcTime: the schema is a date-time's; a time with no UTC equivalent is INVALID_INPUT.
+UtcTime = Annotated[datetime, AfterValidator(utc_time)]
+
+
+def as_of_value(value: Any) -> Any:
+    """What the gateway's as_of parsing cannot take without failing inside: a sequence written with digits other
+    than 0-9 ('²' is a digit to str.isdigit(), not to int()), a time with no UTC equivalent. Anything else goes
+    on as it came (a malformed time is named there)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.isdigit():
+        if not text.isascii():
+            raise PydanticCustomError("as_of", "a log sequence is written with the digits 0-9")
+        return value
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return value
+    utc_time(t)
+    return value
+
+
 AsOfArg = Annotated[  # the members' descriptions name them in the error for a value that is neither
     Annotated[int, Field(description="a log sequence number")]
     | Annotated[str, Field(description="an ISO 8601 time")]
@@ -49,10 +88,11 @@ AsOfArg = Annotated[  # the members' descriptions name them in the error for a v
         description="Answer as the memory was at this moment: a log sequence (e.g. 1042) or an ISO 8601 "
         "time (no offset: UTC)."
     ),
+    AfterValidator(as_of_value),
 ]
 
 ValidAtArg = Annotated[
-    datetime | None,
+    UtcTime | None,
     Field(description="Only memories valid at this time (valid_from <= t < valid_until); ISO 8601."),
 ]
 

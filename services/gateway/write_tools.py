@@ -8,15 +8,16 @@ memory_retire, whose `mode` says how (archive, delete, deprecate, invalidate, ou
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from msgspec import UNSET
 from pydantic import Field
 
+from mneme.domain import decider
 from mneme.domain import validation as v
 from mneme.domain.graph import entity_names
 from mneme.errors import InvalidInput, MemoryNotFound
+from mneme.ids import memory_id_for
 from schemas.commands import (
     CreateMemory,
     DeleteMemory,
@@ -26,6 +27,8 @@ from schemas.commands import (
     RestoreMemory,
     UpdateMemory,
 )
+from schemas.queries import GetMemory, PathOwner
+from services.gateway.commands import Request
 from services.gateway.gateway import Call, split_ref
 from services.gateway.graph_commands import NewEntity
 from services.gateway.models import AddResult, PruneResult, Receipt
@@ -43,6 +46,7 @@ from services.gateway.params import (
     Store,
     Tags,
     Unit,
+    UtcTime,
 )
 from services.gateway.toolkit import Toolset
 
@@ -66,9 +70,9 @@ async def memory_add(
     confidence: Unit = 1.0,
     citations: Citations = [],  # noqa: B006
     metadata: dict[str, Any] = {},  # noqa: B006
-    expires_at: datetime | None = None,
-    valid_from: datetime | None = None,
-    valid_until: datetime | None = None,
+    expires_at: UtcTime | None = None,
+    valid_from: UtcTime | None = None,
+    valid_until: UtcTime | None = None,
     entities: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=200)]] | None,
         Field(max_length=50, description="Knowledge-graph entities it is about (created if new)."),
@@ -80,15 +84,6 @@ async def memory_add(
     memory_update to change a memory). Returns its id."""
     gw = call.gw
     named = entity_names(entities or ())
-    if named:  # the entities it is about exist before it mentions them
-        made = await gw.graph.create_entities(
-            call.namespace,
-            [NewEntity(n, "concept") for n in named],
-            call.principal.actor,
-            f"{request_id or call.request_id}:entities",
-            await gw.min_seq(),
-        )
-        gw.noted(made.seq)
     cmd = CreateMemory(
         namespace=call.namespace,
         store=store,
@@ -107,12 +102,43 @@ async def memory_add(
         valid_until=valid_until,
         entities=named,
     )
+    if named and await _entities_first(call, cmd, request_id or call.request_id):
+        # the entities it is about exist before it mentions them
+        made = await gw.graph.create_entities(
+            call.namespace,
+            [NewEntity(n, "concept") for n in named],
+            call.principal.actor,
+            f"{request_id or call.request_id}:entities",
+            await gw.min_seq(),
+        )
+        gw.noted(made.seq)
     w = await gw.commands.create(
         cmd, actor=call.principal.actor, request_id=request_id or call.request_id, min_seq=await gw.min_seq()
     )
     gw.noted(w.seq)
     assert w.memory is not None
     return AddResult.of(w.memory, w.duplicate)
+
+
+async def _entities_first(call: Call, cmd: CreateMemory, request_id: str) -> bool:
+    """Whether to create a new memory's entities before it: not when the create is refused (a refused call
+    writes nothing: bad input, a protected kind, an occupied path, a request_id used for other arguments), nor
+    when this request was made before (a retry: its entities were made first then)."""
+    gw, actor = call.gw, call.principal.actor
+    memory_id = memory_id_for(cmd.namespace, Request.of(cmd, actor, request_id).key)
+    decider.decide_create(cmd, memory_id=memory_id, path_owner=None, max_content=gw.commands.max_content, actor=actor)
+    head = await gw.log.last_seq()  # as commands.create confirms a miss: at the head of the log
+    got = await gw.queries.ask(
+        GetMemory(namespace=cmd.namespace, now=gw.now(), min_seq=head, memory_id=memory_id, include_expired=True)
+    )
+    if got.item is not None:  # a retry, or the request_id reused: commands.create answers either
+        return False
+    if cmd.store is not None and cmd.path is not None:
+        po = await gw.queries.ask(
+            PathOwner(namespace=cmd.namespace, now=gw.now(), min_seq=head, store=cmd.store, path=cmd.path)
+        )
+        return po.memory_id is None  # occupied: commands.create refuses it (ALREADY_EXISTS)
+    return True
 
 
 @tools.tool(intent="write", hints=WRITE)
@@ -129,10 +155,10 @@ async def memory_update(
     confidence: Unit | None = None,
     citations: Annotated[Citations | None, Field(description="Replaces all citations; [] clears.")] = None,
     metadata: dict[str, Any] | None = None,
-    expires_at: datetime | None = None,
+    expires_at: UtcTime | None = None,
     clear_expiry: bool = False,
-    valid_from: datetime | None = None,
-    valid_until: datetime | None = None,
+    valid_from: UtcTime | None = None,
+    valid_until: UtcTime | None = None,
     request_id: RequestId = None,
 ) -> Receipt:
     """Correct or extend a memory: change the fields given, keep the rest. Every version stays in its

@@ -151,6 +151,8 @@ def parse_time(value: str | None, field: str) -> datetime | None:
         return None
     try:
         t = datetime.fromisoformat(value.strip())
+        return v.utc(t, field)
     except ValueError:
         raise InvalidInput(field, "Must be a valid ISO 8601 date string") from None
-    return v.utc(t, field)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00: before year 1 in UTC
+        raise InvalidInput(field, "Must be a date between years 1 and 9999 in UTC") from None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from datetime import datetime
 from typing import Annotated, Any, get_args, get_origin
 
 from mcp.types import CallToolResult, TextContent
@@ -24,7 +23,7 @@ from schemas.commands import CreateMemory, DeleteMemory, InvalidateMemory, Updat
 from schemas.queries import SearchCode, SearchMemories
 from services.gateway.error_styles import PlainErrors
 from services.gateway.gateway import Call
-from services.gateway.params import CREATE, DESTRUCTIVE, READ, WRITE
+from services.gateway.params import CREATE, DESTRUCTIVE, READ, WRITE, UtcTime
 from services.gateway.profiles import memory_mcp_code, memory_mcp_graph
 from services.gateway.profiles import memory_mcp_ops as ops
 from services.gateway.profiles.memory_mcp_models import (
@@ -178,6 +177,19 @@ async def search_text(call: Call, query: str, limit: SearchLimit = 10) -> Search
     return await _search(call, "keyword", query, limit)
 
 
+MAX_SIGNAL_WEIGHT = 10.0
+
+
+def _bounded_weights(*weights: float) -> tuple[float, ...]:
+    """recall's weights, each at most MAX_SIGNAL_WEIGHT: larger ones are scaled down together, keeping their
+    proportions (the ranking is the same). The contract bounds them by nothing, but the fused score is a logistic
+    of the weighted z-scores, and weights like 1e308 put that past what a float holds."""
+    top = max(weights)
+    if top <= MAX_SIGNAL_WEIGHT:
+        return weights
+    return tuple(w / top * MAX_SIGNAL_WEIGHT for w in weights)
+
+
 @_own.tool(intent="read", hints=READ)
 async def recall(
     call: Call,
@@ -193,6 +205,7 @@ async def recall(
 ) -> RecallOut:
     """Hybrid search combining vector similarity, BM25 keywords, and graph context (PPR). Can search memories, code, or both with Z-Score normalization."""  # noqa: E501
     gw = call.gw
+    vector_weight, bm25_weight, ppr_weight = _bounded_weights(vector_weight, bm25_weight, ppr_weight)
     memories: list[RecallItem] = []
     nodes = 0
     if include_memories:
@@ -287,7 +300,7 @@ async def get_valid(call: Call, user_id: UserId = None, limit: ListLimit = 20) -
 
 
 @_own.tool(intent="read", hints=READ)
-async def get_valid_at(call: Call, timestamp: datetime, user_id: UserId = None, limit: ListLimit = 20) -> ValidAt:
+async def get_valid_at(call: Call, timestamp: UtcTime, user_id: UserId = None, limit: ListLimit = 20) -> ValidAt:
     """Get memories valid at a specific point in time."""
     at = v.utc(timestamp, "timestamp")
     ops.enter(call, user_id, "read")

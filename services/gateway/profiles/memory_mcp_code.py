@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from schemas.queries import CodeFiles, CodeIndexStatus, CodeProjects, CodeSearchResult, SearchCode
 from services.gateway.code_indexer import status_query
+from services.gateway.code_tools import project_path
 from services.gateway.gateway import Call
 from services.gateway.params import DESTRUCTIVE, READ, WRITE
 from services.gateway.toolkit import Toolset
@@ -91,6 +92,7 @@ def code_results(got: CodeSearchResult) -> list[CodeResult]:
 async def index_project(call: Call, path: str, watch: bool = False) -> Indexed:
     """Index a codebase for semantic search."""
     gw = call.gw
+    path = await project_path(call, path)
     run = await gw.code.index(
         call.namespace, path, call.principal.actor, call.request_id, await gw.min_seq(), wait=INDEX_WAIT
     )
