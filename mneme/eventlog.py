@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -210,6 +211,17 @@ class EventLog:
             raise Unavailable("the event log (NATS JetStream) did not answer") from None
         assert msg.seq is not None
         return Stored(msg.seq, msg.headers, msg.data)
+
+    async def last_record_time(self) -> datetime | None:
+        """When the stream recorded its newest event, by the NATS server's clock (None: an empty log)."""
+        head = await self.last_seq()
+        if head == 0:
+            return None
+        try:
+            msg = await self.js.get_msg(S.EVENTS_STREAM, seq=head, direct=True)
+        except Exception:  # noqa: BLE001 - purged meanwhile, or NATS away: no time to compare with
+            return None
+        return msg.time
 
     async def last_seq(self) -> int:
         try:
