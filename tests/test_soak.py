@@ -38,6 +38,9 @@ async def test_soak_for_30_seconds(tmp_path: Path) -> None:
     assert all(n == 0 for n in checks.values()) and out["ok"], why
     assert out["kinds"]["search_semantic"]["n"] > 0 and out["kinds"]["code_search"]["n"] > 0
     assert out["kinds"]["get_as_of"]["n"] > 0 and out["kinds"]["graph_relate"]["n"] > 0
+    rr = v["reread"]  # recorded reads asked again as of their own positions: gets and lists match exactly
+    assert rr["rerun"] >= 5 and sum(rr["matched"].values()) > 0, rr
+    assert not [op for op in rr["mismatched"] if not op.startswith("memory_search")], rr
     for name, r in out["rss"].items():
         if name == "total":
             continue

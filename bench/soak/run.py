@@ -8,8 +8,6 @@ import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,6 @@ import nats
 from nats.aio.client import Client as NATS
 
 from bench.common import (
-    cpu_seconds,
     latency_summary,
     log,
     machine_info,
@@ -26,71 +23,19 @@ from bench.common import (
     rnd,
     spawn,
     stop_process,
-    system_cpu_seconds,
 )
 from bench.fixtures import REPO
 from bench.floors import echo_responder
 from bench.soak import targets
-from bench.soak.targets import NAMESPACE, Target, rss_mb
+from bench.soak.config import Config, Samples, now, poll
+from bench.soak.figures import dist, errors_by_code, per_kind, rss_figures, thirds
+from bench.soak.targets import NAMESPACE, Target
+from bench.soak.verify import verify
 from bench.soak.workload import MIX, Client, Err, Mem, Session, Shared, Tally, Version, token
 from mneme.cluster import free_port
 from mneme.errors import MnemeError
 from schemas.queries import AuditQuery, GetMemory, ProjectorStatus
 from services.gateway.queries import QueryClient
-
-
-@dataclass
-class Config:
-    duration: float = 600.0  # seconds of measured load, after the warm-up
-    clients: int = 8
-    seed: int = 1
-    cluster: bool = False
-    warmup: float | None = None  # default: 10% of the duration, 3-30 s
-    period: float = 1.0  # seconds between samples (lag, probes, RSS)
-    floor_s: float = 3.0  # seconds per floor (0: no floors)
-    reindex_every: float = 60.0  # client 0 changes one file of the code project and re-indexes it
-    keep: bool = False
-
-    @property
-    def warm(self) -> float:
-        return self.warmup if self.warmup is not None else min(30.0, max(3.0, self.duration * 0.1))
-
-
-@dataclass
-class Samples:
-    t0: float
-    lag: list[dict[str, Any]] = field(default_factory=list)
-    visible_s: list[float] = field(default_factory=list)
-    audited_s: list[float] = field(default_factory=list)
-    rss: list[tuple[float, dict[str, float]]] = field(default_factory=list)
-    marks: dict[str, dict[str, float]] = field(default_factory=dict)
-    cpu: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def snapshot(self, target: Target) -> dict[str, float]:
-        got = {name: rss_mb(pid) for name, pid in target.processes().items()}
-        return {name: mb for name, mb in got.items() if mb is not None}
-
-    def mark(self, target: Target, name: str) -> None:
-        """RSS of every process, and CPU seconds so far (this process: the clients)."""
-        self.marks[name] = self.snapshot(target)
-        self.cpu[name] = {n: cpu_seconds(pid) for n, pid in target.processes().items()}
-        self.cpu[name]["bench (the clients)"] = time.process_time()
-        self.cpu[name]["machine (every process)"] = system_cpu_seconds()
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-async def poll(what: str, attempt: Callable[[], Awaitable[bool]], timeout: float, step: float = 0.005) -> float:
-    """Call `attempt` until it says True; the seconds it took (RuntimeError after `timeout`)."""
-    t = time.perf_counter()
-    while not await attempt():
-        if time.perf_counter() - t > timeout:
-            raise RuntimeError(f"{what} not within {timeout} s")
-        await asyncio.sleep(step)
-    return time.perf_counter() - t
-
 
 # -- warm-up ------------------------------------------------------------------------------------------------
 
@@ -268,223 +213,6 @@ async def at_mark(target: Target, smp: Samples, name: str, when: float) -> None:
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, when - loop.time()))
     smp.mark(target, name)
-
-
-# -- verification -----------------------------------------------------------------------------------------
-
-
-async def list_all(url: str, tally: Tally) -> dict[str, tuple[str, int]]:
-    """Every memory of the namespace (status any, detail full), paged: id -> (content, version)."""
-    s = Session(url, tally)
-    seen: dict[str, tuple[str, int]] = {}
-    try:
-        while True:
-            args = {"status": "any", "detail": "full", "sort_by": "created_at", "sort_order": "asc", "limit": 500}
-            page = await s.call("verify_list", "memory_list", {**args, "offset": len(seen)})
-            if isinstance(page, Err):
-                raise RuntimeError(f"memory_list failed while verifying: {page.text}")
-            seen.update({m["id"]: (m["content"], m["version"]) for m in page["results"]})
-            if not page["has_more"] or not page["results"]:
-                return seen
-    finally:
-        await s.close()
-
-
-async def verify(target: Target, cfg: Config, qc: QueryClient, shared: Shared, tally: Tally) -> dict[str, Any]:
-    """Every acknowledged write read back: live ones with their last acknowledged version and content (paged
-    memory_list), deleted ones MEMORY_NOT_FOUND (memory_get), each acknowledged write's request_id in the
-    audit trail. A write through every gateway first, so that each one's reads wait for everything (read your
-    writes: a gateway's reads wait for the highest sequence it wrote)."""
-    t = time.perf_counter()
-    out: dict[str, Any] = {}
-    head = 0
-    for k, url in enumerate(target.urls):
-        s = Session(url, tally)
-        rid = f"{shared.run}-settle-{k}"
-        try:
-            r = await s.call("settle", "memory_add", {"content": f"settle {k}", "request_id": rid})
-        finally:
-            await s.close()
-        if isinstance(r, Err):
-            raise RuntimeError(f"the settling write failed: {r.text}")
-        shared.ledger[r["id"]] = Mem(r["id"], -2, "", [Version(r["seq"], r["version"], f"settle {k}", rid)])
-        head = max(head, r["seq"])
-
-    async def caught_up() -> bool:
-        st = await qc.ask(ProjectorStatus(namespace=NAMESPACE, now=now(), min_seq=head))
-        return st.lag_events == 0 and (st.vectors_applied is None or st.vectors_applied >= head)
-
-    out["settle_s"] = rnd(await poll("the projection caught up", caught_up, 300, 0.05), 2)
-    seen = await list_all(target.urls[0], tally)
-    lost = {"missing": 0, "stale": 0, "wrong_content": 0, "resurrected": 0}
-    in_doubt = 0
-    deleted: list[Mem] = []
-    for mem in shared.ledger.values():
-        if mem.in_doubt:
-            in_doubt += 1
-            continue
-        got = seen.get(mem.id)
-        if mem.deleted:
-            deleted.append(mem)
-            if got is not None:
-                lost["resurrected"] += 1
-                tally.fail("lost_resurrected", f"{mem.id} deleted at seq {mem.last.seq}, listed: {got}")
-        elif got is None:
-            lost["missing"] += 1
-            tally.fail("lost_missing", f"{mem.id} acked {mem.last} is not listed")
-        elif got != (mem.last.content, mem.last.version):
-            key = "stale" if got[1] < mem.last.version else "wrong_content"
-            lost[key] += 1
-            tally.fail(f"lost_{key}", f"{mem.id}: listed v{got[1]} {got[0]!r}, acked {mem.last}")
-    gone: list[str] = []
-
-    async def check_deleted(url: str, mems: list[Mem]) -> None:
-        s = Session(url, tally)
-        try:
-            for mem in mems:
-                r = await s.call("verify_get", "memory_get", {"id": mem.id}, expect=("MEMORY_NOT_FOUND",))
-                if isinstance(r, Err) and r.code == "MEMORY_NOT_FOUND":
-                    gone.append(mem.id)
-                elif not isinstance(r, Err):
-                    lost["resurrected"] += 1
-                    tally.fail("lost_resurrected", f"{mem.id} deleted, yet memory_get answers v{r['version']}")
-        finally:
-            await s.close()
-
-    n = cfg.clients
-    await asyncio.gather(*(check_deleted(target.urls[k % len(target.urls)], deleted[k::n]) for k in range(n)))
-    out["audit"] = await audit_check(qc, shared, tally, head)
-    out.update(
-        acknowledged_memories=len(shared.ledger),
-        acknowledged_writes=sum(len(m.versions) for m in shared.ledger.values()),
-        live_checked=sum(1 for m in shared.ledger.values() if not m.deleted and not m.in_doubt),
-        deleted_checked=len(deleted),
-        deleted_not_found=len(gone),
-        in_doubt=in_doubt,
-        listed=len(seen),
-        listed_not_acknowledged=len(set(seen) - set(shared.ledger)),
-        lost=lost,
-        lost_total=sum(lost.values()),
-        seconds=rnd(time.perf_counter() - t, 2),
-    )
-    return out
-
-
-async def audit_check(qc: QueryClient, shared: Shared, tally: Tally, head: int) -> dict[str, Any]:
-    """Every acknowledged memory write's request_id is in the audit trail (AuditQuery over NATS, once the
-    trail has committed the log up to `head`)."""
-    rids: set[str] = set()
-    offset, t = 0, time.perf_counter()
-    while True:
-        q = AuditQuery(namespace=NAMESPACE, now=now(), min_seq=head, action="memory_", limit=1000, offset=offset)
-        try:
-            got = await qc.ask(q)
-        except MnemeError as exc:
-            if exc.code != "PROJECTION_LAG" or time.perf_counter() - t > 120:
-                raise
-            continue
-        rids.update(r.request_id for r in got.records)
-        offset += len(got.records)
-        if not got.records or offset >= got.total:
-            break
-    acked = [v.request_id for m in shared.ledger.values() for v in m.versions]
-    missing = [rid for rid in acked if rid not in rids]
-    for rid in missing[:5]:
-        tally.fail("audit_missing", f"no trail record for acknowledged write {rid}")
-    if len(missing) > 5:
-        tally.failures["audit_missing"] += len(missing) - 5
-    return {"memory_records": offset, "acknowledged_writes": len(acked), "missing": len(missing)}
-
-
-# -- figures -----------------------------------------------------------------------------------------------
-
-
-def per_kind(tally: Tally, lo: float, hi: float) -> dict[str, Any]:
-    secs = hi - lo
-    by: dict[str, list[float]] = {}
-    for t, kind, lat in tally.calls:
-        if lo <= t < hi:
-            by.setdefault(kind, []).append(lat)
-    out = {}
-    for kind in sorted(by, key=lambda k: -len(by[k])):
-        s = latency_summary(by[kind])
-        out[kind] = {
-            "n": len(by[kind]),
-            "per_s": rnd(len(by[kind]) / secs, 2),
-            "p50_ms": s["p50_ms"],
-            "p99_ms": s["p99_ms"],
-            "max_ms": s["max_ms"],
-        }
-    return out
-
-
-def thirds(tally: Tally, smp: Samples, lo: float, hi: float) -> list[dict[str, Any]]:
-    """All calls' rate and latency in each third of the measured window (drift over the run), with the CPU
-    the target's processes spent per call and the cores other processes of the machine took meanwhile (a rate
-    that falls while the CPU per call holds is the machine, not the product)."""
-    out = []
-    step = (hi - lo) / 3
-    bounds = ["start", "third1", "third2", "end"]
-    for i in range(3):
-        a, b = lo + i * step, lo + (i + 1) * step
-        lat = [c[2] for c in tally.calls if a <= c[0] < b]
-        s = latency_summary(lat)
-        row: dict[str, Any] = {"per_s": rnd(len(lat) / step, 1), "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"]}
-        c0, c1 = smp.cpu.get(bounds[i], {}), smp.cpu.get(bounds[i + 1], {})
-        if c0 and c1:
-            d = {n: c1[n] - c0[n] for n in c1 if n in c0}
-            bench, machine = d.pop("bench (the clients)", 0.0), d.pop("machine (every process)", 0.0)
-            target = sum(d.values())
-            row["target_cpu_ms_per_call"] = rnd(1000 * target / len(lat), 2) if lat else None
-            row["others_cores"] = rnd((machine - target - bench) / step, 2)
-        out.append(row)
-    return out
-
-
-def rss_figures(smp: Samples) -> dict[str, Any]:
-    start, mid, end = (smp.marks.get(k, {}) for k in ("start", "middle", "end"))
-    out: dict[str, Any] = {}
-    for name in sorted(set(start) | set(mid) | set(end)):
-        a, m, e = start.get(name), mid.get(name), end.get(name)
-        peak = max((snap.get(name, 0.0) for _, snap in smp.rss), default=0.0)
-        out[name] = {
-            "start_mb": rnd(a),
-            "middle_mb": rnd(m),
-            "end_mb": rnd(e),
-            "max_mb": rnd(max(peak, a or 0, m or 0, e or 0)),
-            "start_to_end_mb": rnd(e - a) if a is not None and e is not None else None,
-            "middle_to_end_mb": rnd(e - m) if m is not None and e is not None else None,
-            "middle_to_end_pct": rnd(100 * (e - m) / m, 1) if m and e is not None else None,
-        }
-    tot = {k: sum(snap.values()) for k, snap in (("start", start), ("middle", mid), ("end", end))}
-    out["total"] = {
-        "start_mb": rnd(tot["start"]),
-        "middle_mb": rnd(tot["middle"]),
-        "end_mb": rnd(tot["end"]),
-        "start_to_end_mb": rnd(tot["end"] - tot["start"]),
-        "middle_to_end_mb": rnd(tot["end"] - tot["middle"]),
-        "middle_to_end_pct": rnd(100 * (tot["end"] - tot["middle"]) / tot["middle"], 1) if tot["middle"] else None,
-    }
-    return out
-
-
-def dist(xs: list[float], scale: float = 1.0, digits: int = 1) -> dict[str, Any]:
-    v = [x * scale for x in xs if x is not None]
-    return {
-        "n": len(v),
-        "p50": rnd(percentile(v, 50), digits),
-        "p99": rnd(percentile(v, 99), digits),
-        "max": rnd(max(v), digits) if v else None,
-    }
-
-
-def errors_by_code(tally: Tally) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for (_kind, code, cls), n in sorted(tally.errors.items()):
-        d = out.setdefault(code, {"expected": 0, "retried": 0, "unexpected": 0, "kinds": 0})
-        d[cls] += n
-        d["kinds"] += 1
-    return out
 
 
 # -- the run ------------------------------------------------------------------------------------------------

@@ -17,13 +17,14 @@ from bench.common import children_of, cmdline, log, spawn, stop_process
 from bench.fixtures import MNEME, REPO, tail
 from mneme.cluster import LocalCluster, free_port
 
-TOOLS = "core,time,governance,audit,graph,code,system"
+TOOLS = "core,time,governance,audit,graph,code,system,debug"
 NAMESPACE = "soak"
 ENV = {
     "MNEME_GATEWAY_HTTP_ANONYMOUS": "true",  # loopback only
     "MNEME_GATEWAY_NAMESPACE": NAMESPACE,
     "MNEME_GATEWAY_TOOLS": TOOLS,
     "MNEME_GATEWAY_AGENT_ID": "soak",
+    "MNEME_GATEWAY_ROLE": "admin",  # (audit_reads / audit_reread at the end re-run recorded reads)
 }
 
 

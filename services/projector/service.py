@@ -393,22 +393,28 @@ class Projector:
                 waits.append((gen.follower, "projection"))
             await self._vectors_folded(gen)
         await wait_applied(waits, need, self.wait_timeout, committed=committed)
-        applied = gen.follower.applied
         if isinstance(query, SearchMemories) and query.mode != "keyword":
             await self._dense_ready(gen, need)
-        # the position the answer reflects (an audited read is asked again as of it): the committed vectors for
-        # a search, the committed rows for a list or stats, the staged ones for a point read
-        if isinstance(query, SearchMemories) and gen.vector_follower is not None:
-            applied = gen.vector_follower.committed
-        elif committed:
-            applied = gen.follower.committed
+
+        def reflected() -> int:
+            """The position the answer reflects (an audited read is asked again as of it): the committed vectors
+            for a search, the committed rows for a list or stats, the staged ones for a point read."""
+            if isinstance(query, SearchMemories) and gen.vector_follower is not None:
+                return gen.vector_follower.committed
+            return gen.follower.committed if committed else gen.follower.applied
+
+        applied = reflected()
         if isinstance(query, ProjectorStatus):
             return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(await self._status(gen, query))))
         if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
             async with gen.follower.paused():
                 result = await asyncio.to_thread(run_query, gen, query)
         else:
-            result = await asyncio.to_thread(run_query, gen, query)
+            for _ in range(3):  # a commit (or a stage) that lands while the query runs moves the position the
+                result = await asyncio.to_thread(run_query, gen, query)  # answer reflects: ask again, so the
+                if (now := reflected()) == applied:  # recorded position is the answer's own (at most twice)
+                    break
+                applied = now
         return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
 
     async def _status(self, gen: Generation, q: ProjectorStatus) -> StatusResult:
