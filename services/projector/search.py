@@ -296,7 +296,7 @@ class Searcher:
                     bm.setdefault(pid, 0.0)
         ppr = {pid: mass.get(memory_of[pid], 0.0) for pid in hit_of}
         fused = zfused({"v": cos, "b": bm, "p": ppr}, {"v": w_v, "b": w_b, "p": q.graph_weight}, list(hit_of))
-        return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}, ppr, nodes
+        return {i: logistic(s) for i, s in fused.items()}, ppr, nodes
 
     def _run(self, searches: dict[str, Search]) -> dict[str, list[Hit]]:
         if not searches:
@@ -398,4 +398,12 @@ def fuse(
         floor = min(z.values())
         for i in fused:
             fused[i] += w[n] * z.get(i, floor)
-    return {i: (1.0 / (1.0 + math.exp(-s)), hit_of[i]) for i, s in fused.items()}
+    return {i: (logistic(s), hit_of[i]) for i, s in fused.items()}
+
+
+def logistic(s: float) -> float:
+    """1 / (1 + e^-s) without overflow for any finite s."""
+    if s >= 0:
+        return 1.0 / (1.0 + math.exp(-s))
+    e = math.exp(s)
+    return e / (1.0 + e)
