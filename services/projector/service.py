@@ -38,6 +38,8 @@ from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapReque
 from schemas.events import decode_envelope
 from schemas.queries import (
     QUERY_TYPES,
+    GetResult,
+    ListMemories,
     ProjectorStatus,
     Query,
     ReindexCategories,
@@ -409,12 +411,17 @@ class Projector:
         if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
             async with gen.follower.paused():
                 result = await asyncio.to_thread(run_query, gen, query)
-        else:
-            for _ in range(3):  # a commit (or a stage) that lands while the query runs moves the position the
-                result = await asyncio.to_thread(run_query, gen, query)  # answer reflects: ask again, so the
-                if (now := reflected()) == applied:  # recorded position is the answer's own (at most twice)
-                    break
+        elif isinstance(query, ListMemories | SearchMemories):
+            for _ in range(3):  # a commit that lands while the query runs moves the position the answer
+                result = await asyncio.to_thread(run_query, gen, query)  # reflects: ask again, so the recorded
+                if (now := reflected()) == applied:  # position is the answer's own (at most twice; commits
+                    break  # come a few times a second)
                 applied = now
+        else:
+            result = await asyncio.to_thread(run_query, gen, query)
+            if isinstance(result, GetResult) and result.item is not None and as_of is None:
+                # staged while it ran: the answer reflects at least the position of the version it returned
+                applied = max(applied, result.item.memory.last_seq)
         return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
 
     async def _status(self, gen: Generation, q: ProjectorStatus) -> StatusResult:
