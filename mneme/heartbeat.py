@@ -100,26 +100,28 @@ class Heartbeat:
 
 
 async def services(js: JetStreamContext) -> list[dict[str, Any]]:
-    """Every service's last value, with `age` (seconds since its last beat) and `state` (up or stale)."""
+    """Every service's last value, with `age` (seconds since its last beat) and `state` (up or stale).
+
+    Read from the bucket's stream directly (its subjects, then each one's last message): nats-py's
+    `kv.keys()` opens a watcher and gives up after a fixed wait, and on a busy machine an empty answer
+    from it looked like "nothing is running". Errors here propagate: the caller reports them.
+    """
+    stream, prefix = f"KV_{BUCKET}", f"$KV.{BUCKET}."
     try:
-        kv = await js.key_value(BUCKET)
-    except (BucketNotFoundError, NotFoundError):
+        info = await js.stream_info(stream, subjects_filter=prefix + ">")
+    except NotFoundError:
         return []
     out = []
     now = time.time()
-    try:
-        keys = await kv.keys()
-    except Exception:  # noqa: BLE001 - nats-py raises NoKeysError on an empty bucket
-        return []
-    for key in sorted(keys):
+    for subject in sorted(info.state.subjects or {}):
         try:
-            entry = await kv.get(key)
-        except Exception:  # noqa: BLE001 - deleted between the listing and the read
+            msg = await js.get_last_msg(stream, subject)
+        except NotFoundError:  # deleted between the listing and the read
             continue
-        if not entry.value:
+        if not msg.data or (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
             continue
-        v = json.loads(entry.value)
-        v["key"] = key
+        v = json.loads(msg.data)
+        v["key"] = subject.removeprefix(prefix)
         v["age"] = round(now - float(v.get("at", 0)), 1)
         v["state"] = "up" if v["age"] <= 3 * float(v.get("every", EVERY)) else "stale"
         out.append(v)

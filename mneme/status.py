@@ -150,11 +150,19 @@ async def _projector(nc: NATS, timeout: float) -> dict[str, Any] | None:
 async def gather(nc: NATS, data_dir: Path | None, *, timeout: float = 3.0) -> dict[str, Any]:
     js = nc.jetstream()
     streams, beats, dead, projector = await asyncio.gather(
-        _streams(js), services(js), _dead_letters(js), _projector(nc, timeout)
+        _streams(js), services(js), _dead_letters(js), _projector(nc, timeout), return_exceptions=True
     )
+    problems: list[str] = []
+    if isinstance(beats, BaseException):
+        problems.append(f"could not read the services' heartbeats: {type(beats).__name__}: {beats}")
+        beats = []
+    for name, part in (("streams", streams), ("dead letters", dead)):
+        if isinstance(part, BaseException):
+            raise RuntimeError(f"could not read the {name} from NATS: {part}") from part
+    assert not isinstance(streams, BaseException) and not isinstance(dead, BaseException)
+    assert not isinstance(projector, BaseException)  # (_projector reports its own errors)
     heads = {name: (s or {}).get("last_seq", 0) for name, s in streams.items()}
     cache: dict[Any, float] = {}
-    problems: list[str] = []
     for svc in beats:
         if svc["state"] != "up":
             problems.append(f"{svc['key']}: no heartbeat for {svc['age']} s")
@@ -173,7 +181,7 @@ async def gather(nc: NATS, data_dir: Path | None, *, timeout: float = 3.0) -> di
         problems.append("no projector answered a status query")
     elif projector["model_status"] == "error":
         problems.append(f"embedding model: {projector['model_error']}")
-    if not beats:
+    if not beats and not any(p.startswith("could not read the services") for p in problems):
         problems.append("no service is beating (nothing running, or an older version)")
     return {
         "healthy": not problems,
@@ -189,8 +197,10 @@ async def gather(nc: NATS, data_dir: Path | None, *, timeout: float = 3.0) -> di
 
 
 def _version(nc: NATS) -> str | None:
-    info = getattr(nc, "_server_info", None) or {}
-    return info.get("version")
+    v = nc.connected_server_version
+    if not (v.major or v.minor or v.patch):
+        return None
+    return f"{v.major}.{v.minor}.{v.patch}" + (f"-{v.prerelease}" if v.prerelease else "")
 
 
 def _bytes(n: int) -> str:

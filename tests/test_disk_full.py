@@ -22,6 +22,7 @@ from mcp import Client
 
 from mneme import compose
 from mneme.embedded_nats import EmbeddedNats
+from mneme.eventlog import ensure_streams
 from mneme.maintenance import rebuild
 from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
 from services.gateway.server import build_server
@@ -40,8 +41,9 @@ def status(url: str) -> dict[str, Any]:
 
 
 def projector_figures(st: dict[str, Any]) -> dict[str, Any]:
-    (svc,) = [s for s in st.get("services", []) if s.get("role") == "projector"]
-    return svc["projector"]["projector-rows"]
+    found = [s for s in st.get("services", []) if s.get("role") == "projector"]
+    assert len(found) == 1, f"expected one projector in mneme status: {st.get('services')} {st.get('problems')}"
+    return found[0]["projector"]["projector-rows"]
 
 
 async def test_a_full_disk_stalls_the_projector_cleanly_and_it_resumes(
@@ -60,6 +62,7 @@ async def test_a_full_disk_stalls_the_projector_cleanly_and_it_resumes(
         [MNEME, "projector", "--nats-url", url], env=env, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=small_disk
     )
     nc = await compose.connect(url, "test-writer")
+    await ensure_streams(nc.jetstream())  # (the projector makes them too, but may still be starting)
     try:
         gw = compose.gateway(nc, GatewaySettings())
         async with Client(build_server(gw)) as client:
