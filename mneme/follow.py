@@ -112,6 +112,7 @@ class LogFollower:
         self.last_dead_letter: DeadLetter | None = None
         self._publishing: set[asyncio.Task[None]] = set()
         self.stalled: str | None = None  # why commits fail (the disk is full...): None while they succeed
+        self.fold_failed = False  # a sink could not fold a decodable message: stopped until a restart
         self._retry_in = 0.5
 
     @property
@@ -248,8 +249,8 @@ class LogFollower:
         if self._task and not self._task.done():
             while not self._queue.empty() and not self._task.done():
                 await asyncio.sleep(0.005)
-            if self.staged > self.committed:
-                await self.wait_for(self.staged, 60, committed=True)
+            if self.staged > self.committed and self.stalled is None:  # (stalled: the next try may be 10 s
+                await self.wait_for(self.staged, 60, committed=True)  # away, and fail again: stop now)
             self._task.cancel()
             try:
                 await self._task
@@ -316,7 +317,11 @@ class LogFollower:
                 except asyncio.QueueEmpty:
                     break
             if batch:
-                await self._stage(batch)
+                try:
+                    await self._stage(batch)
+                except Exception as exc:  # noqa: BLE001 - a fold that cannot take a decodable event: see _fold_failed
+                    await self._fold_failed(batch, exc)
+                    return
                 if self._pending == 0:
                     self._first_pending = loop.time()
                 self._pending += len(batch)
@@ -345,6 +350,22 @@ class LogFollower:
                     self.advanced.notify_all()
             elif self._commit_asked and not self._pending:
                 self._commit_asked = False
+
+    async def _fold_failed(self, batch: list[Msg], exc: Exception) -> None:
+        """A sink raised while folding messages that decoded (a projection bug, or an event no fold expects).
+        What is staged may be half-folded, so nothing more is committed: the follower stops where its last
+        commit left it, says why in `stalled` (`mneme status` shows it), and a restart (after the fix) folds
+        again from there. Never a silent stop, never a half-applied batch on disk."""
+        first, last = batch[0].metadata.sequence.stream, batch[-1].metadata.sequence.stream
+        self.stalled = f"fold failed in {self.stream} #{first}..#{last}: {type(exc).__name__}: {exc}"[:500]
+        self.fold_failed = True
+        if self._sub is not None:  # nothing more is taken in (the queue would fill and hold delivery)
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+        log.error("%s: %s; folding stopped at the last commit (#%d) until a restart", self.consumer, self.stalled,
+                  self.committed, exc_info=exc)  # fmt: skip
+        async with self.advanced:
+            self.advanced.notify_all()
 
     def _stall(self, exc: Exception) -> None:
         first = self.stalled is None

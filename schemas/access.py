@@ -10,7 +10,9 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from schemas import wide_ints
 from schemas.events import UtcTime
+from schemas.wide_ints import Int64
 
 
 class AccessRecord(Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -34,8 +36,8 @@ class AskedQuery(Struct, frozen=True, kw_only=True):
 class ReadRecorded(AccessRecord, frozen=True, kw_only=True, tag="read"):
     memory_ids: tuple[str, ...] = ()
     # (added later; records without them still decode)
-    seq: int | None = None  # the log position the answer reflects (a past read: the position it asked for)
-    versions: tuple[int, ...] = ()  # each returned memory's version, as memory_ids (0: not known)
+    seq: Int64 | None = None  # the log position the answer reflects (a past read: the position it asked for)
+    versions: tuple[Int64, ...] = ()  # each returned memory's version, as memory_ids (0: not known)
     scores: tuple[float, ...] = ()  # a search's score of each result, as memory_ids
     # the query whose answer was exactly memory_ids (None: no such query, e.g. stats, or an answer the tool
     # built from several): `audit_reread` asks it again as of `seq`
@@ -59,4 +61,8 @@ def encode_access(record: AccessRecord) -> bytes:
 
 
 def decode_access(data: bytes) -> AnyAccess:
-    return _decoder.decode(data)
+    record = _decoder.decode(data)
+    query = getattr(record, "query", None)
+    if query is not None and query.arguments:  # (one past 64 bits would break re-asking it, and audit queries)
+        wide_ints.check_json(query.arguments, "query.arguments")
+    return record

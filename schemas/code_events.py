@@ -15,6 +15,8 @@ from typing import ClassVar
 
 from msgspec import Struct
 
+from schemas.wide_ints import Int32, Int64
+
 
 class CodeEvent(Struct, frozen=True, kw_only=True, tag_field="type"):
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -23,8 +25,8 @@ class CodeEvent(Struct, frozen=True, kw_only=True, tag_field="type"):
 
 
 class CodeChunk(Struct, frozen=True, kw_only=True):
-    start_line: int  # 1-based, inclusive
-    end_line: int
+    start_line: Int32  # 1-based, inclusive
+    end_line: Int32
     chunk_type: str  # function, method, class, struct, impl, interface, imports, block, lines, file…
     name: str | None
     header: str  # "path > Class > function" (with U+203A): embedded with the code
@@ -33,16 +35,16 @@ class CodeChunk(Struct, frozen=True, kw_only=True):
 
 class CodeIndexStarted(CodeEvent, frozen=True, kw_only=True, tag="code_index_started"):
     root: str  # the directory indexed, as the gateway that indexed it saw it
-    total_files: int  # files to chunk in this run (changed or new)
-    total_bytes: int
-    unchanged: int = 0  # files already indexed with the same content
+    total_files: Int64  # files to chunk in this run (changed or new)
+    total_bytes: Int64
+    unchanged: Int64 = 0  # files already indexed with the same content
 
 
 class CodeFileIndexed(CodeEvent, frozen=True, kw_only=True, tag="code_file_indexed"):
     path: str  # relative POSIX path
     language: str
     sha256: str
-    size: int
+    size: Int64
     chunks: tuple[CodeChunk, ...]
 
 

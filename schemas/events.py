@@ -14,9 +14,11 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from schemas import wide_ints
 from schemas.code_events import AnyCodeEvent
 from schemas.graph_events import AnyGraphEvent
 from schemas.namespace_events import AnyNamespaceEvent
+from schemas.wide_ints import Int32, Int64
 
 UtcTime = Annotated[datetime, Meta(tz=True)]
 
@@ -31,7 +33,7 @@ class Event(Struct, frozen=True, kw_only=True, tag_field="type"):
 
     SCHEMA_VERSION: ClassVar[int] = 1
     memory_id: str
-    version: int
+    version: Int32
 
 
 class MemoryCreated(Event, frozen=True, kw_only=True, tag="memory_created"):
@@ -162,7 +164,7 @@ class Envelope(Struct, frozen=True, kw_only=True):
     """What one log message holds: who, when, why, and the event itself."""
 
     event_id: str
-    schema_version: int
+    schema_version: Int64
     namespace: str
     aggregate_id: str
     occurred_at: UtcTime
@@ -195,11 +197,14 @@ def decode_envelope(data: bytes) -> Envelope:
     """Today's events decode directly; an event written under an older schema (a tag that no longer
     decodes) is upcast on the raw JSON first (schemas/upcast.py)."""
     try:
-        return _decoder.decode(data)
+        env = _decoder.decode(data)
     except msgspec.ValidationError:
         from schemas.upcast import upcast
 
         raw = upcast(msgspec.json.decode(data))
         if raw is None:
             raise
-        return msgspec.convert(raw, Envelope)
+        env = msgspec.convert(raw, Envelope)
+    if metadata := getattr(env.event, "metadata", None):
+        wide_ints.check_json(metadata, "event.metadata")
+    return env

@@ -16,12 +16,14 @@ from typing import ClassVar
 
 from msgspec import UNSET, Struct, UnsetType
 
+from schemas.wide_ints import Int32
+
 
 class GraphEvent(Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of the graph's event payloads: `version` counts the aggregate's events from 1."""
 
     SCHEMA_VERSION: ClassVar[int] = 1
-    version: int
+    version: Int32
 
 
 class EntityCreated(GraphEvent, frozen=True, kw_only=True, tag="entity_created"):

@@ -14,6 +14,8 @@ from typing import ClassVar
 
 from msgspec import Struct
 
+from schemas.wide_ints import Int64
+
 
 class NamespaceEvent(Struct, frozen=True, kw_only=True, tag_field="type"):
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -23,12 +25,12 @@ class NamespaceReset(NamespaceEvent, frozen=True, kw_only=True, tag="namespace_r
     """A namespace reset, recorded once its deletes are in the log."""
 
     reason: str
-    before_seq: int  # the log's last position before the reset's first delete: `as_of` there reads it all
-    memories: int  # deleted, each by its own event
-    entities: int
-    relations: int
-    code_chunks: int
-    kept: int = 0  # memories the caller could not delete (locked, protected), still there
+    before_seq: Int64  # the log's last position before the reset's first delete: `as_of` there reads it all
+    memories: Int64  # deleted, each by its own event
+    entities: Int64
+    relations: Int64
+    code_chunks: Int64
+    kept: Int64 = 0  # memories the caller could not delete (locked, protected), still there
 
 
 AnyNamespaceEvent = NamespaceReset

@@ -65,3 +65,36 @@ async def test_a_failing_commit_stalls_then_resumes_with_nothing_lost(nats_serve
         await f.stop()
     finally:
         await nc.close()
+
+
+class BrokenFold(FlakySink):
+    """Folds until it meets sequence `bad`, then raises: a projection that cannot take a decodable event."""
+
+    def __init__(self, bad: int) -> None:
+        super().__init__()
+        self.full, self.bad = False, bad
+
+    def stage(self, batch: list[Positioned], upto: int) -> None:
+        if any(p.seq == self.bad for p in batch):
+            raise KeyError("a field no fold expects")
+        super().stage(batch, upto)
+
+
+async def test_a_fold_that_raises_stops_the_follower_visibly_and_commits_nothing_half_done(
+    nats_server: EmbeddedNats,
+) -> None:
+    nc = await nats.connect(nats_server.url or "")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        for i in range(100):
+            await js.publish(S.memory_subject("ns", None, f"m{i}"), b"x", stream=S.EVENTS_STREAM)
+        sink = BrokenFold(bad=60)
+        f = LogFollower(js, sink, batch_max=10, linger=0.01, decode=lambda b: b, consumer="test")
+        await f.start()
+        assert not await f.wait_for(100, 3.0)
+        assert f.fold_failed and f.stalled is not None and "fold failed" in f.stalled and "KeyError" in f.stalled
+        assert f.committed < 60 and sink.checkpoint == f.committed  # what is on disk stops before the bad one
+        await f.stop()  # ends at once: no wait for a commit that cannot come
+    finally:
+        await nc.close()

@@ -67,6 +67,16 @@ class MemoryState(Struct, frozen=True, kw_only=True):
         return self.expires_at is not None and self.expires_at <= now
 
 
+def stale(state: MemoryState | None, env: Envelope) -> bool:
+    """An event that cannot follow `state`: a second create, or a change whose version is not past the state's
+    (a gateway never writes one: each change expects the memory's subject as it read it; a forged or replayed
+    message may). Folding it would give two rows one (id, version): it is skipped instead."""
+    ev = env.event
+    if state is None or not isinstance(ev, Event):
+        return False
+    return isinstance(ev, MemoryCreated) or ev.version <= state.version
+
+
 def evolve(state: MemoryState | None, env: Envelope, seq: int) -> MemoryState | None:
     """Apply one event. Returns None once a memory is permanently deleted."""
     ev = env.event

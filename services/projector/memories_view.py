@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET
 
-from mneme.domain.state import MemoryState, evolve
+from mneme.domain.state import MemoryState, evolve, stale
 from mneme.domain.validation import categories_of
 from mneme.duck import rollback
 from mneme.follow import Positioned
@@ -379,6 +379,8 @@ class MemoriesView:
                     continue  # (code-index events are the code view's)
                 mid = env.aggregate_id
                 prev = st.states[mid] if mid in st.states else loaded.get(mid)
+                if stale(prev, env):
+                    continue
                 new = evolve(prev, env, p.seq)
                 shown = new or prev
                 if shown is None:

@@ -37,7 +37,7 @@ from typing import Any
 
 import msgspec
 
-from mneme.domain.state import MemoryState, evolve
+from mneme.domain.state import MemoryState, evolve, stale
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable
 from mneme.follow import Positioned
@@ -234,6 +234,8 @@ class VectorView:
                 env = p.envelope
                 mid = env.aggregate_id
                 prev = self._states[mid] if mid in self._states else known.get(mid) or loaded.get(mid)
+                if stale(prev, env):
+                    continue
                 new = evolve(prev, env, p.seq)
                 if prev is None and new is None:
                     continue
