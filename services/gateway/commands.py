@@ -171,8 +171,10 @@ class CommandService:
         memory_id = memory_id_for(ns, req.key)
         subject = S.memory_subject(ns, cmd.store, memory_id)
         msg_id = f"{req.key}:{memory_id}"
+        store_last = 0  # the store's last sequence, as the log said when a claim lost (see _claim_expects)
 
         async def attempt(min_seq: int) -> Written:
+            nonlocal store_last
             owner, expected, expected_subject = None, 0, None
             if cmd.store is not None and cmd.path is not None:
                 decider.decide_create(
@@ -187,6 +189,7 @@ class CommandService:
                         return await self._replay_of(ns, memory_id, min_seq, req)
                     return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
                 owner, expected, expected_subject = po.memory_id, po.store_seq, S.store_filter(ns, cmd.store)
+                expected = _claim_expects(po.store_seq, store_last, min_seq)
             event = decider.decide_create(
                 cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content, actor=actor
             )
@@ -202,10 +205,11 @@ class CommandService:
                     path=cmd.path,
                     digest=req.digest,
                 )
-            except WrongLastSequence:
+            except WrongLastSequence as lost:
                 landed = await self.log.landed(subject, 0, msg_id)
                 if landed is not None:
                     return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
+                store_last = max(store_last, lost.last_seq)
                 raise
             if dup:
                 return await self._replay_of(ns, memory_id, seq, req)
@@ -304,8 +308,10 @@ class CommandService:
         ns, memory_id = cmd.namespace, cmd.memory_id
         req = Request.of(cmd, actor, request_id)
         msg_id = f"{req.key}:{memory_id}"
+        store_last = 0  # (as in create)
 
         async def attempt(min_seq: int) -> Written:
+            nonlocal store_last
             state = await self._load(ns, memory_id, min_seq)
             if state is None:
                 raise MemoryNotFound(memory_id)
@@ -316,6 +322,7 @@ class CommandService:
                 )
                 owner = po.memory_id if po.memory_id != memory_id else None
                 expected, expected_subject = po.store_seq, S.store_filter(ns, state.store)
+                expected = _claim_expects(po.store_seq, store_last, min_seq)
             event = decide(state, owner)
             if event is None:
                 return Written(state, state.last_seq, None)
@@ -332,10 +339,12 @@ class CommandService:
                     path=new_path,
                     digest=req.digest,
                 )
-            except WrongLastSequence:
+            except WrongLastSequence as lost:
                 landed = await self.log.landed(subject, state.last_seq, msg_id)
                 if landed is not None:
                     return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
+                if expected_subject is not None:
+                    store_last = max(store_last, lost.last_seq)
                 raise
             if dup:
                 return await self._replay_of(ns, memory_id, seq, req)
@@ -417,3 +426,17 @@ class CommandService:
             min_seq=min_seq,
             correlation_id=correlation_id,
         )
+
+
+def _claim_expects(store_seq: int, store_last: int, min_seq: int) -> int:
+    """The store's last sequence a path claim appends against.
+
+    Normally the projection's `store_seq`. A claim that lost learned the store's real last sequence from the
+    log (`store_last`); once the projection that answered the path question has applied at least that far
+    (`min_seq`, which the retry raised to it), its answer holds there, even if its own `store_seq` lags: a
+    message on the store's subjects that no fold can attribute (a change to a deleted memory, a forged or
+    replayed one) moves the log's figure and not the projection's, and every claim in the store would
+    otherwise lose forever."""
+    if store_last > store_seq and min_seq >= store_last:
+        return store_last
+    return store_seq

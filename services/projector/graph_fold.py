@@ -98,7 +98,11 @@ class RelationState(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def evolve_entity(prev: EntityState | None, env: Envelope, seq: int) -> EntityState | None:
+    """`prev` itself (nothing to fold) for an event whose version is not past it: a gateway never writes one,
+    a replayed or forged message may, and folding it would give two rows one (id, version)."""
     ev = env.event
+    if prev is not None and isinstance(ev, GraphEvent) and ev.version <= prev.version:
+        return prev
     if isinstance(ev, EntityCreated):
         return EntityState(
             id=ev.entity_id,
@@ -132,6 +136,8 @@ def evolve_entity(prev: EntityState | None, env: Envelope, seq: int) -> EntitySt
 
 def evolve_relation(prev: RelationState | None, env: Envelope, seq: int) -> RelationState | None:
     ev = env.event
+    if prev is not None and isinstance(ev, GraphEvent) and ev.version <= prev.version:  # (as evolve_entity)
+        return prev
     if isinstance(ev, RelationCreated):
         return RelationState(
             id=ev.relation_id,

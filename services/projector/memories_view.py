@@ -356,7 +356,7 @@ class MemoriesView:
         ids = {
             p.envelope.aggregate_id
             for p in batch
-            if isinstance(p.envelope.event, Event) and p.envelope.event.version > 1
+            if isinstance(p.envelope.event, Event) and not isinstance(p.envelope.event, MemoryCreated)
         }
         return ids - self._st.states.keys()
 
@@ -379,7 +379,12 @@ class MemoriesView:
                     continue  # (code-index events are the code view's)
                 mid = env.aggregate_id
                 prev = st.states[mid] if mid in st.states else loaded.get(mid)
-                if stale(prev, env):
+                if stale(prev, env):  # not folded; but it is on the memory's subject, and on its store's, whose
+                    assert prev is not None  # last sequences a gateway's next write there expects: both move
+                    st.states[mid] = msgspec.structs.replace(prev, last_seq=p.seq)
+                    if prev.store is not None:
+                        sk = (prev.namespace, prev.store)
+                        st.store_seq[sk] = (st.store_seq.get(sk, (p.seq, p.seq))[0], p.seq)
                     continue
                 new = evolve(prev, env, p.seq)
                 shown = new or prev
