@@ -1,6 +1,7 @@
 """bench.soak — a long mixed workload from concurrent MCP clients over streamable HTTP, checked for correctness.
 
     python -m bench.soak [--duration SECONDS] [--quick] [--clients N] [--seed S] [--cluster] [--keep]
+                         [--steady N] [--reads-only] [--detail-every SECONDS] [--signal-marks] [--json-out FILE]
 
 Against a real `mneme serve --transport http` (embedded NATS, DuckDB, Qdrant Edge and the model; a temporary
 data directory, a free loopback port, every tool group served), or with --cluster against the local cluster
@@ -34,6 +35,14 @@ period; probes every period: a write, then the time until its row is visible to 
 in the audit trail (both asked over NATS with min_seq 0, polled every 10 ms); floors in the same run: a
 no-op MCPServer tool over streamable HTTP from the same N clients, and a core NATS request/reply echo on the
 server's NATS. Last line: one JSON object.
+
+Memory (bench/soak/memory.py): beside RSS, every --detail-every seconds and at each mark, /proc/PID/smaps_rollup
+of every process (resident, anonymous, file-backed) and the allocated size of each part of the data directories
+(DuckDB files and WALs, the vector shard, the embedding cache, JetStream), with the memories and the log head,
+and the growth per 1,000 events. --steady N: fill to N live memories, then pair each add with a delete of an
+older one (probes' memories deleted once measured): a fixed live set, a growing history. --reads-only: after
+the warm-up only calls that write nothing (growth then is per call). --signal-marks: SIGUSR1 at each mark
+(for a diagnostic build that dumps its object counts; an unpatched mneme dies of it).
 
 Not part of bench.all (too long). The default suite runs a 30-second variant (tests/test_soak.py).
 """

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from typing import Any
 
 from bench.common import emit_json, log, print_table
 from bench.fixtures import run_dir
+from bench.soak.memory import report_rows
 from bench.soak.run import Config, soak
 
 
@@ -44,6 +46,21 @@ def report(out: dict[str, Any]) -> None:
             for n, d in out["rss"].items()
         ],
     )
+    for proc in ("serve", *sorted(p for p in out["memory"]["marks"].get("end", {}).get("disk", {}) if p != "serve")):
+        if any(proc in m["procs"] for m in out["memory"]["marks"].values()):
+            headers, rows = report_rows(out["memory"], proc)
+            print_table(f"{proc}: smaps_rollup (MB) and its data directory's parts on disk (MB)", headers, rows)
+    for span, g in out["memory"]["growth"].items():
+        rows = [
+            [k, v["rss"]["mb"], v["anon"]["mb"], v["file"]["mb"], v["rss"]["mb_per_1000_events"]]
+            for k, v in g.items()
+            if isinstance(v, dict) and "rss" in v
+        ]
+        print_table(
+            f"growth {span}: {g['events']:,} events, {g['memories']:+,} memories, {g['seconds']} s",
+            ["process", "rss MB", "anon MB", "file MB", "rss MB / 1,000 events"],
+            rows,
+        )
     print_table("CPU over the window, cores", ["process", "cores"], list(out["cpu_cores"].items()))
     lag = out["lag"]
     print_table(
@@ -92,10 +109,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         floor_s=2.0 if args.quick else 5.0,
         reindex_every=20.0 if args.quick else 60.0,
         keep=args.keep,
+        steady=args.steady,
+        reads_only=args.reads_only,
+        detail_every=args.detail_every,
+        signal_marks=args.signal_marks,
     )
     async with run_dir("soak", args.keep) as root:
         out = await soak(cfg, root)
     out["quick"] = args.quick
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(out, f, indent=1, default=str)
     report(out)
     return out
 
@@ -108,6 +132,24 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1, help="seed of the clients' random mixes")
     ap.add_argument("--cluster", action="store_true", help="against the local three-node cluster (mneme/cluster.py)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (every process's log)")
+    ap.add_argument(
+        "--steady",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fill to N live memories, then pair each add with a delete of an older one (and delete each probe's "
+        "memory once measured): a fixed live set, a growing history",
+    )
+    ap.add_argument(
+        "--reads-only",
+        action="store_true",
+        help="after the warm-up (with --steady: the fill), only calls that write nothing: growth then is per call",
+    )
+    ap.add_argument("--detail-every", type=float, default=30.0, help="seconds between smaps/data-dir samples")
+    ap.add_argument(
+        "--signal-marks", action="store_true", help="SIGUSR1 to the target's processes at each mark (diagnostic builds)"
+    )
+    ap.add_argument("--json-out", help="also write the result object to this file")
     out = asyncio.run(main_async(ap.parse_args()))
     emit_json(out)
     if not out["ok"]:

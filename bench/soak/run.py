@@ -29,6 +29,7 @@ from bench.floors import echo_responder
 from bench.soak import targets
 from bench.soak.config import Config, Samples, now, poll
 from bench.soak.figures import dist, errors_by_code, per_kind, rss_figures, thirds
+from bench.soak.memory import memory_figures
 from bench.soak.targets import NAMESPACE, Target
 from bench.soak.verify import verify
 from bench.soak.workload import MIX, Client, Err, Mem, Session, Shared, Tally, Version, token
@@ -146,18 +147,20 @@ async def floors(cfg: Config, root: Path, nc: NATS) -> dict[str, Any]:
 # -- samplers beside the load ----------------------------------------------------------------------------------
 
 
-async def sampler(
-    target: Target, qc: QueryClient, tally: Tally, shared: Shared, smp: Samples, stop_at: float, period: float
-) -> None:
-    """Every `period`: the projection's lag (ProjectorStatus, min_seq 0), every process's RSS, and a probe: one
-    write, then the seconds until its row answers a get and until its record is in the audit trail."""
+async def sampler(target: Target, qc: QueryClient, tally: Tally, shared: Shared, smp: Samples, cfg: Config) -> None:
+    """Every period: the projection's lag (ProjectorStatus, min_seq 0), every process's RSS, and a probe: one
+    write, then the seconds until its row answers a get and until its record is in the audit trail; every
+    `detail_every`: smaps_rollup and the data directories' parts."""
     s = Session(target.urls[0], tally)
     loop = asyncio.get_running_loop()
-    i = 0
+    i, next_detail = 0, loop.time() + cfg.detail_every
     try:
-        while loop.time() < stop_at:
-            t_next = loop.time() + period
+        while loop.time() < shared.stop_at:
+            t_next = loop.time() + cfg.period
             smp.rss.append((time.perf_counter() - smp.t0, smp.snapshot(target)))
+            if loop.time() >= next_detail:
+                next_detail += cfg.detail_every
+                smp.series.append(smp.details(target))
             i += 1
             try:
                 st = await qc.ask(ProjectorStatus(namespace=NAMESPACE, now=now()))
@@ -169,9 +172,12 @@ async def sampler(
                         "events": st.lag_events,
                         "seconds": st.lag_seconds,
                         "vector_events": vec,
+                        "memories": st.memories,
+                        "head": st.head_seq,
                     }
                 )
-                await probe(s, qc, shared, smp, i)
+                if not (shared.reads_only and shared.measuring):
+                    await probe(s, qc, shared, smp, i)
             except (MnemeError, RuntimeError) as exc:  # a status query over NATS failed: counted, not fatal
                 tally.error("sampler", getattr(exc, "code", type(exc).__name__), "unexpected", str(exc))
             await asyncio.sleep(max(0.0, t_next - loop.time()))
@@ -207,6 +213,14 @@ async def probe(s: Session, qc: QueryClient, shared: Shared, smp: Samples, i: in
         into.append(time.perf_counter() - t_ack)
 
     await asyncio.gather(timed(visible, smp.visible_s), timed(audited, smp.audited_s))
+    if shared.steady:  # the live working set stays fixed: the probe's memory goes once measured
+        args = {"id": r["id"], "mode": "delete", "request_id": f"{rid}-del"}
+        d = await s.call("probe_delete", "memory_retire", args)
+        mem = shared.ledger[r["id"]]
+        if isinstance(d, Err):
+            mem.in_doubt = True
+        else:
+            mem.versions.append(Version(d["seq"], d["version"], None, args["request_id"]))
 
 
 async def at_mark(target: Target, smp: Samples, name: str, when: float) -> None:
@@ -255,7 +269,8 @@ async def soak(cfg: Config, root: Path) -> dict[str, Any]:
         sizes = target.log_sizes()
         shared = Shared(run=f"soak{int(time.time())}", project=target.project)
         tally = Tally()
-        smp = Samples(t0=tally.t0)
+        smp = Samples(t0=tally.t0, signal=cfg.signal_marks)
+        shared.steady, shared.reads_only = cfg.steady, cfg.reads_only
         clients = [
             Client(
                 k,
@@ -269,19 +284,25 @@ async def soak(cfg: Config, root: Path) -> dict[str, Any]:
         ]
         loop = asyncio.get_running_loop()
         start = loop.time()
-        warm_end, end = start + cfg.warm, start + cfg.warm + cfg.duration
-        log(f"{cfg.clients} clients for {cfg.warm:.0f} s warm-up + {cfg.duration:.0f} s")
+        running = [asyncio.create_task(c.run()) for c in clients]  # until shared.stop_at, set below
+        running.append(asyncio.create_task(sampler(target, qc, tally, shared, smp, cfg)))
+        fill = f" (and until {cfg.steady:,} live memories)" if cfg.steady else ""
+        log(f"{cfg.clients} clients for {cfg.warm:.0f} s warm-up{fill}")
+        await asyncio.sleep(cfg.warm)
+        while cfg.steady and not shared.filled and not all(t.done() for t in running):
+            await asyncio.sleep(0.2)
+        warm_end = loop.time()
+        shared.stop_at, shared.measuring = warm_end + cfg.duration, True
+        log(f"warm after {warm_end - start:.0f} s ({shared.live:,} live); {cfg.duration:.0f} s of load")
         marks = [
             asyncio.create_task(at_mark(target, smp, "start", warm_end)),
             asyncio.create_task(at_mark(target, smp, "third1", warm_end + cfg.duration / 3)),
             asyncio.create_task(at_mark(target, smp, "middle", warm_end + cfg.duration / 2)),
             asyncio.create_task(at_mark(target, smp, "third2", warm_end + cfg.duration * 2 / 3)),
         ]
-        await asyncio.gather(
-            *(c.run(end) for c in clients), sampler(target, qc, tally, shared, smp, end, cfg.period), *marks
-        )
+        await asyncio.gather(*running, *marks)
         smp.mark(target, "end")
-        lo, hi = cfg.warm, time.perf_counter() - tally.t0
+        lo, hi = warm_end - start, time.perf_counter() - tally.t0
         exited = target.alive()
         log_errors = target.log_errors(sizes)
         log(f"load stopped after {hi:.0f} s; verifying {len(shared.ledger):,} memories")
@@ -313,6 +334,8 @@ async def soak(cfg: Config, root: Path) -> dict[str, Any]:
     out["errors_by_code"] = errors_by_code(tally)
     out["errors_by_kind"] = {f"{kind}:{code}:{cls}": n for (kind, code, cls), n in sorted(tally.errors.items())}
     out["rss"] = rss_figures(smp)
+    out["memory"] = memory_figures(smp.detail, smp.series)
+    out["steady"], out["reads_only"] = cfg.steady, cfg.reads_only
     a, b = smp.cpu.get("start", {}), smp.cpu.get("end", {})
     cores = {n: (b[n] - a[n]) / (hi - lo) for n in b if n in a}  # over the measured window
     cores["others (not this run)"] = cores.get("machine (every process)", 0.0) - sum(

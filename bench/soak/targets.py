@@ -156,7 +156,7 @@ async def serve(root: Path) -> AsyncIterator[Target]:
             {"serve": errlog},
             write_project(root / "project"),
             alive=lambda: [] if proc.poll() is None else ["serve"],
-            extra={"proc": proc},
+            extra={"proc": proc, "data": {"serve": data}},
         )
     finally:
         code = await asyncio.to_thread(stop_process, proc, 20)
@@ -220,7 +220,10 @@ async def cluster(root: Path) -> AsyncIterator[Target]:
             logs,
             write_project(root / "project"),
             alive=alive,
-            extra={"cluster": c},
+            extra={
+                "cluster": c,
+                "data": {s.name: Path(s.data_dir) for s in c.layout.services if s.role in ("projector", "auditor")},
+            },
         )
     finally:
         await c.down()

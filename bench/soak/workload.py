@@ -4,6 +4,7 @@ every acknowledged write, and the tally of calls, latencies, errors and failed c
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable
@@ -39,6 +40,9 @@ MIX: dict[str, int] = {
     "code_status": 1,
     "status": 1,
 }
+
+WRITES = frozenset({"add", "update", "delete", "graph_entity", "graph_relate", "graph_forget"})
+READS = {k: w for k, w in MIX.items() if k not in WRITES}
 
 _SUBJECTS = "Alice Bob Carol Dana Erin Farid Grace Hiro Ines Jonas Kemal Lena".split()
 _VERBS = "prefers likes avoids maintains reviews deploys owns documents tests migrated".split()
@@ -82,6 +86,15 @@ class Shared:
     # the cluster a client relates and traverses the entities its gateway has seen created
     entities: dict[str, set[str]] = field(default_factory=dict)
     reindexed: int = 0
+    stop_at: float = math.inf  # loop time at which the clients stop (set once the warm-up is over)
+    # --steady: fill to `steady` live memories (adds only), then pair each add with a delete of the adding
+    # client's oldest live memory, so the live working set stays fixed (the history still grows)
+    steady: int = 0
+    live: int = 0  # live memories the clients added (probes not counted)
+    filled: bool = False
+    # --reads-only: once `measuring` (after the warm-up), only the kinds that write nothing (READS)
+    reads_only: bool = False
+    measuring: bool = False
 
 
 class Client:
@@ -106,12 +119,23 @@ class Client:
     def acked(self, r: dict[str, Any]) -> None:
         self.high_seq = max(self.high_seq, int(r.get("seq") or 0))
 
-    async def run(self, stop_at: float) -> None:
+    async def run(self, stop_at: float | None = None) -> None:
+        """The mix until `stop_at` (loop time; default: the shared one, which may be set later)."""
         loop = asyncio.get_running_loop()
         names, weights = list(MIX), list(MIX.values())
         next_reindex = loop.time() + self.reindex_every if self.reindex_every else None
+        sh = self.shared
+        reads, read_weights = list(READS), list(READS.values())
         try:
-            while loop.time() < stop_at:
+            while loop.time() < (stop_at if stop_at is not None else sh.stop_at):
+                if sh.steady and not sh.filled:
+                    sh.filled = sh.live >= sh.steady
+                    if not sh.filled:
+                        await self.op_add()
+                        continue
+                if sh.reads_only and sh.measuring:  # no writes, no re-index: any growth is per call
+                    await self.ops[self.rng.choices(reads, read_weights)[0]]()
+                    continue
                 if next_reindex is not None and loop.time() >= next_reindex:
                     next_reindex = loop.time() + self.reindex_every
                     await self.op_reindex()
@@ -140,6 +164,9 @@ class Client:
         mem = Mem(r["id"], self.k, tok, [Version(r["seq"], r["version"], content, args["request_id"])])
         self.shared.ledger[mem.id] = mem
         self.live.append(mem)
+        self.shared.live += 1
+        if self.shared.filled and self.shared.live > self.shared.steady and len(self.live) > 1:
+            await self.retire(self.live.pop(0))  # --steady: the oldest of this client's live memories
 
     async def op_update(self) -> None:
         if not self.live:
@@ -160,17 +187,21 @@ class Client:
     async def op_delete(self) -> None:
         if len(self.live) < 5:
             return await self.op_add()
-        mem = self.live.pop(self.rng.randrange(len(self.live)))
+        await self.retire(self.live.pop(self.rng.randrange(len(self.live))))
+        return None
+
+    async def retire(self, mem: Mem) -> None:
+        """Delete `mem` (already taken out of `live`; put back if the delete failed)."""
         args = {"id": mem.id, "mode": "delete", "request_id": self.rid()}
         r = await self.session.call("delete", "memory_retire", args)
         if isinstance(r, Err):
             mem.in_doubt = True
             self.live.append(mem)
-            return None
+            return
         self.acked(r)
         mem.versions.append(Version(r["seq"], r["version"], None, args["request_id"]))
         self.gone.append(mem)
-        return None
+        self.shared.live -= 1
 
     # -- reads of one memory ----------------------------------------------------------------------------------
     async def op_get(self) -> None:
