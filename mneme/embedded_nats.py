@@ -22,6 +22,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("mneme.nats")
 
@@ -36,10 +37,25 @@ def nats_server_binary() -> str:
     return found
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except OSError:
+        return None
+
+
+# Resolved here, in the parent: the child between fork and exec must not dlopen (or allocate much): another
+# thread of the parent (onnxruntime, DuckDB, an embedder) may have held the loader's or malloc's lock at the
+# fork, and the child then waits for it for ever (seen once in CI: Popen blocked 300 s reading its error pipe).
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG, _SIGTERM = 1, int(signal.SIGTERM)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec: one C call, nothing else
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, _SIGTERM)
 
 
 class EmbeddedNats:
