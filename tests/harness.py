@@ -12,8 +12,10 @@ import json
 import os
 import sys
 import time
+import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from mneme.embedded_nats import EmbeddedNats, is_alive
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
 from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
+from schemas.events import Actor, Envelope
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
 from services.gateway.gateway import Gateway
@@ -214,3 +217,17 @@ def wait_listening(proc: Any, port: int, timeout: float = 30.0, errlog: Path | N
                 raise AssertionError(f"the server exited ({proc.returncode}) before listening: {text!r}") from None
             assert time.monotonic() < deadline, f"the server did not listen on port {port} within {timeout} s"
             time.sleep(0.05)
+
+
+def forged_envelope(event: Any, aggregate_id: str, namespace: str = "default") -> Envelope:
+    """An envelope around `event` as a writer that bypasses the gateway would make one (tests of poison)."""
+    return Envelope(
+        event_id=str(uuid.uuid4()),
+        schema_version=1,
+        namespace=namespace,
+        aggregate_id=aggregate_id,
+        occurred_at=datetime.now(UTC),
+        actor=Actor(agent_id="forger"),
+        request_id=str(uuid.uuid4()),
+        event=event,
+    )

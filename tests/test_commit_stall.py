@@ -8,6 +8,7 @@ import errno
 
 import nats
 import pytest
+from nats.js import JetStreamContext
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
@@ -42,13 +43,19 @@ class FlakySink:
         return self.checkpoint
 
 
+async def log_of(nc: nats.NATS, n: int) -> JetStreamContext:
+    """The event stream holding `n` one-byte messages (a sink here never decodes them)."""
+    js = nc.jetstream()
+    await ensure_streams(js)
+    for i in range(n):
+        await js.publish(S.memory_subject("ns", None, f"m{i}"), b"x", stream=S.EVENTS_STREAM)
+    return js
+
+
 async def test_a_failing_commit_stalls_then_resumes_with_nothing_lost(nats_server: EmbeddedNats) -> None:
     nc = await nats.connect(nats_server.url or "")
     try:
-        js = nc.jetstream()
-        await ensure_streams(js)
-        for i in range(200):
-            await js.publish(S.memory_subject("ns", None, f"m{i}"), b"x", stream=S.EVENTS_STREAM)
+        js = await log_of(nc, 200)
         sink = FlakySink()
         f = LogFollower(js, sink, batch_max=50, linger=0.01, decode=lambda b: b, consumer="test")
         await f.start()
@@ -85,10 +92,7 @@ async def test_a_fold_that_raises_stops_the_follower_visibly_and_commits_nothing
 ) -> None:
     nc = await nats.connect(nats_server.url or "")
     try:
-        js = nc.jetstream()
-        await ensure_streams(js)
-        for i in range(100):
-            await js.publish(S.memory_subject("ns", None, f"m{i}"), b"x", stream=S.EVENTS_STREAM)
+        js = await log_of(nc, 100)
         sink = BrokenFold(bad=60)
         f = LogFollower(js, sink, batch_max=10, linger=0.01, decode=lambda b: b, consumer="test")
         await f.start()

@@ -25,8 +25,8 @@ import pytest
 from nats.js.errors import NoStreamResponseError
 
 from schemas import subjects as S
-from schemas.events import Actor, Envelope, LogEvent, MemoryCreated, MemoryMoved, encode_envelope
-from tests.harness import Stack, ToolFailure
+from schemas.events import LogEvent, MemoryCreated, MemoryMoved, encode_envelope
+from tests.harness import Stack, ToolFailure, forged_envelope
 
 pytestmark = pytest.mark.anyio
 
@@ -100,12 +100,6 @@ def subject_of(ev: Any, stores: dict[str, str | None]) -> tuple[str, str, str]:
     return S.namespace_subject("other", "reset"), "other", "other"  # (a namespace nobody uses)
 
 
-def envelope(event: Any, aggregate_id: str, namespace: str) -> Envelope:
-    return Envelope(event_id=str(uuid.uuid4()), schema_version=1, namespace=namespace, aggregate_id=aggregate_id,
-                    occurred_at=datetime.now(UTC), actor=Actor(agent_id="forger"), request_id=str(uuid.uuid4()),
-                    event=event)  # fmt: skip
-
-
 @pytest.mark.parametrize("seed", list(range(1, 11)))
 async def test_random_well_typed_events_never_stop_the_folds(stack: Stack, seed: int) -> None:
     js = stack.nc.jetstream()
@@ -123,7 +117,7 @@ async def test_random_well_typed_events_never_stop_the_folds(stack: Stack, seed:
             continue  # (a second create of a live id: a known gap, see the top)
         subject, ns, aggregate = subject_of(ev, stores)
         try:
-            await js.publish(subject, encode_envelope(envelope(ev, aggregate, ns)), stream=S.EVENTS_STREAM)
+            await js.publish(subject, encode_envelope(forged_envelope(ev, aggregate, ns)), stream=S.EVENTS_STREAM)
         except NoStreamResponseError:
             continue  # (an id that makes a subject outside the stream: no gateway can write it)
         if isinstance(ev, MemoryCreated):

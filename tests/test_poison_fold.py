@@ -23,23 +23,10 @@ import pytest
 
 from schemas import subjects as S
 from schemas.access import AskedQuery, ReadRecorded, encode_access
-from schemas.events import Actor, Envelope, MemoryCreated, MemoryUpdated, encode_envelope
-from tests.harness import Stack
+from schemas.events import MemoryCreated, MemoryUpdated, encode_envelope
+from tests.harness import Stack, forged_envelope
 
 pytestmark = pytest.mark.anyio
-
-
-def envelope(event: Any, aggregate_id: str, namespace: str = "default") -> Envelope:
-    return Envelope(
-        event_id=str(uuid.uuid4()),
-        schema_version=1,
-        namespace=namespace,
-        aggregate_id=aggregate_id,
-        occurred_at=datetime.now(UTC),
-        actor=Actor(agent_id="forger"),
-        request_id=str(uuid.uuid4()),
-        event=event,
-    )
 
 
 async def test_wide_integers_are_dead_lettered_not_folded(stack: Stack) -> None:
@@ -52,7 +39,7 @@ async def test_wide_integers_are_dead_lettered_not_folded(stack: Stack) -> None:
         ev = MemoryCreated(memory_id=mid, version=version, content=f"wide {i}", metadata=metadata)
         wide.append(mid)
         await js.publish(
-            S.memory_subject("default", None, mid), encode_envelope(envelope(ev, mid)), stream=S.EVENTS_STREAM
+            S.memory_subject("default", None, mid), encode_envelope(forged_envelope(ev, mid)), stream=S.EVENTS_STREAM
         )
     read = ReadRecorded(record_id=str(uuid.uuid4()), at=datetime.now(UTC), agent_id="a", role="agent",
                         request_id="r", namespace="default", operation="memory_list",
@@ -87,7 +74,7 @@ async def test_a_change_with_an_old_version_is_skipped(stack: Stack) -> None:
     for version in (1, 2, 0, -5):  # replays of old changes, and nonsense
         ev = MemoryUpdated(memory_id=mid, version=version, content=f"forged at version {version}")
         await js.publish(
-            S.memory_subject("default", "s", mid), encode_envelope(envelope(ev, mid)), stream=S.EVENTS_STREAM
+            S.memory_subject("default", "s", mid), encode_envelope(forged_envelope(ev, mid)), stream=S.EVENTS_STREAM
         )
     after = await stack.call("memory_add", content="after", store="s", path="p/after")
     head = await stack.last_seq()
