@@ -7,6 +7,8 @@ test_e2e_stdio.py.
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
 from collections.abc import AsyncIterator
@@ -15,10 +17,12 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.gateway.limits import MAX_MESSAGE_BYTES
 from services.gateway.server import MnemeMCPServer
-from services.gateway.stdio import scan_id, stdio_transport
+from services.gateway.stdio import LoopLines, _TooLong, read_line, scan_id, stdio_transport
 
 pytestmark = pytest.mark.anyio
 
@@ -215,3 +219,49 @@ def test_scan_id_reads_the_top_level_id_of_a_broken_object() -> None:
     assert scan_id('{"id":"\\ud800"}') is None  # an id never comes back broken
     assert scan_id('{"id":1.5}') is None
     assert scan_id('[{"id":1}]') is None and scan_id("no json") is None
+
+
+class _Chunks(LoopLines):
+    """LoopLines fed the given chunks, as os.read would return them."""
+
+    def __init__(self, chunks: list[bytes], limit: int):
+        super().__init__(-1, limit)
+        self._chunks = list(chunks)
+
+    async def read(self) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    lines=st.lists(
+        st.one_of(st.binary(max_size=40), st.binary(min_size=45, max_size=140)).map(lambda b: b.replace(b"\n", b"")),
+        max_size=12,
+    ),
+    last_ends=st.booleans(),
+    cuts=st.lists(st.integers(1, 60), max_size=40),
+)
+def test_the_event_loop_reads_the_same_lines_as_the_thread(
+    lines: list[bytes], last_ends: bool, cuts: list[int]
+) -> None:
+    """Whatever chunks a pipe delivers, the loop's reader gives exactly what `read_line` gives on a file:
+    the same lines, a line over the limit as the same head and size, the unterminated last line."""
+    limit = 50
+    data = b"\n".join(lines) + (b"\n" if lines and last_ends else b"")
+    expected = []
+    stream = io.BytesIO(data)
+    while (line := read_line(stream, limit)) is not None:
+        expected.append((line.head, line.size) if isinstance(line, _TooLong) else line)
+    chunks, at = [], 0
+    for n in cuts:
+        chunks.append(data[at : at + n])
+        at += n
+    chunks = [c for c in chunks if c] + ([data[at:]] if data[at:] else [])
+
+    async def read_all() -> list[Any]:
+        reader, got = _Chunks(chunks, limit), []
+        while (line := await reader.next()) is not None:
+            got.append((line.head, line.size) if isinstance(line, _TooLong) else line)
+        return got
+
+    assert asyncio.run(read_all()) == expected
