@@ -35,7 +35,7 @@ from services.auditor.trail import ACCESS, EVENTS, Trail
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
-from services.gateway.queries import QueryClient
+from services.gateway.queries import Local, QueryClient
 from services.gateway.rate_limits import Limits
 from services.projector.code_view import CodeView
 from services.projector.memories_view import MemoriesView
@@ -257,6 +257,7 @@ def projector(
         batch_max=ps.batch_max,
         wait_timeout=ps.wait_timeout,
         linger=ps.linger,
+        access_linger=ps.access_linger,
         vectors=vectors,
         vector_batch_max=ps.vector_batch_max,
         also=((trail.source(EVENTS),) if trail is not None else ()) + also,
@@ -280,14 +281,17 @@ def auditor(nc: NATS, trail: Trail, aus: AuditorSettings | None = None, *, fed_b
     that projector's followers feed."""
     aus = aus or AuditorSettings()
     followers = [fed_by.follower, fed_by.access_follower] if fed_by is not None else None
-    return Auditor(nc, trail, batch_max=aus.batch_max, linger=aus.linger, fed_by=followers)
+    return Auditor(
+        nc, trail, batch_max=aus.batch_max, linger=aus.linger, access_linger=aus.access_linger, fed_by=followers
+    )
 
 
-def gateway(nc: NATS, gs: GatewaySettings | None = None) -> Gateway:
-    """The MCP gateway's core (tools are served over it by services.gateway.server / mneme.mcp_serve)."""
+def gateway(nc: NATS, gs: GatewaySettings | None = None, *, local: Local | None = None) -> Gateway:
+    """The MCP gateway's core (tools are served over it by services.gateway.server / mneme.mcp_serve).
+    `local`: the projector of this process, asked without a NATS round trip (`mneme serve`)."""
     gs = gs or GatewaySettings()
     elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
-    queries = QueryClient(nc, timeout=gs.query_timeout)
+    queries = QueryClient(nc, timeout=gs.query_timeout, local=local)
     commands = CommandService(elog, queries, max_content=gs.max_content_chars)
     principal = Principal(
         agent_id=gs.agent_id,

@@ -64,6 +64,15 @@ async def wait_applied(waits: list[tuple[LogFollower, str]], need: int, timeout:
         )
 
 
+async def answered(answer: Callable[[Q], Awaitable[Reply]], query: Q, applied: Callable[[], int],
+                   log: logging.Logger, what: str) -> Reply:  # fmt: skip
+    """`answer`'s reply to a decoded query, or the reply its failure maps to (over NATS, or asked in process)."""
+    try:
+        return await answer(query)
+    except Exception as exc:  # noqa: BLE001 - every failure is a reply
+        return error_reply(exc, applied(), log, what)
+
+
 def error_reply(exc: BaseException, applied: int, log: logging.Logger, what: str) -> Reply:
     """The reply a failed query gets (the same mapping in every service)."""
     if isinstance(exc, MnemeError):
@@ -166,9 +175,11 @@ class Plane:
             if msg.headers and (rid := msg.headers.get(HEADER)):
                 request_id.set(rid)  # the call this query serves, in this handler's log lines
             try:
-                reply = await answer(decode(msg.body))
-            except Exception as exc:  # noqa: BLE001 - every failure is a reply
+                query = decode(msg.body)
+            except Exception as exc:  # noqa: BLE001 - an undecodable query is answered too
                 reply = error_reply(exc, applied(), log, what)
+            else:
+                reply = await answered(answer, query, applied, log, what)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("query %s answered at %d", what, reply.applied_seq)
             await self._respond(msg, encode(reply))

@@ -55,7 +55,7 @@ async def serve(
         auditor = compose.auditor(nc, trail, aus, fed_by=projector)
         await auditor.start()
         stack.push_async_callback(auditor.stop)
-        gw = compose.gateway(nc, gs)
+        gw = compose.gateway(nc, gs, local=projector.answer_here)
         await beat(stack, nc, "serve", core, lambda: projector_figures(projector) | auditor_figures(auditor)
                    | gateway_figures(gw))  # fmt: skip
         mcp = Mcp(gw, gs, listener)

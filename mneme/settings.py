@@ -125,6 +125,13 @@ class ProjectorSettings(BaseSettings):
     batch_max: int = Field(5000, ge=1, description="Most events folded in one DuckDB transaction.")
     wait_timeout: float = Field(5.0, gt=0, description="Seconds a query waits for its min_seq before PROJECTION_LAG.")
     linger: float = Field(0.1, ge=0, le=10, description="Seconds staged events may wait before a DuckDB commit.")
+    access_linger: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="Seconds staged read records may wait before their access statistics are committed "
+        "(a query that waits for them commits at once).",
+    )
     db_name: str = "projector.duckdb"
     vectors: Literal["edge", "qdrant", "off"] = Field(
         "edge",
@@ -156,4 +163,7 @@ class AuditorSettings(BaseSettings):
 
     batch_max: int = Field(5000, ge=1)
     linger: float = Field(0.1, ge=0, le=60, description="Seconds staged records may wait before a commit.")
+    access_linger: float = Field(
+        1.0, ge=0, le=60, description="The same for read records (an audit query commits what it waits for at once)."
+    )
     db_name: str = "audit.duckdb"

@@ -36,8 +36,11 @@ def check(
     versions: dict[str, list[tuple[int, int]]] | None = None,
 ) -> None:
     for mid, state in truth.items():
-        got = Q.get(view, GetMemory(namespace=state.namespace, now=NOW, memory_id=mid, include_expired=True, history=5))
+        q = GetMemory(namespace=state.namespace, now=NOW, memory_id=mid, include_expired=True, history=5)
+        got = Q.get(view, q)
         assert got.item is not None and got.item.memory == state, mid
+        fast = Q.get_known(view, q)  # the event loop's answer, when it has one, is the same
+        assert fast is None or fast == got, mid
         if versions is not None:  # the recent history (cached or read) is the fold's, newest first
             assert [(h.version, h.seq) for h in got.history] == versions[mid][::-1][:5], mid
     held = {(s.namespace, s.store, s.path): s.id for s in truth.values() if s.store and s.path}

@@ -29,6 +29,7 @@ class Auditor:
         *,
         batch_max: int = 5000,
         linger: float = 0.1,
+        access_linger: float = 1.0,
         fed_by: list[LogFollower] | None = None,
         wait_timeout: float = 10.0,
     ):
@@ -41,7 +42,9 @@ class Auditor:
         self.own = fed_by is None
         self.followers: list[LogFollower] = fed_by or [
             LogFollower(js, trail.source(EVENTS), batch_max=batch_max, linger=linger, consumer="auditor-events"),
-            access_follower(js, trail.source(ACCESS), batch_max=batch_max, linger=linger, consumer="auditor-access"),
+            access_follower(
+                js, trail.source(ACCESS), batch_max=batch_max, linger=access_linger, consumer="auditor-access"
+            ),
         ]
         self.wait_timeout = wait_timeout
         self.plane = Plane(nc, log)

@@ -134,6 +134,8 @@ class Trail:
         self.con.execute(SCHEMA)
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()
+        # both rows exist from the start: a commit updates them (an upsert costs DuckDB about 2 ms more)
+        self.con.execute("INSERT INTO checkpoints VALUES (?, 0), (?, 0) ON CONFLICT DO NOTHING", [EVENTS, ACCESS])
         cps = dict(self.con.execute("SELECT name, seq FROM checkpoints").fetchall())
         self.checkpoints: dict[str, int] = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
         last = self.con.execute("SELECT trail_seq, hash FROM audit_trail ORDER BY trail_seq DESC LIMIT 1").fetchone()
@@ -214,11 +216,9 @@ class Trail:
                     ap = c.appender("audit_trail")
                     ap.append_rows(rows)
                     ap.flush()
-                c.execute(
-                    "INSERT INTO checkpoints SELECT unnest(?), unnest(?) "
-                    "ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
-                    [list(staged), list(staged.values())],
-                )
+                for name, seq in staged.items():
+                    if seq != self.checkpoints[name]:
+                        c.execute("UPDATE checkpoints SET seq = ? WHERE name = ?", [seq, name])
                 c.execute("COMMIT")
             except BaseException:
                 rollback(c)

@@ -113,9 +113,14 @@ def _row(r: tuple[Any, ...], past: bool = False) -> MemoryRow:
     return MemoryRow(memory=row_state(r[:N_STATE]), accessed_at=r[N_STATE], access_count=r[N_STATE + 1])
 
 
-def _access(cur: duckdb.DuckDBPyConnection, memory_id: str) -> tuple[Any, int]:
-    r = cur.execute("SELECT accessed_at, access_count FROM access_stats WHERE id = ?", [memory_id]).fetchone()
-    return (r[0], r[1]) if r else (None, 0)
+def _access(view: MemoriesView, memory_id: str) -> tuple[Any, int]:
+    hit, epoch = view.known_access.lookup(memory_id)
+    if hit is not None:
+        return hit
+    r = view.reader().execute("SELECT accessed_at, access_count FROM access_stats WHERE id = ?", [memory_id]).fetchone()
+    stats = (r[0], r[1]) if r else (None, 0)
+    view.known_access.offer(memory_id, stats, epoch)
+    return stats
 
 
 def _visible(s: MemoryState | None, q: GetMemory) -> bool:
@@ -123,11 +128,16 @@ def _visible(s: MemoryState | None, q: GetMemory) -> bool:
 
 
 def _history(view: MemoriesView, memory_id: str, newest: int) -> list[VersionInfo]:
+    return _infos(view.recent_versions(memory_id, newest))
+
+
+def _infos(summaries: list[tuple[Any, ...]]) -> list[VersionInfo]:
+    """Version summaries (id, version, seq, recorded_at, event_type, request_id, agent_id, deleted)."""
     return [
         VersionInfo(
             version=r[1], seq=r[2], recorded_at=r[3], event_type=r[4], request_id=r[5], agent_id=r[6], deleted=r[7]
         )
-        for r in view.recent_versions(memory_id, newest)
+        for r in summaries
     ]
 
 
@@ -139,6 +149,26 @@ def _version_state(view: MemoriesView, current: MemoryState, version: int) -> Me
     if not rows or rows[0][7]:
         return None
     return version_row_state(rows[0])
+
+
+def get_known(view: MemoriesView, q: GetMemory) -> GetResult | None:
+    """`get` of the current version by id answered from memory alone (a staged or known state, known access
+    statistics, cached history), cheap enough for the event loop; None when it needs DuckDB."""
+    if q.as_of is not None or q.memory_id is None:
+        return None
+    known = view.known_now(q.memory_id, q.history)
+    if known is None:
+        return None
+    state, recent = known
+    if not _visible(state, q):
+        return GetResult(item=None)
+    assert state is not None
+    if q.version is not None and q.version != state.version:
+        return None
+    stats = view.known_access.lookup(state.id)[0]
+    if stats is None:
+        return None
+    return GetResult(item=MemoryRow(memory=state, accessed_at=stats[0], access_count=stats[1]), history=_infos(recent))
 
 
 def get(view: MemoriesView, q: GetMemory) -> GetResult:
@@ -225,10 +255,14 @@ def history(view: MemoriesView, q: MemoryHistory) -> HistoryResult:
 
 
 def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
-    """Staged state first (read-your-writes without waiting for a commit), then DuckDB."""
-    cur = view.reader()
+    """Staged state first (read-your-writes without waiting for a commit), then a committed state the view
+    knows (by id), then DuckDB. A commit moves a state from the overlay to the known states in one step."""
+    epoch = epoch_access = None
     if q.memory_id is not None:
         hit, state = view.staged_state(q.memory_id)
+        if not hit:
+            state, epoch = view.known.lookup(q.memory_id)
+            hit = state is not None
     else:
         assert q.store is not None and q.path is not None
         staged_id = view.staged_path(q.namespace, q.store, q.path)
@@ -237,8 +271,11 @@ def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
         if not _visible(state, q):
             return GetResult(item=None)
         assert state is not None
-        accessed_at, count = _access(cur, state.id)
+        accessed_at, count = _access(view, state.id)
         return GetResult(item=MemoryRow(memory=state, accessed_at=accessed_at, access_count=count))
+    if epoch is not None:
+        _, epoch_access = view.known_access.lookup(q.memory_id)  # type: ignore[arg-type]
+    cur = view.reader()
     where = ["m.namespace = ?"]
     args: list[Any] = [q.namespace]
     if q.memory_id is not None:
@@ -253,7 +290,11 @@ def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
     r = cur.execute(f"{_SELECT} WHERE {' AND '.join(where)}", args).fetchone()
     if r is None or (q.memory_id is None and view.staged_state(r[0])[0]):
         return GetResult(item=None)  # (by path) the committed holder has since moved away or gone
-    return GetResult(item=_row(r))
+    row = _row(r)
+    if epoch is not None:  # what it read, for the next point read (refused if a commit ran meanwhile)
+        view.known.offer(row.memory.id, row.memory, epoch)
+        view.known_access.offer(row.memory.id, (row.accessed_at, row.access_count or 0), epoch_access)
+    return GetResult(item=row)
 
 
 def _filters(q: ListMemories, then: Any = None) -> tuple[list[str], list[Any]]:

@@ -30,7 +30,7 @@ from mneme.duck import rollback
 from mneme.follow import Positioned
 from schemas.events import Event, MemoryCreated, event_name
 from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold
-from services.projector.known_states import KnownStates
+from services.projector.known_states import KnownAccess, KnownStates
 
 CHECKPOINT = "memories"
 RECENT = 10  # versions kept per memory in the recent-history cache
@@ -255,8 +255,12 @@ class MemoriesView:
         # recent version summaries per memory (a point read's history without another DuckDB statement)
         self._recent: OrderedDict[str, list[tuple[Any, ...]]] = OrderedDict()
         self.recent_max = 50_000
-        # committed states of recently changed memories (a batch that changes them again reads nothing)
-        self._known = KnownStates()
+        # committed states of recently changed or read memories (a batch that changes them again reads
+        # nothing; a point read by id runs no statement), and access statistics (kept by the AccessView)
+        self.known = KnownStates()
+        self.known_access = KnownAccess()
+        stats = self.con.execute(f"SELECT * FROM access_stats LIMIT {self.known_access.limit + 1}").fetchall()
+        self.known_access.load(stats)
         self.graph = GraphFold()  # the knowledge graph's events: staged and committed with the memories'
 
     def _migrate(self) -> None:
@@ -297,6 +301,27 @@ class MemoriesView:
             if memory_id in self._st.states:
                 return True, self._st.states[memory_id]
         return False, None
+
+    def known_now(self, memory_id: str, history: int) -> tuple[MemoryState | None, list[tuple[Any, ...]]] | None:
+        """Without waiting and without DuckDB, for a point read on the event loop: (the memory's state, staged
+        or known (None: deleted), its `history` newest version summaries from the cache), or None when that
+        takes a statement or a fold holds the lock (the read then runs on a worker thread)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if memory_id in self._st.states:
+                state = self._st.states[memory_id]
+            elif (state := self.known.lookup(memory_id)[0]) is None:
+                return None
+            if not history or state is None:
+                return state, []
+            recent = self._recent.get(memory_id)
+            if recent is None:
+                return None
+            self._recent.move_to_end(memory_id)
+            return state, list(reversed(recent))[: min(history, RECENT)]
+        finally:
+            self._lock.release()
 
     def staged_path(self, namespace: str, store: str, path: str) -> str | None:
         with self._lock:
@@ -342,7 +367,7 @@ class MemoriesView:
     def _load(self, ids: set[str]) -> dict[str, MemoryState]:
         if not ids:
             return {}
-        out = {i: s for i in ids if (s := self._known.get(i)) is not None}
+        out = {i: s for i in ids if (s := self.known.get(i)) is not None}
         rest = [i for i in ids if i not in out]
         if rest:
             rows = self._write.execute(
@@ -511,12 +536,12 @@ class MemoriesView:
         except BaseException:
             rollback(w)
             raise
-        with self._lock:  # readers now find these rows in DuckDB
+        with self._lock:  # readers now find these rows in DuckDB, and these states known (the same step:
+            self.known.record(st.states)  # a state leaves the overlay where a point read finds it next)
             self._st = _Staged()
             self.graph.committed(last)
             self.graph.reset()
             self.checkpoint = last
-        self._known.record(st.states)
         return last
 
     def canonical_digest(self) -> dict[str, str]:

@@ -32,12 +32,13 @@ from mneme.embedding import MODELS
 from mneme.errors import Indexing, MnemeError
 from mneme.eventlog import dead_letter_count
 from mneme.follow import FanOut, LogFollower, Sink, access_follower
-from mneme.query_server import Plane, Tasks, wait_applied
+from mneme.query_server import Plane, Tasks, answered, wait_applied
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
 from schemas.events import decode_envelope
 from schemas.queries import (
     QUERY_TYPES,
+    GetMemory,
     GetResult,
     ListMemories,
     ProjectorStatus,
@@ -52,7 +53,7 @@ from services.projector.access_view import AccessView
 from services.projector.code_queries import CODE_HANDLERS
 from services.projector.code_view import CodeView
 from services.projector.graph_signal import GraphSignal
-from services.projector.memories_queries import HANDLERS, STAGED_READS, resolve_as_of
+from services.projector.memories_queries import HANDLERS, STAGED_READS, get_known, resolve_as_of
 from services.projector.memories_view import MemoriesView
 from services.projector.search import Searcher
 from services.projector.snapshot import held, write_snapshot
@@ -102,6 +103,7 @@ class Projector:
         batch_max: int = 5000,
         wait_timeout: float = 5.0,
         linger: float = 0.1,
+        access_linger: float = 1.0,
         also: tuple[Sink, ...] = (),
         also_access: tuple[Sink, ...] = (),
         vectors: VectorView | None = None,
@@ -127,6 +129,7 @@ class Projector:
         self.js = (log_nc or nc).jetstream()
         self.wait_timeout = wait_timeout
         self.batch_max, self.linger, self.vector_batch_max = batch_max, linger, vector_batch_max
+        self.access_linger = access_linger  # read records: statistics nobody waits for (a waiter commits)
         self.also, self.also_access = also, also_access
         self.control_id = control_id
         self.opener = opener
@@ -161,7 +164,7 @@ class Projector:
         access: Sink = AccessView(view)
         access = FanOut(access, *also_access) if also_access else access
         acc = access_follower(
-            self.js, access, batch_max=self.batch_max, linger=self.linger, consumer="projector-access"
+            self.js, access, batch_max=self.batch_max, linger=self.access_linger, consumer="projector-access"
         )
         gen = Generation(
             view=view,
@@ -281,6 +284,7 @@ class Projector:
         return router
 
     async def stop(self) -> None:
+        self.serving.clear()  # a gateway in this process asks over NATS from now on
         if self._vector_start is not None and not self._vector_start.done():
             self._vector_start.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -371,6 +375,13 @@ class Projector:
     def _spawn(self, coro: Any) -> None:
         self.tasks.spawn(coro)
 
+    async def answer_here(self, query: Query) -> Reply | None:
+        """A query from a gateway in this process (`mneme serve`), answered as the query plane answers it,
+        without the NATS round trip; None while this projector does not serve queries (ask over NATS)."""
+        if not self.serving.is_set():
+            return None
+        return await answered(self._answer, query, lambda: self.applied, log, query.OPERATION)
+
     async def _answer(self, query: Query) -> Reply:
         gen = self.gen  # the whole query runs on one generation, even if a swap happens meanwhile
         gen.inflight += 1
@@ -418,7 +429,8 @@ class Projector:
                     break  # come a few times a second)
                 applied = now
         else:
-            result = await asyncio.to_thread(run_query, gen, query)
+            known = get_known(gen.view, query) if isinstance(query, GetMemory) else None  # no thread hop when
+            result = known if known is not None else await asyncio.to_thread(run_query, gen, query)  # it is known
             if isinstance(result, GetResult) and result.item is not None and as_of is None:
                 # staged while it ran: the answer reflects at least the position of the version it returned
                 applied = max(applied, result.item.memory.last_seq)
