@@ -168,7 +168,7 @@ def open_vectors(
     base = base or projection_dir(core)
     base.mkdir(parents=True, exist_ok=True)
     if model is None or model.name != ps.embedding_model:
-        model = ModelHandle(ps.embedding_model, threads=ps.embedding_threads).start()
+        model = ModelHandle(ps.embedding_model, threads=ps.embedding_threads, nice=ps.embedding_nice).start()
     cache = cache or EmbeddingCache(core.data_dir / ps.embedding_cache)
     index: VectorIndex
     if ps.vectors == "qdrant":

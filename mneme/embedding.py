@@ -181,11 +181,28 @@ class OnnxEmbedder:
         return (vec / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
+def background_priority(nice: int) -> None:
+    """Lower the calling thread's scheduling priority to `nice` (never raise it). On Linux a thread is a task
+    with a nice value of its own, and the threads it starts inherit it: onnxruntime's pool, started with the
+    session. Embedding then takes the cores only when serving leaves them idle (elsewhere: no-op)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError:
+        pass
+
+
 class ModelHandle:
     """Loads an embedder on a background thread; `get()` raises ModelLoading until it is ready."""
 
-    def __init__(self, name: str = DEFAULT_MODEL, *, threads: int | None = None, factory=None):
+    def __init__(self, name: str = DEFAULT_MODEL, *, threads: int | None = None, factory=None, nice: int = 0):
+        """`nice`: the priority embedding runs at, in the loading thread (the model's thread pool) and in the
+        threads that embed (`background_priority`)."""
         self.name = name
+        self.nice = nice
         self.model_id = MODELS[name].id if name in MODELS else name
         self.dim = MODELS[name].dim if name in MODELS else 0
         self._factory = factory or (lambda: OnnxEmbedder(name, threads=threads))
@@ -202,6 +219,7 @@ class ModelHandle:
         return self
 
     def _load(self) -> None:
+        background_priority(self.nice)
         t0 = time.perf_counter()
         try:
             emb = self._factory()

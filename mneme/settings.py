@@ -143,6 +143,9 @@ class ProjectorSettings(BaseSettings):
     qdrant_collection: str = Field("mneme", description="Collection prefix on a Qdrant server; the model is appended.")
     embedding_model: str = Field("paraphrase-minilm-l3", description="Embedding model (see docs/architecture.md).")
     embedding_threads: int | None = Field(None, ge=1, le=64, description="onnxruntime threads; unset = up to 2.")
+    embedding_nice: int = Field(
+        10, ge=0, le=19, description="Nice value of the embedding threads (Linux): serving first, embedding after."
+    )
     embedding_cache: str = Field("embeddings.sqlite", description="Embedding cache file under the data directory.")
     vector_batch_max: int = Field(2000, ge=1, description="Most events folded into the vector index per commit.")
     snapshot_every: int = Field(

@@ -24,7 +24,7 @@ import numpy as np
 
 from mneme.duck import rollback
 from mneme.embed_cache import EmbeddingCache, text_key
-from mneme.embedding import ModelHandle
+from mneme.embedding import ModelHandle, background_priority
 from mneme.follow import Positioned
 from schemas.code_events import (
     CodeEvent,
@@ -220,6 +220,7 @@ class CodeView:
             self._wake.set()
 
     def _fill_loop(self) -> None:
+        background_priority(self.model.nice)  # serving first: see ModelHandle
         while not self._closed:
             self._wake.wait(2.0)
             self._wake.clear()

@@ -39,7 +39,7 @@ import msgspec
 
 from mneme.domain.state import MemoryState, evolve, stale
 from mneme.embed_cache import EmbeddingCache, text_key
-from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable
+from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable, background_priority
 from mneme.follow import Positioned
 from schemas.events import Event
 from services.projector.known_states import KnownStates
@@ -328,6 +328,7 @@ class VectorView:
             self._filler.start()
 
     def _fill_loop(self) -> None:
+        background_priority(self.model.nice)  # serving first: see ModelHandle
         while True:
             with self._wake:
                 while not self._closed and not (self._pending_dense and self._embedding):
