@@ -167,6 +167,10 @@ class AuditorSettings(BaseSettings):
     batch_max: int = Field(5000, ge=1)
     linger: float = Field(0.1, ge=0, le=60, description="Seconds staged records may wait before a commit.")
     access_linger: float = Field(
-        1.0, ge=0, le=60, description="The same for read records (an audit query commits what it waits for at once)."
+        0.1,
+        ge=0,
+        le=60,
+        description="The same for read records (`mneme auditor`; in `mneme serve` the trail's read records "
+        "commit with the projector's, MNEME_PROJECTOR_ACCESS_LINGER).",
     )
     db_name: str = "audit.duckdb"

@@ -29,7 +29,7 @@ class Auditor:
         *,
         batch_max: int = 5000,
         linger: float = 0.1,
-        access_linger: float = 1.0,
+        access_linger: float = 0.1,
         fed_by: list[LogFollower] | None = None,
         wait_timeout: float = 10.0,
     ):
