@@ -43,6 +43,16 @@ async def error_of(client: QueryClient, q: Query) -> dict[str, Any]:
 
 
 async def test_the_tools_run_on_the_local_path_with_read_your_writes(local_stack: Stack) -> None:
+    local = local_stack.gateway.queries.local
+    assert local is not None
+    answered: list[str] = []
+
+    async def counted(query: Query) -> Any:
+        reply = await local(query)
+        answered.append(query.OPERATION if reply is not None else "over NATS")
+        return reply
+
+    local_stack.gateway.queries.local = counted
     a = await local_stack.call("memory_add", content="the deploy runs on Fridays", tags=["ops"])
     got = await local_stack.call("memory_get", id=a["id"])  # no wait: answered from the staged overlay
     assert got["content"] == "the deploy runs on Fridays"
@@ -50,6 +60,7 @@ async def test_the_tools_run_on_the_local_path_with_read_your_writes(local_stack
     assert (await local_stack.call("memory_get", id=a["id"]))["content"] == "the deploy runs on Thursdays"
     listed = await local_stack.call("memory_list", tags=["ops"])
     assert [m["id"] for m in listed["results"]] == [a["id"]]
+    assert "memory.get" in answered and "memory.list" in answered and "over NATS" not in answered
 
 
 async def test_local_and_nats_answers_agree(local_stack: Stack) -> None:
