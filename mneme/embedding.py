@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -184,8 +185,9 @@ class OnnxEmbedder:
 def background_priority(nice: int) -> None:
     """Lower the calling thread's scheduling priority to `nice` (never raise it). On Linux a thread is a task
     with a nice value of its own, and the threads it starts inherit it: onnxruntime's pool, started with the
-    session. Embedding then takes the cores only when serving leaves them idle (elsewhere: no-op)."""
-    if nice <= 0 or not hasattr(os, "setpriority"):
+    session. Embedding then takes the cores only when serving leaves them idle. Elsewhere a no-op: on other
+    systems the same call with a thread's id would name a process."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
         return
     try:
         tid = threading.get_native_id()
