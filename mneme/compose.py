@@ -31,7 +31,7 @@ from mneme.preflight import Refused, check_model
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
-from services.auditor.trail import ACCESS, EVENTS, Trail
+from services.auditor.trail import Trail
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
@@ -227,7 +227,6 @@ def projector(
     *,
     vectors: VectorView | None = None,
     live: CoreSettings | None = None,
-    trail: Trail | None = None,
     log_nc: NATS | None = None,
     stop_at: int | None = None,
     access: bool = True,
@@ -238,9 +237,8 @@ def projector(
     """A projector folding the log into `view` (and `vectors`), tuned by `ps` (defaults: ProjectorSettings()).
 
     `live`: the data directory's settings of a serving projector: it listens for `mneme replay`'s swap and
-    `mneme snapshot`'s requests and writes periodic snapshots there. `trail`: the audit trail its followers
-    also feed (`mneme serve`: one delivery, one decode); `also`/`also_access`: more such sinks (the benchmarks'
-    instrumented trails). `stop_at`/`access=False`: a frozen copy's fold.
+    `mneme snapshot`'s requests and writes periodic snapshots there. `also`/`also_access`: more sinks its
+    followers feed (one delivery, one decode). `stop_at`/`access=False`: a frozen copy's fold.
     """
     ps = ps or ProjectorSettings()
     control = {}
@@ -260,8 +258,8 @@ def projector(
         access_linger=ps.access_linger,
         vectors=vectors,
         vector_batch_max=ps.vector_batch_max,
-        also=((trail.source(EVENTS),) if trail is not None else ()) + also,
-        also_access=((trail.source(ACCESS),) if trail is not None else ()) + also_access,
+        also=also,
+        also_access=also_access,
         stop_at=stop_at,
         access=access,
         log_nc=log_nc,
@@ -276,14 +274,11 @@ def trail(core: CoreSettings, aus: AuditorSettings | None = None) -> Trail:
     return Trail(str(core.data_dir / (aus or AuditorSettings()).db_name))
 
 
-def auditor(nc: NATS, trail: Trail, aus: AuditorSettings | None = None, *, fed_by: Projector | None = None) -> Auditor:
-    """The auditor: following the log itself, or (`fed_by`: in `mneme serve`) answering queries over a trail
-    that projector's followers feed."""
+def auditor(nc: NATS, trail: Trail, aus: AuditorSettings | None = None) -> Auditor:
+    """The auditor: its own followers of the event log and the access stream fold into `trail` (in
+    `mneme serve` too: a trail commit never waits for the projection's), and it answers audit queries."""
     aus = aus or AuditorSettings()
-    followers = [fed_by.follower, fed_by.access_follower] if fed_by is not None else None
-    return Auditor(
-        nc, trail, batch_max=aus.batch_max, linger=aus.linger, access_linger=aus.access_linger, fed_by=followers
-    )
+    return Auditor(nc, trail, batch_max=aus.batch_max, linger=aus.linger, access_linger=aus.access_linger)
 
 
 def gateway(nc: NATS, gs: GatewaySettings | None = None, *, local: Local | None = None) -> Gateway:

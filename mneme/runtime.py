@@ -26,7 +26,6 @@ from mneme.mcp_serve import Mcp, until_stopped
 from mneme.preflight import bind, check_http
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
-from services.auditor.trail import Trail
 from services.gateway.gateway import Gateway
 from services.projector.service import Projector, close_generation
 
@@ -41,8 +40,8 @@ async def serve(
     aus: AuditorSettings,
     listener: socket.socket | None = None,
 ) -> None:
-    """Everything in one process: embedded NATS, the projector (whose followers also feed the audit trail:
-    one delivery, one decode per message), the auditor's queries, and the MCP gateway."""
+    """Everything in one process: embedded NATS, the projector, the auditor (following the log into the trail
+    on followers of its own, so a trail commit never waits for the projection's), and the MCP gateway."""
     listener = http_listener(gs, listener)
     ps = compose.checked(serving_settings(core, ps))
     async with AsyncExitStack() as stack:
@@ -51,8 +50,8 @@ async def serve(
         stack.push_async_callback(compose.close_nats, log_nc)
         trail = compose.trail(core, aus)
         stack.callback(trail.close)
-        projector = await start_projector(stack, core, ps, nc, log_nc=log_nc, trail=trail)
-        auditor = compose.auditor(nc, trail, aus, fed_by=projector)
+        projector = await start_projector(stack, core, ps, nc, log_nc=log_nc)
+        auditor = compose.auditor(nc, trail, aus)
         await auditor.start()
         stack.push_async_callback(auditor.stop)
         gw = compose.gateway(nc, gs, local=projector.answer_here)
@@ -118,7 +117,6 @@ async def start_projector(
     nc: NATS,
     *,
     log_nc: NATS | None = None,
-    trail: Trail | None = None,
 ) -> Projector:
     """Open the serving generation's read models and start a live projector on them (stopped, then closed,
     when `stack` unwinds: the generation it serves then, since a replay may have swapped it)."""
@@ -127,7 +125,7 @@ async def start_projector(
     code = compose.open_code(core, vectors)
     if code is not None:
         stack.callback(code.close)
-    proj = compose.projector(nc, view, ps, vectors=vectors, live=core, log_nc=log_nc, trail=trail, code=code)
+    proj = compose.projector(nc, view, ps, vectors=vectors, live=core, log_nc=log_nc, code=code)
     stack.callback(lambda: close_generation(proj.gen))
     await proj.start()
     stack.push_async_callback(proj.stop)
@@ -151,7 +149,7 @@ def projector_figures(p: Projector) -> dict[str, Any]:
 
 
 def auditor_figures(a: Auditor) -> dict[str, Any]:
-    own = {f.consumer or "?": _follower(f) for f in a.followers} if a.own else {}  # (serve: the projector's)
+    own = {f.consumer or "?": _follower(f) for f in a.followers}
     return {"auditor": own | {"trail_records": a.trail.last_seq}}
 
 

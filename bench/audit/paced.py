@@ -31,7 +31,6 @@ from mneme.settings import GatewaySettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.queries import PathOwner
 from schemas.queries import encoder as query_encoder
-from services.auditor.trail import ACCESS, EVENTS
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
@@ -62,8 +61,8 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
 
     distributed: this process is the gateway's core only; `mneme projector` (it answers the write
     path's queries), the real `mneme auditor` and the probe auditor each run in their own process.
-    serve: this process is the gateway's core and a projector whose followers also feed a TimedTrail
-    (runtime.serve's wiring); nothing else follows the log.
+    serve: this process is the gateway's core, a projector, and an auditor whose own followers fold into
+    a TimedTrail (runtime.serve's wiring).
     """
     distributed = shape == "distributed"
     tag = "(1a)" if distributed else "(1b)"
@@ -103,14 +102,12 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
             stack.callback(view.close)
             trail = fixtures.trail(serve_dir / TRAIL_FILE, TimedTrail)
             stack.callback(trail.close)
-            # runtime.serve's wiring: the projector's followers also feed the trail
-            projector = fixtures.projector(
-                nc, view, ps, also=(trail.source(EVENTS),), also_access=(trail.source(ACCESS),)
-            )
-            serve_commits = time_commits(projector.follower.sink)  # the whole commit: view + trail
+            # runtime.serve's wiring: the projector, and the auditor on followers of its own
+            projector = fixtures.projector(nc, view, ps)
+            serve_commits = time_commits(projector.follower.sink)  # the projection's commit
             await projector.start()
             stack.push_async_callback(projector.stop)
-            auditor = compose.auditor(nc, trail, fed_by=projector)  # audit queries
+            auditor = compose.auditor(nc, trail)
             await auditor.start()
             stack.push_async_callback(auditor.stop)
             await projector.serving.wait()
@@ -163,7 +160,7 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
             await asyncio.sleep(0.3)  # the auditors commit the tail on their own (linger)
         else:  # the serve shape commits on its own (linger): no query forces it
             drain = await until(
-                lambda: projector.follower.committed >= last_evt and projector.access_follower.committed >= last_acc,
+                lambda: auditor.followers[0].committed >= last_evt and auditor.followers[1].committed >= last_acc,
                 60,
                 "the serve-shape trail to commit",
             )
@@ -217,9 +214,7 @@ async def phase_paced(cfg: Config, root: Path, shape: str) -> dict[str, Any]:
                 **lag_block(lags, since, until_wall),
                 "uncovered": uncovered,
                 **commit_stats(trail.commits, since, until_wall),
-                "follower_commit_view_and_trail": latency_summary(
-                    [d for w, d in serve_commits if since <= w < until_wall]
-                ),
+                "projection_commit": latency_summary([d for w, d in serve_commits if since <= w < until_wall]),
                 "verify": verify_trail(trail, last_evt, last_acc),
             }
 

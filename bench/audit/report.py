@@ -61,7 +61,8 @@ def report(
     print(
         f"auditor linger {AuditorSettings().linger} s, batch_max {AuditorSettings().batch_max}; projector linger "
         f"{ProjectorSettings().linger} s; (1a) distributed: gateway core here, `mneme projector`, `mneme auditor` "
-        "and the probe auditor in their own processes; (1b) serve: gateway core + projector feeding the trail, "
+        "and the probe auditor in their own processes; (1b) serve: gateway core, projector and auditor (on followers "
+        "of its own), "
         "all in this process"
     )
 
@@ -130,16 +131,16 @@ def report(
                 [lag_row("(1a) delivery floor: raw ordered consumer, gateway process", d["floor_delivery"], False),
                  lag_row("(1a) auditor: Auditor followers, own process", d["trail"], True),
                  lag_row("(1b) delivery floor: raw ordered consumer, serve process", sv["floor_delivery"], False),
-                 lag_row("(1b) serve: projector follower feeds the trail", sv["trail"], True)])  # fmt: skip
+                 lag_row("(1b) serve: the auditor's followers, in process", sv["trail"], True)])  # fmt: skip
 
-    fc = sv["trail"]["follower_commit_view_and_trail"]
+    fc = sv["trail"]["projection_commit"]
     print_table("(1) Trail commits while writing (ms)",
                 ["trail", "commits", "records/commit", "commit p50", "commit p99", "commit max"],
                 [["(1a) auditor (probe process)", d["trail"]["commits"], d["trail"]["records_per_commit_mean"],
                   d["trail"]["commit_ms_p50"], d["trail"]["commit_ms_p99"], d["trail"]["commit_ms_max"]],
-                 ["(1b) serve: the trail's part", sv["trail"]["commits"], sv["trail"]["records_per_commit_mean"],
+                 ["(1b) serve: the trail", sv["trail"]["commits"], sv["trail"]["records_per_commit_mean"],
                   sv["trail"]["commit_ms_p50"], sv["trail"]["commit_ms_p99"], sv["trail"]["commit_ms_max"]],
-                 ["(1b) serve: the follower's whole commit (view + trail)", fc["n"], None, fc["p50_ms"], fc["p99_ms"],
+                 ["(1b) serve: the projection's commit (beside it)", fc["n"], None, fc["p50_ms"], fc["p99_ms"],
                   fc["max_ms"]]])  # fmt: skip
     procs = ("bench", "nats", "projector", "auditor", "probe", "others")
     print_table("(1) CPU while writing: ms per trail record, and share of one core",

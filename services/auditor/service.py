@@ -30,17 +30,13 @@ class Auditor:
         batch_max: int = 5000,
         linger: float = 0.1,
         access_linger: float = 0.1,
-        fed_by: list[LogFollower] | None = None,
         wait_timeout: float = 10.0,
     ):
-        """`fed_by`: the followers (events first, then access) that already feed this trail as extra
-        sinks (mneme serve); the auditor then only answers queries, committing through them.
-        `wait_timeout`: how long a query waits for the trail to reach its min_seq before PROJECTION_LAG."""
+        """`wait_timeout`: how long a query waits for the trail to reach its min_seq before PROJECTION_LAG."""
         self.nc = nc
         self.trail = trail
         js = nc.jetstream()
-        self.own = fed_by is None
-        self.followers: list[LogFollower] = fed_by or [
+        self.followers: list[LogFollower] = [
             LogFollower(js, trail.source(EVENTS), batch_max=batch_max, linger=linger, consumer="auditor-events"),
             access_follower(
                 js, trail.source(ACCESS), batch_max=batch_max, linger=access_linger, consumer="auditor-access"
@@ -58,9 +54,8 @@ class Auditor:
         return self.followers[0].applied
 
     async def start(self) -> None:
-        if self.own:
-            for f in self.followers:
-                await f.start()
+        for f in self.followers:
+            await f.start()
         await self.plane.serve(self.query_router())
 
     def query_router(self) -> NatsRouter:
@@ -78,9 +73,8 @@ class Auditor:
 
     async def stop(self) -> None:
         await self.plane.stop(self.wait_timeout)
-        if self.own:
-            for f in self.followers:
-                await f.stop()
+        for f in self.followers:
+            await f.stop()
 
     async def _answer(self, q: AuditQuery) -> Reply:
         # what has arrived is committed before it is asked about, and the trail has the caller's writes

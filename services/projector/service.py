@@ -75,7 +75,7 @@ class Generation:
     searcher: Searcher | None = None
     code: CodeView | None = None  # the code index (one per data directory, fed as an extra sink)
     inflight: int = 0
-    followers_own: bool = True  # False: the followers also feed other sinks (mneme serve's trail)
+    followers_own: bool = True  # False: the followers also feed other sinks (the code index)
     fold_access: bool = True
 
     @property
@@ -118,7 +118,7 @@ class Projector:
         code: CodeView | None = None,
     ):
         """`also` / `also_access`: more sinks fed by the same followers of the event log and of the
-        access stream (in `mneme serve`, the audit trail): one delivery, one decode.
+        access stream (the code index; a benchmark's probes): one delivery, one decode.
         `control_id` + `opener`: listen for `swap` requests from `mneme replay` on mneme.ctl.<control_id>.swap
         and open the generation it names with `opener(path)`.
         `stop_at`: fold the log only up to this sequence (a point-in-time copy); `access`: fold access records.
@@ -328,7 +328,7 @@ class Projector:
             if old.followers_own:
                 for f in old.followers:
                     await f.stop()
-            else:  # mneme serve: the old followers keep feeding the audit trail, without the old views
+            else:  # the old followers keep feeding the other sinks (the code index), without the old views
                 for follower, sink in (
                     (old.follower, old.view),
                     (old.access_follower, None),
