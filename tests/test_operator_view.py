@@ -71,6 +71,9 @@ async def test_status_and_a_nats_child_that_dies_is_started_again(tmp_path: Path
         assert svc["role"] == "serve" and svc["state"] == "up"
         assert svc["projector"]["projector-rows"]["applied"] == 1
         assert svc["projector"]["projector-rows"]["lag_events"] == 0
+        # the auditor inside serve follows both streams itself (its trail never waits for the projection)
+        assert svc["auditor"]["auditor-events"]["stream"] == "MNEME_EVENTS"
+        assert svc["auditor"]["auditor-access"]["stream"] == "MNEME_ACCESS"
         assert out["projector"]["model_status"] in ("ready", "loading") and out["data_bytes"]["nats"] > 0
 
         # the child dies on its own: serve starts it again on the same port, the memory goes on
