@@ -220,7 +220,7 @@ class CodeView:
             self._wake.set()
 
     def _fill_loop(self) -> None:
-        background_priority(self.model.nice)  # serving first: see ModelHandle
+        background_priority(self.model.nice)  # MNEME_PROJECTOR_EMBEDDING_NICE: see ModelHandle
         while not self._closed:
             self._wake.wait(2.0)
             self._wake.clear()

@@ -328,7 +328,7 @@ class VectorView:
             self._filler.start()
 
     def _fill_loop(self) -> None:
-        background_priority(self.model.nice)  # serving first: see ModelHandle
+        background_priority(self.model.nice)  # MNEME_PROJECTOR_EMBEDDING_NICE: see ModelHandle
         while True:
             with self._wake:
                 while not self._closed and not (self._pending_dense and self._embedding):
