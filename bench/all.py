@@ -49,6 +49,8 @@ HEADLINES: list[tuple[str, str, str, str, bool]] = [
      True),
     ("memories searchable/s / adds acked/s, flat out", "spine", "index_lag.searchable_vs_acked", ">= 0.90", False),
     ("index lag when a flat-out burst stops, s", "spine", "index_lag.lag_at_end_s", "< 1", True),
+    ("semantic search p95 while the same agent adds flat out, ms", "spine", "search_while_adding.search_p95_ms", "",
+     True),
     ("native tools/list, bytes", "spine", "surface.tool_lists.native.bytes", "<= 40000", True),
     ("10-result search over stdio, bytes", "spine", "surface.results.memory_search.bytes", "<= 3000", True),
     ("auditor lag p99, own process, ms", "audit", "targets.auditor_lag_p99.p99_ms", "< 200", True),

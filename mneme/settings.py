@@ -100,6 +100,15 @@ class GatewaySettings(BaseSettings):
     max_in_flight: int = Field(
         512, ge=0, description="Tool calls per principal running at once; more are refused with RATE_LIMIT (0: no cap)."
     )
+    index_backlog_max: int = Field(
+        16,
+        ge=0,
+        description="mneme serve: a write that brings a text to embed waits while the vector index has more than "
+        "this many texts pending, so the index keeps up with the writes (0: never wait).",
+    )
+    index_backlog_wait: float = Field(
+        2.0, ge=0, description="The longest such a write waits before it is appended anyway (seconds)."
+    )
     profile: str = Field("native", description="Tool surface over stdio: native, or a seed contract's profile.")
     code_roots: Annotated[list[Path] | None, NoDecode] = Field(
         None,

@@ -172,10 +172,12 @@ async def start_stack(
     vectors: VectorView | bool | None = None,
     replayable: bool = False,
     local: bool = False,
+    paced: bool = False,
 ) -> Stack:
     """`replayable`: the projector listens for `mneme replay`'s swap and snapshot requests, as `mneme serve`
     does (its data directory is `data_dir`, the embedded server is `nats`). `local`: the gateway asks the
-    projector in process, as in `mneme serve` (default: over NATS, as a gateway of its own does)."""
+    projector in process, as in `mneme serve` (default: over NATS, as a gateway of its own does). `paced`:
+    writes wait for the projector's vector backlog, as in `mneme serve`."""
     s = AsyncExitStack()
     data_dir.mkdir(parents=True, exist_ok=True)
     nc = await connect(nats.url or "", "test")
@@ -198,7 +200,12 @@ async def start_stack(
     auditor = compose.auditor(nc, trail)
     await auditor.start()
     s.push_async_callback(auditor.stop)
-    gw = compose.gateway(nc, gs or GatewaySettings(), local=projector.answer_here if local else None)
+    gw = compose.gateway(
+        nc,
+        gs or GatewaySettings(),
+        local=projector.answer_here if local else None,
+        backlog=projector.index_backlog if paced else None,
+    )
     client = await s.enter_async_context(Client(build_server(gw)))
     await projector.serving.wait()
     return Stack(data_dir, nats, nc, view, projector, trail, auditor, gw, client, s)

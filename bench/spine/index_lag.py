@@ -9,7 +9,7 @@ from typing import Any
 
 from mcp import ClientSession
 
-from bench.common import log, rnd
+from bench.common import log, percentile, rnd
 from bench.spine.config import call_args
 from bench.stdio import first_text, structured
 
@@ -48,4 +48,45 @@ async def index_lag(mneme: ClientSession, texts: list[str]) -> dict[str, Any]:
     searchable_rate = n / (found - t0)
     out.update(searchable_per_s=rnd(searchable_rate, 1), searchable_vs_acked=rnd(searchable_rate / acked_rate, 3),
                lag_at_end_s=rnd(found - acked, 3))  # fmt: skip
+    return out
+
+
+async def search_while_adding(mneme: ClientSession, texts: list[str], queries: list[str]) -> dict[str, Any]:
+    """An agent that writes and searches at once, in one session: memory_add flat out, and beside it a semantic
+    search every 50 ms until the adds end. A search waits for the index to hold the session's writes
+    (read-your-writes), so its latency is the index's lag as a caller meets it; an `INDEXING` answer means
+    it fell further behind than the projector's wait allows."""
+    log(f"search while adding: {len(texts)} memory_add flat out, a semantic search every 50 ms beside them")
+    await asyncio.sleep(0.3)
+    done = asyncio.Event()
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+
+    async def searcher() -> None:
+        i = 0
+        while not done.is_set():
+            t = time.perf_counter()
+            res = await mneme.call_tool("memory_search", {"query": queries[i % len(queries)], "mode": "semantic"})
+            if res.is_error:
+                code = str(json.loads(first_text(res)).get("error", {}).get("code", "?"))
+                errors[code] = errors.get(code, 0) + 1
+            else:
+                lat.append(time.perf_counter() - t)
+            i += 1
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(searcher())
+    t0 = time.perf_counter()
+    try:
+        for text in texts:
+            structured(await mneme.call_tool("memory_add", call_args("memory_add", text)))
+    finally:
+        done.set()
+        await task
+    secs = time.perf_counter() - t0
+    out: dict[str, Any] = {"adds": len(texts), "acked_per_s": rnd(len(texts) / secs, 1), "searches": len(lat)}
+    out["search_errors"] = errors
+    if lat:
+        out.update(search_p50_ms=rnd(percentile(lat, 50) * 1000, 1), search_p95_ms=rnd(percentile(lat, 95) * 1000, 1),
+                   search_p99_ms=rnd(percentile(lat, 99) * 1000, 1))  # fmt: skip
     return out

@@ -173,6 +173,7 @@ def report(
         },
         "c_stdio": {"noop": cn, "memory_add": ca, "add_vs_noop": rnd(c_ratio, 3), "breakdown": bd},
         "index_lag": c.get("index_lag"),
+        "search_while_adding": c.get("search_while_adding"),
         "d_read_your_writes": {"inproc": d_in, "stdio": d_io},
         "e_get_at_scale": {"inproc": e_in, "stdio": e_io},
         "targets": targets,

@@ -18,7 +18,7 @@ from bench import fixtures
 from bench.common import CpuMeter, find_child, log, percentile, rnd
 from bench.fixtures import REPO
 from bench.spine.config import Config, Series, call_args, paired_ratio
-from bench.spine.index_lag import index_lag
+from bench.spine.index_lag import index_lag, search_while_adding
 from bench.stdio import NOOP_SERVER, mcp_block, mcp_session, noop_params, serve_params, server_pids, structured
 from bench.workload import Corpus
 from services.projector.memories_view import MemoriesView
@@ -110,6 +110,7 @@ async def phase_stdio(cfg: Config, root: Path, corpus: Corpus, breakdown: bool) 
         d.extra["get_p99_ms"] = percentile(d_get, 99) * 1000
 
         out["index_lag"] = await index_lag(mneme, corpus.texts(cfg.lag_n))
+        out["search_while_adding"] = await search_while_adding(mneme, corpus.texts(cfg.lag_n), corpus.texts(50))
 
         s_noop, s_add = series["noop"], series["shipped"]
         out.update(

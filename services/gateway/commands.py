@@ -36,6 +36,7 @@ from schemas.commands import (
 )
 from schemas.events import Actor, AnyEvent, Envelope, MemoryCreated, MemoryMoved, decode_envelope, encode_envelope
 from schemas.queries import GetMemory, PathOwner
+from services.gateway.pacing import IndexPacer
 from services.gateway.queries import QueryClient
 
 Clock = Callable[[], datetime]
@@ -114,12 +115,16 @@ class CommandService:
         clock: Clock = utc_now,
         max_attempts: int = 25,
         max_content: int = 65_536,
+        pacer: IndexPacer | None = None,
     ):
+        """`pacer`: a write that brings a text to embed first waits for the local vector index's backlog
+        (services/gateway/pacing.py)."""
         self.log = log
         self.queries = queries
         self.clock = clock
         self.max_attempts = max_attempts
         self.max_content = max_content
+        self.pacer = pacer
 
     def _envelope(
         self, ns: str, event: AnyEvent, actor: Actor, request_id: str, correlation_id: str | None
@@ -172,6 +177,8 @@ class CommandService:
         subject = S.memory_subject(ns, cmd.store, memory_id)
         msg_id = f"{req.key}:{memory_id}"
         store_last = 0  # the store's last sequence, as the log said when a claim lost (see _claim_expects)
+        if self.pacer is not None:
+            await self.pacer.pace()
 
         async def attempt(min_seq: int) -> Written:
             nonlocal store_last
@@ -355,6 +362,8 @@ class CommandService:
     async def update(
         self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
     ) -> Written:
+        if self.pacer is not None and cmd.content is not msgspec.UNSET:  # a new text to embed
+            await self.pacer.pace()
         return await self._change(
             cmd,
             lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content, actor=actor),

@@ -375,6 +375,18 @@ class Projector:
     def _spawn(self, coro: Any) -> None:
         self.tasks.spawn(coro)
 
+    def index_backlog(self) -> int:
+        """Texts the live vector index has yet to embed, which the gateway in this process paces its writes
+        against (services/gateway/pacing.py). 0 when there is nothing to pace against: no background index,
+        the model not ready, the log found at start still being embedded (a cold start answers INDEXING
+        rather than slow the writes), or a filler whose last model call failed (it retries; writes go on)."""
+        vectors = self.gen.vectors
+        if vectors is None or not vectors.background or not vectors.model.ready or not self.serving.is_set():
+            return 0
+        if vectors.dense_applied < self.start_target or vectors.fill_failing:
+            return 0
+        return vectors.pending_dense
+
     async def answer_here(self, query: Query) -> Reply | None:
         """A query from a gateway in this process (`mneme serve`), answered as the query plane answers it,
         without the NATS round trip; None while this projector does not serve queries (ask over NATS)."""

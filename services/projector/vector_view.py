@@ -191,6 +191,7 @@ class VectorView:
         self.dense_total = 0  # texts that waited for a dense vector, and how many got one (progress)
         self.dense_done = 0
         self.dense_rate = 0.0  # texts/s of the filler's recent model calls (an estimate for ETAs)
+        self.fill_failing = False  # the filler's last model call failed (it retries)
         self._embedding = True  # False once stopping: commits write what the cache holds, the rest stays pending
         self.save_every = 2.0
         self._saved_at = 0.0
@@ -348,6 +349,7 @@ class VectorView:
             try:
                 vectors = self._embed(chunk, embedder)
             except Exception:  # a failed model call is retried; the points stay pending meanwhile
+                self.fill_failing = True
                 log.exception("embedding %d pending texts failed; retrying", len(chunk))
                 time.sleep(1.0)
                 continue
@@ -360,6 +362,7 @@ class VectorView:
                 for pid in still:
                     del self._pending_dense[pid]
                 self.dense_done += len(still)
+                self.fill_failing = False
                 rate = len(chunk) / took
                 self.dense_rate = rate if self.dense_rate == 0 else 0.7 * self.dense_rate + 0.3 * rate
                 self._save_if_due()

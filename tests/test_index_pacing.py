@@ -1,0 +1,107 @@
+"""Writes are paced by the vector index's backlog (`mneme serve`): under sustained writes the index stays
+within about a second of them instead of falling behind without bound (services/gateway/pacing.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mneme.embedded_nats import EmbeddedNats
+from mneme.embedding import DEFAULT_MODEL, ModelHandle, OnnxEmbedder
+from mneme.settings import GatewaySettings
+from services.gateway.pacing import IndexPacer
+from tests.harness import Stack, open_vectors, start_stack
+
+pytestmark = pytest.mark.anyio
+
+
+# -- the pacer alone --------------------------------------------------------------------------------------
+
+
+async def test_a_small_backlog_does_not_wait() -> None:
+    pacer = IndexPacer(lambda: 16, backlog_max=16, max_wait=5.0)
+    t0 = time.monotonic()
+    await pacer.pace()
+    assert time.monotonic() - t0 < 0.05 and pacer.paced == 0
+
+
+async def test_a_write_waits_until_the_backlog_drains() -> None:
+    backlog = [100]
+    pacer = IndexPacer(lambda: backlog[0], backlog_max=16, max_wait=5.0)
+
+    async def drain() -> None:
+        await asyncio.sleep(0.2)
+        backlog[0] = 10
+
+    task = asyncio.create_task(drain())
+    t0 = time.monotonic()
+    await pacer.pace()
+    took = time.monotonic() - t0
+    await task
+    assert 0.18 <= took < 2.0 and pacer.paced == 1
+
+
+async def test_the_wait_is_bounded_and_zero_turns_it_off() -> None:
+    pacer = IndexPacer(lambda: 10_000, backlog_max=16, max_wait=0.2)
+    t0 = time.monotonic()
+    await pacer.pace()  # a backlog that never drains (a stuck model): the write goes on after max_wait
+    assert 0.18 <= time.monotonic() - t0 < 1.5 and pacer.paced == 1
+    off = IndexPacer(lambda: 10_000, backlog_max=0, max_wait=5.0)
+    t0 = time.monotonic()
+    await off.pace()
+    assert time.monotonic() - t0 < 0.05 and off.paced == 0
+
+
+# -- the whole stack, with a model slower than the writes --------------------------------------------------
+
+
+class SlowEmbedder:
+    """The real model, 20 ms a text slower: a busy two-core machine's rate, slower than the writes."""
+
+    def __init__(self) -> None:
+        self.inner = OnnxEmbedder(DEFAULT_MODEL)
+        self.model_id, self.dim = self.inner.model_id, self.inner.dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        time.sleep(0.02 * len(texts))
+        return self.inner.embed(texts)
+
+
+async def burst(stack: Stack, n: int) -> float:
+    """n memory_add one after the other, then the seconds until the vector index has embedded them all."""
+    for i in range(n):
+        await stack.call("memory_add", content=f"paced memory {i}: the cyclist {i * 7919 % 1000} likes route {i % 17}")
+    head = await stack.last_seq()
+    acked = time.monotonic()
+    vectors, follower = stack.projector.gen.vectors, stack.projector.vector_follower
+    assert vectors is not None and follower is not None
+    while (follower.committed < head or vectors.pending_dense) and time.monotonic() - acked < 60:
+        await asyncio.sleep(0.02)
+    return time.monotonic() - acked
+
+
+@pytest.mark.parametrize("backlog_max", [8, 0])
+async def test_sustained_writes_keep_the_index_within_a_second(
+    tmp_path: Path, nats_server: EmbeddedNats, backlog_max: int
+) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    slow = ModelHandle(DEFAULT_MODEL, factory=SlowEmbedder).start()
+    assert await asyncio.to_thread(slow.wait, 60)
+    gs = GatewaySettings(index_backlog_max=backlog_max)
+    stack = await start_stack(data, nats_server, gs, vectors=open_vectors(data, slow), local=True, paced=True)
+    try:
+        lag = await burst(stack, 300)
+        pacer = stack.gateway.commands.pacer
+        if backlog_max:
+            assert pacer is not None and pacer.paced > 0  # writes waited for the index
+            assert lag < 2.0, f"the index was {lag:.1f} s behind the last write"
+        else:  # the same burst unpaced leaves the index seconds behind (what pacing prevents)
+            assert pacer is None
+            assert lag > 2.0, f"unpaced, the index was only {lag:.1f} s behind: the model is not slower here"
+    finally:
+        await stack.close()
