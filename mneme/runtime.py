@@ -154,8 +154,11 @@ def auditor_figures(a: Auditor) -> dict[str, Any]:
 
 
 def gateway_figures(gw: Gateway) -> dict[str, Any]:
-    lim = gw.limits
-    return {"gateway": {"calls": lim.calls, "rate_limited": lim.refused, "in_flight": lim.in_flight}}
+    lim, pacer = gw.limits, gw.commands.pacer
+    out: dict[str, Any] = {"calls": lim.calls, "rate_limited": lim.refused, "in_flight": lim.in_flight}
+    if pacer is not None:  # writes that waited for the vector index, and how long in all
+        out |= {"paced_writes": pacer.paced, "paced_wait_s": round(pacer.waited_s, 3)}
+    return {"gateway": out}
 
 
 def http_listener(gs: GatewaySettings, listener: socket.socket | None) -> socket.socket | None:

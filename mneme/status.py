@@ -238,8 +238,10 @@ def render(d: dict[str, Any]) -> str:
                         f"{f['lag_seconds']} s, dead letters {f['dead_letters']}"
                     )
         if gw := svc.get("gateway"):
+            paced = f", {gw['paced_writes']} writes paced by the index" if gw.get("paced_writes") else ""
             lines.append(
                 f"    gateway: {gw['calls']} calls, {gw['in_flight']} in flight, {gw['rate_limited']} rate-limited"
+                + paced
             )
     p = d["projector"]
     if p and "error" not in p:

@@ -12,6 +12,7 @@ import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle, OnnxEmbedder
+from mneme.runtime import gateway_figures
 from mneme.settings import GatewaySettings
 from services.gateway.pacing import IndexPacer
 from tests.harness import Stack, open_vectors, start_stack
@@ -99,6 +100,7 @@ async def test_sustained_writes_keep_the_index_within_a_second(
         pacer = stack.gateway.commands.pacer
         if backlog_max:
             assert pacer is not None and pacer.paced > 0  # writes waited for the index
+            assert gateway_figures(stack.gateway)["gateway"]["paced_writes"] == pacer.paced  # in mneme status
             assert lag < 2.0, f"the index was {lag:.1f} s behind the last write"
         else:  # the same burst unpaced leaves the index seconds behind (what pacing prevents)
             assert pacer is None
