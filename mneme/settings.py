@@ -153,11 +153,11 @@ class ProjectorSettings(BaseSettings):
     embedding_model: str = Field("paraphrase-minilm-l3", description="Embedding model (see docs/architecture.md).")
     embedding_threads: int | None = Field(None, ge=1, le=64, description="onnxruntime threads; unset = up to 2.")
     embedding_nice: int = Field(
-        0,
+        10,
         ge=0,
         le=19,
-        description="Nice value of the embedding threads (Linux). 0: embedding shares the cores with serving, so "
-        "the index keeps up with writes; higher: faster write acknowledgements, the index falls behind.",
+        description="Nice value of the embedding threads (Linux): tool calls first, embedding on the cores they "
+        "leave (in mneme serve writes are paced by the index, so it keeps up either way); 0: share equally.",
     )
     embedding_cache: str = Field("embeddings.sqlite", description="Embedding cache file under the data directory.")
     vector_batch_max: int = Field(2000, ge=1, description="Most events folded into the vector index per commit.")
