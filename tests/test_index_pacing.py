@@ -107,3 +107,94 @@ async def test_sustained_writes_keep_the_index_within_a_second(
             assert lag > 2.0, f"unpaced, the index was only {lag:.1f} s behind: the model is not slower here"
     finally:
         await stack.close()
+
+
+# -- when there is nothing to pace against -----------------------------------------------------------------
+
+
+class Failing:
+    """The real model's shape; every call but the warm-up fails (a broken model: the filler retries)."""
+
+    def __init__(self) -> None:
+        self.inner = OnnxEmbedder(DEFAULT_MODEL)
+        self.model_id, self.dim = self.inner.model_id, self.inner.dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if texts == ["warm up"]:
+            return self.inner.embed(texts)
+        raise RuntimeError("the model is broken")
+
+
+async def timed_add(stack: Stack, content: str) -> float:
+    t0 = time.monotonic()
+    await stack.call("memory_add", content=content)
+    return time.monotonic() - t0
+
+
+async def test_a_failing_model_does_not_slow_the_writes(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    broken = ModelHandle(DEFAULT_MODEL, factory=Failing).start()
+    assert await asyncio.to_thread(broken.wait, 60)
+    gs = GatewaySettings(index_backlog_max=4, index_backlog_wait=2.0)
+    stack = await start_stack(data, nats_server, gs, vectors=open_vectors(data, broken), local=True, paced=True)
+    try:
+        vectors = stack.projector.gen.vectors
+        assert vectors is not None
+        for i in range(10):
+            await stack.call("memory_add", content=f"unembeddable memory {i} about the orchard")
+        for _ in range(200):  # the filler's first model call fails
+            if vectors.fill_failing and vectors.pending_dense > 4:
+                break
+            await asyncio.sleep(0.05)
+        assert vectors.fill_failing and vectors.pending_dense > 4
+        assert stack.projector.index_backlog() == 0  # nothing to pace against
+        took = [await timed_add(stack, f"another memory {i} about the orchard") for i in range(5)]
+        assert max(took) < 1.0, f"writes waited for a broken model: {took}"
+    finally:
+        await stack.close()
+
+
+async def test_a_cold_start_does_not_slow_the_writes(tmp_path: Path, nats_server: EmbeddedNats) -> None:
+    first = await start_stack(tmp_path / "first", nats_server, vectors=True)
+    try:
+        for i in range(40):
+            await first.call("memory_add", content=f"Fact {i}: the lighthouse keeper logs storm {i}")
+    finally:
+        await first.close()
+    # a new replica: the whole log to embed, a model that embeds only when the test says so
+    gate = asyncio.Event()
+    inner = OnnxEmbedder(DEFAULT_MODEL)
+
+    class Gated:
+        model_id, dim = inner.model_id, inner.dim
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            if texts != ["warm up"]:
+                deadline = time.monotonic() + 60
+                while not gate.is_set() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return inner.embed(texts)
+
+    handle = ModelHandle(DEFAULT_MODEL, factory=Gated).start()
+    assert await asyncio.to_thread(handle.wait, 60)
+    data = tmp_path / "replica"
+    data.mkdir()
+    gs = GatewaySettings(index_backlog_max=4, index_backlog_wait=2.0)
+    stack = await start_stack(data, nats_server, gs, vectors=open_vectors(data, handle), local=True, paced=True)
+    try:
+        vectors = stack.projector.gen.vectors
+        assert vectors is not None
+        for _ in range(200):  # the log found at start is folded and waits for its dense vectors
+            if vectors.pending_dense >= 40:
+                break
+            await asyncio.sleep(0.05)
+        assert vectors.pending_dense >= 40 and vectors.dense_applied < stack.projector.start_target
+        assert stack.projector.index_backlog() == 0  # a cold start answers INDEXING; it does not slow writes
+        took = [await timed_add(stack, f"a new memory {i} about the harbour") for i in range(5)]
+        assert max(took) < 1.0, f"writes waited for a cold start's embedding: {took}"
+        pacer = stack.gateway.commands.pacer
+        assert pacer is not None and pacer.paced == 0
+    finally:
+        gate.set()
+        await stack.close()
