@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from contextlib import AsyncExitStack
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from nats.aio.client import Client as NATS
@@ -150,6 +152,45 @@ def shared_model() -> ModelHandle:
     if _MODEL is None:
         _MODEL = ModelHandle(DEFAULT_MODEL).start()
     return _MODEL
+
+
+class SlowEmbedder:
+    """The real model, `delay` seconds a text slower: a busy machine's rate, so a backlog takes long to embed."""
+
+    def __init__(self, delay: float) -> None:
+        model = shared_model()
+        assert model.wait(60), "the embedding model did not load"
+        self.real, self.delay = model.get(), delay
+        self.model_id, self.dim = self.real.model_id, self.real.dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        time.sleep(self.delay * len(texts))
+        return self.real.embed(texts)
+
+
+class Gated:
+    """The real embedder; every call but the warm-up waits until the gate opens."""
+
+    def __init__(self) -> None:
+        model = shared_model()
+        assert model.wait(60), "the embedding model did not load"
+        self.real = model.get()
+        self.model_id, self.dim = self.real.model_id, self.real.dim
+        self.gate = threading.Event()
+        self.texts = 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if texts != ["warm up"]:
+            assert self.gate.wait(60), "the test never opened the gate"
+            self.texts += len(texts)
+        return self.real.embed(texts)
+
+
+def model_of(embedder: Any) -> ModelHandle:
+    """A loaded ModelHandle over a test embedder (SlowEmbedder, Gated...)."""
+    handle = ModelHandle(DEFAULT_MODEL, factory=lambda: embedder).start()
+    assert handle.wait(60), "the embedding model did not load"
+    return handle
 
 
 def open_vectors(data_dir: Path, model: ModelHandle | None = None, *, background: bool = True) -> VectorView:

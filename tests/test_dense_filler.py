@@ -6,43 +6,21 @@ test opens."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from mneme.embedded_nats import EmbeddedNats
-from mneme.embedding import DEFAULT_MODEL, ModelHandle
-from tests.harness import Stack, ToolFailure, open_vectors, shared_model, start_stack
+from mneme.embedding import ModelHandle
+from tests.harness import Gated, Stack, ToolFailure, model_of, open_vectors, start_stack
 
 pytestmark = pytest.mark.anyio
 
 
-class Gated:
-    """The real embedder; every call but the warm-up waits until the gate opens."""
-
-    def __init__(self) -> None:
-        model = shared_model()
-        assert model.wait(60), "the embedding model did not load"
-        self.real = model.get()
-        self.model_id, self.dim = self.real.model_id, self.real.dim
-        self.gate = threading.Event()
-        self.texts = 0
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        if texts != ["warm up"]:
-            assert self.gate.wait(60), "the test never opened the gate"
-            self.texts += len(texts)
-        return self.real.embed(texts)
-
-
 def gated_model() -> tuple[ModelHandle, Gated]:
     gated = Gated()
-    handle = ModelHandle(DEFAULT_MODEL, factory=lambda: gated).start()
-    assert handle.wait(60)
-    return handle, gated
+    return model_of(gated), gated
 
 
 async def gated_stack(data_dir: Path, nats: EmbeddedNats) -> tuple[Stack, Gated]:

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from mneme.embedded_nats import EmbeddedNats
-from mneme.embedding import DEFAULT_MODEL, ModelHandle, OnnxEmbedder
 from mneme.runtime import gateway_figures
 from mneme.settings import GatewaySettings
 from services.gateway.pacing import IndexPacer
-from tests.harness import Stack, open_vectors, start_stack
+from tests.harness import Gated, SlowEmbedder, Stack, model_of, open_vectors, start_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -60,18 +59,6 @@ async def test_the_wait_is_bounded_and_zero_turns_it_off() -> None:
 # -- the whole stack, with a model slower than the writes --------------------------------------------------
 
 
-class SlowEmbedder:
-    """The real model, 20 ms a text slower: a busy two-core machine's rate, slower than the writes."""
-
-    def __init__(self) -> None:
-        self.inner = OnnxEmbedder(DEFAULT_MODEL)
-        self.model_id, self.dim = self.inner.model_id, self.inner.dim
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        time.sleep(0.02 * len(texts))
-        return self.inner.embed(texts)
-
-
 async def burst(stack: Stack, n: int) -> float:
     """n memory_add one after the other, then the seconds until the vector index has embedded them all."""
     for i in range(n):
@@ -91,8 +78,7 @@ async def test_sustained_writes_keep_the_index_within_a_second(
 ) -> None:
     data = tmp_path / "d"
     data.mkdir()
-    slow = ModelHandle(DEFAULT_MODEL, factory=SlowEmbedder).start()
-    assert await asyncio.to_thread(slow.wait, 60)
+    slow = await asyncio.to_thread(model_of, SlowEmbedder(0.02))  # 20 ms a text: slower than the writes
     gs = GatewaySettings(index_backlog_max=backlog_max)
     stack = await start_stack(data, nats_server, gs, vectors=open_vectors(data, slow), local=True, paced=True)
     try:
@@ -112,16 +98,12 @@ async def test_sustained_writes_keep_the_index_within_a_second(
 # -- when there is nothing to pace against -----------------------------------------------------------------
 
 
-class Failing:
+class Failing(SlowEmbedder):
     """The real model's shape; every call but the warm-up fails (a broken model: the filler retries)."""
-
-    def __init__(self) -> None:
-        self.inner = OnnxEmbedder(DEFAULT_MODEL)
-        self.model_id, self.dim = self.inner.model_id, self.inner.dim
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if texts == ["warm up"]:
-            return self.inner.embed(texts)
+            return self.real.embed(texts)
         raise RuntimeError("the model is broken")
 
 
@@ -134,8 +116,7 @@ async def timed_add(stack: Stack, content: str) -> float:
 async def test_a_failing_model_does_not_slow_the_writes(tmp_path: Path, nats_server: EmbeddedNats) -> None:
     data = tmp_path / "d"
     data.mkdir()
-    broken = ModelHandle(DEFAULT_MODEL, factory=Failing).start()
-    assert await asyncio.to_thread(broken.wait, 60)
+    broken = await asyncio.to_thread(model_of, Failing(0.0))
     gs = GatewaySettings(index_backlog_max=4, index_backlog_wait=2.0)
     stack = await start_stack(data, nats_server, gs, vectors=open_vectors(data, broken), local=True, paced=True)
     try:
@@ -163,21 +144,8 @@ async def test_a_cold_start_does_not_slow_the_writes(tmp_path: Path, nats_server
     finally:
         await first.close()
     # a new replica: the whole log to embed, a model that embeds only when the test says so
-    gate = asyncio.Event()
-    inner = OnnxEmbedder(DEFAULT_MODEL)
-
-    class Gated:
-        model_id, dim = inner.model_id, inner.dim
-
-        def embed(self, texts: list[str]) -> np.ndarray:
-            if texts != ["warm up"]:
-                deadline = time.monotonic() + 60
-                while not gate.is_set() and time.monotonic() < deadline:
-                    time.sleep(0.01)
-            return inner.embed(texts)
-
-    handle = ModelHandle(DEFAULT_MODEL, factory=Gated).start()
-    assert await asyncio.to_thread(handle.wait, 60)
+    gated = Gated()
+    handle = await asyncio.to_thread(model_of, gated)
     data = tmp_path / "replica"
     data.mkdir()
     gs = GatewaySettings(index_backlog_max=4, index_backlog_wait=2.0)
@@ -196,5 +164,5 @@ async def test_a_cold_start_does_not_slow_the_writes(tmp_path: Path, nats_server
         pacer = stack.gateway.commands.pacer
         assert pacer is not None and pacer.paced == 0
     finally:
-        gate.set()
+        gated.gate.set()
         await stack.close()

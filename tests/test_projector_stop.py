@@ -7,33 +7,18 @@ import asyncio
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from mneme.embedded_nats import EmbeddedNats
-from mneme.embedding import DEFAULT_MODEL, ModelHandle, OnnxEmbedder
-from tests.harness import open_vectors, shared_model, start_stack
+from tests.harness import SlowEmbedder, model_of, open_vectors, shared_model, start_stack
 
 pytestmark = pytest.mark.anyio
-
-
-class SlowEmbedder:
-    """The real model, 10 ms a text slower: a busy machine's rate, so a backlog takes long to embed."""
-
-    def __init__(self) -> None:
-        self.inner = OnnxEmbedder(DEFAULT_MODEL)
-        self.model_id, self.dim = self.inner.model_id, self.inner.dim
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        time.sleep(0.01 * len(texts))
-        return self.inner.embed(texts)
 
 
 async def test_stop_does_not_wait_for_a_backlogs_embeddings(tmp_path: Path, nats_server: EmbeddedNats) -> None:
     data = tmp_path / "d"
     data.mkdir()
-    slow = ModelHandle(DEFAULT_MODEL, factory=SlowEmbedder).start()
-    assert await asyncio.to_thread(slow.wait, 60)
+    slow = await asyncio.to_thread(model_of, SlowEmbedder(0.01))  # 10 ms a text slower
     stack = await start_stack(data, nats_server, vectors=open_vectors(data, slow))
     n = 1200
     try:
