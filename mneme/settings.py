@@ -183,7 +183,7 @@ class AuditorSettings(BaseSettings):
         0.1,
         ge=0,
         le=60,
-        description="The same for read records (`mneme auditor`; in `mneme serve` the trail's read records "
-        "commit with the projector's, MNEME_PROJECTOR_ACCESS_LINGER).",
+        description="The same for read records (the auditor follows the access stream itself, in `mneme auditor` "
+        "and in `mneme serve`; an audit query commits what it waits for at once).",
     )
     db_name: str = "audit.duckdb"

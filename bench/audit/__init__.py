@@ -19,9 +19,8 @@ Two phases, each against its own embedded nats-server on 127.0.0.1 (streams from
       counted afterwards, and asked one audit query for the last write) and a probe auditor
       (`python -m bench.audit --probe-auditor`: the Auditor's two followers with AuditorSettings
       defaults, around a trail that notes when each commit finished) each run in their own process;
-    (1b) serve: this process holds the gateway and a projector whose followers also feed the trail,
-      with an Auditor answering audit queries through them, wired as in `mneme serve`; nothing else
-      follows the log.
+    (1b) serve: this process holds the gateway, a projector, and an Auditor whose own two followers
+      fold the log into the trail and which answers audit queries, wired as in `mneme serve`.
     Lag of a record = wall time its commit finished − the log's timestamp for it (`recorded_at`, the
     stream's own time). DuckDB lets one process hold a file, so the probe notes (first, last trail
     sequence, wall time) per commit and the lags are read from the file after it closes. Floor: the
