@@ -380,8 +380,8 @@ class Projector:
         against (services/gateway/pacing.py). 0 when there is nothing to pace against: no background index,
         the model not ready, the log found at start still being embedded (a cold start answers INDEXING
         rather than slow the writes), or a filler whose last model call failed (it retries; writes go on)."""
-        vectors = self.gen.vectors
-        if vectors is None or not vectors.background or not vectors.model.ready or not self.serving.is_set():
+        vectors = _embedding_in_background(self.gen)
+        if vectors is None or not self.serving.is_set():
             return 0
         if vectors.dense_applied < self.start_target or vectors.fill_failing:
             return 0
@@ -504,8 +504,8 @@ class Projector:
         projector is still embedding the log it found at start (a new replica, a rebuild) it answers INDEXING
         at once, with progress, rather than hold the caller; after that it waits up to wait_timeout for the
         writes it must see, then answers INDEXING."""
-        vectors = gen.vectors
-        if vectors is None or not vectors.background or not vectors.model.ready:
+        vectors = _embedding_in_background(gen)
+        if vectors is None:
             return  # without a model the search itself answers EMBEDDING_MODEL_LOADING
         floor = self.start_target
         if vectors.dense_applied < floor:
@@ -599,6 +599,13 @@ def _swap_failed(exc: Exception) -> SwapReply:  # reported to the replay command
 
 def _snapshot_failed(exc: Exception) -> SnapshotReply:  # reported to the snapshot command
     return SnapshotReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def _embedding_in_background(gen: Generation) -> VectorView | None:
+    """The generation's vector index when a filler embeds for it in the background with a model that is ready
+    (what a semantic search waits for, and what writes in serve are paced against); else None."""
+    v = gen.vectors
+    return v if v is not None and v.background and v.model.ready else None
 
 
 def close_generation(gen: Generation) -> None:
