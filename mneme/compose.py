@@ -35,7 +35,7 @@ from services.auditor.trail import Trail
 from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
-from services.gateway.pacing import Backlog, IndexPacer
+from services.gateway.pacing import IndexPacer, LocalIndex
 from services.gateway.queries import Local, QueryClient
 from services.gateway.rate_limits import Limits
 from services.projector.code_view import CodeView
@@ -283,17 +283,22 @@ def auditor(nc: NATS, trail: Trail, aus: AuditorSettings | None = None) -> Audit
 
 
 def gateway(
-    nc: NATS, gs: GatewaySettings | None = None, *, local: Local | None = None, backlog: Backlog | None = None
+    nc: NATS, gs: GatewaySettings | None = None, *, local: Local | None = None, paced_by: LocalIndex | None = None
 ) -> Gateway:
     """The MCP gateway's core (tools are served over it by services.gateway.server / mneme.mcp_serve).
-    `local`: the projector of this process, asked without a NATS round trip, and `backlog`: its vector index's
-    texts still to embed, which writes are paced against (`mneme serve`)."""
+    `local`: the projector of this process, asked without a NATS round trip, and `paced_by`: that projector,
+    whose vector index's backlog writes are paced against (`mneme serve`)."""
     gs = gs or GatewaySettings()
     elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
     queries = QueryClient(nc, timeout=gs.query_timeout, local=local)
     pacer = None
-    if backlog is not None and gs.index_backlog_max > 0:
-        pacer = IndexPacer(backlog, backlog_max=gs.index_backlog_max, max_wait=gs.index_backlog_wait)
+    if paced_by is not None and gs.index_backlog_max > 0:
+        pacer = IndexPacer(
+            paced_by.index_backlog,
+            nudge=paced_by.index_nudge,
+            backlog_max=gs.index_backlog_max,
+            max_wait=gs.index_backlog_wait,
+        )
     commands = CommandService(elog, queries, max_content=gs.max_content_chars, pacer=pacer)
     principal = Principal(
         agent_id=gs.agent_id,

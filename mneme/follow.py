@@ -119,6 +119,11 @@ class LogFollower:
     def applied(self) -> int:
         return self.staged
 
+    @property
+    def received(self) -> int:
+        """The last sequence received (queued, staged or committed)."""
+        return self._last_seen
+
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="log-follower")
         await self._subscribe(self.committed + 1)

@@ -54,7 +54,7 @@ async def serve(
         auditor = compose.auditor(nc, trail, aus)
         await auditor.start()
         stack.push_async_callback(auditor.stop)
-        gw = compose.gateway(nc, gs, local=projector.answer_here, backlog=projector.index_backlog)
+        gw = compose.gateway(nc, gs, local=projector.answer_here, paced_by=projector)
         await beat(stack, nc, "serve", core, lambda: projector_figures(projector) | auditor_figures(auditor)
                    | gateway_figures(gw))  # fmt: skip
         mcp = Mcp(gw, gs, listener)

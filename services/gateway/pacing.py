@@ -13,13 +13,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 Backlog = Callable[[], int]  # texts the index has yet to embed (0: nothing to pace against)
 
 
+class LocalIndex(Protocol):  # the projector in this process (services/projector/service.py)
+    def index_backlog(self) -> int: ...
+
+    def index_nudge(self) -> None: ...
+
+
 class IndexPacer:
-    def __init__(self, backlog: Backlog, *, backlog_max: int = 16, max_wait: float = 2.0, poll: float = 0.005):
+    def __init__(
+        self,
+        backlog: Backlog,
+        *,
+        nudge: Callable[[], None] | None = None,
+        backlog_max: int = 16,
+        max_wait: float = 2.0,
+        poll: float = 0.005,
+    ):
+        """`nudge`: called when a write starts to wait (the projector commits what it holds at once)."""
         self.backlog = backlog
+        self.nudge = nudge
         self.backlog_max = backlog_max
         self.max_wait = max_wait
         self.poll = poll
@@ -32,6 +49,8 @@ class IndexPacer:
             return
         t0 = time.monotonic()
         deadline = t0 + self.max_wait
+        if self.nudge is not None:
+            self.nudge()
         while self.backlog() > self.backlog_max and time.monotonic() < deadline:
             await asyncio.sleep(self.poll)
         self.paced += 1

@@ -376,16 +376,30 @@ class Projector:
         self.tasks.spawn(coro)
 
     def index_backlog(self) -> int:
-        """Texts the live vector index has yet to embed, which the gateway in this process paces its writes
-        against (services/gateway/pacing.py). 0 when there is nothing to pace against: no background index,
-        the model not ready, the log found at start still being embedded (a cold start answers INDEXING
-        rather than slow the writes), or a filler whose last model call failed (it retries; writes go on)."""
+        """Texts the live vector index has yet to start embedding, which the gateway in this process paces
+        its writes against (services/gateway/pacing.py): events the vector follower has received but not
+        committed (each may bring a text; a commit is what hands them to the filler) plus committed texts
+        the filler has not started on. The chunk being embedded is not counted, so writes fill the next
+        chunk meanwhile and the model never waits for them. Counting only committed texts let ~100 writes
+        through during one commit linger (then the index was seconds behind).
+        0 when there is nothing to pace against: no background index, the model not ready, the log found at
+        start still being embedded (a cold start answers INDEXING rather than slow the writes), or a filler
+        whose last model call failed (it retries; writes go on)."""
         vectors = _embedding_in_background(self.gen)
-        if vectors is None or not self.serving.is_set():
+        follower = self.gen.vector_follower
+        if vectors is None or follower is None or not self.serving.is_set():
             return 0
         if vectors.dense_applied < self.start_target or vectors.fill_failing:
             return 0
-        return vectors.pending_dense
+        uncommitted = follower.received - max(follower.committed, vectors.committed)  # (the view's is set first)
+        return vectors.queued_dense + max(0, uncommitted)
+
+    def index_nudge(self) -> None:
+        """A write waits for the index backlog: commit what the vector follower holds now, not after its
+        linger, so an idle filler can start on it."""
+        follower = self.gen.vector_follower
+        if follower is not None and follower.received > follower.committed:
+            follower.request_commit()
 
     async def answer_here(self, query: Query) -> Reply | None:
         """A query from a gateway in this process (`mneme serve`), answered as the query plane answers it,

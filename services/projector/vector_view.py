@@ -192,6 +192,7 @@ class VectorView:
         self.dense_done = 0
         self.dense_rate = 0.0  # texts/s of the filler's recent model calls (an estimate for ETAs)
         self.fill_failing = False  # the filler's last model call failed (it retries)
+        self._in_flight = 0  # pending texts the filler is embedding right now (still in _pending_dense)
         self._embedding = True  # False once stopping: commits write what the cache holds, the rest stays pending
         self.save_every = 2.0
         self._saved_at = 0.0
@@ -337,18 +338,22 @@ class VectorView:
                 if self._closed:
                     return
                 chunk = dict(itertools.islice(((pid, t) for pid, (t, _) in self._pending_dense.items()), EMBED_CHUNK))
+                self._in_flight = len(chunk)
             try:
                 embedder = self.model.get()
             except ModelLoading:
+                self._in_flight = 0
                 self.model.wait(1.0)
                 continue
             except ModelUnavailable:
+                self._in_flight = 0
                 time.sleep(1.0)
                 continue
             t0 = time.monotonic()
             try:
                 vectors = self._embed(chunk, embedder)
             except Exception:  # a failed model call is retried; the points stay pending meanwhile
+                self._in_flight = 0
                 self.fill_failing = True
                 log.exception("embedding %d pending texts failed; retrying", len(chunk))
                 time.sleep(1.0)
@@ -361,6 +366,7 @@ class VectorView:
                 self.index.set_dense(still)
                 for pid in still:
                     del self._pending_dense[pid]
+                self._in_flight = 0
                 self.dense_done += len(still)
                 self.fill_failing = False
                 rate = len(chunk) / took
@@ -419,6 +425,11 @@ class VectorView:
     @property
     def pending_dense(self) -> int:
         return len(self._pending_dense)
+
+    @property
+    def queued_dense(self) -> int:
+        """Pending texts the filler has not started on (those it is embedding now are not counted)."""
+        return max(0, len(self._pending_dense) - self._in_flight)
 
     def _vectors(self, texts: dict[str, str], use_model: bool = True) -> tuple[dict[str, list[float]], dict[str, str]]:
         """Dense vectors for {point id: text}: cache first, then the model (unless `use_model` is False).
