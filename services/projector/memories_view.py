@@ -127,6 +127,8 @@ def one_row(cur: duckdb.DuckDBPyConnection, sql: str, args: object = None) -> tu
 
 
 SMALL_BATCH = 64  # rows below which insert_rows appends instead of scanning columns
+CATCH_UP_EVENTS = 1000  # a commit of this many events or more: catching up (see MemoriesView._pace_checkpoints)
+CATCH_UP_WAL = "256MiB"  # the WAL DuckDB lets grow before a checkpoint while catching up
 
 
 def insert_rows(cur: duckdb.DuckDBPyConnection, table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
@@ -244,6 +246,8 @@ class MemoriesView:
         )
         self._write = self.con.cursor()
         self._write.execute("SET TimeZone = 'UTC'")
+        self._live_threshold = one_row(self.con, "SELECT current_setting('checkpoint_threshold')")[0]
+        self._catching_up = False
         self._local = threading.local()
         self._lock = threading.Lock()
         row = self.con.execute("SELECT seq FROM checkpoints WHERE name = ?", [CHECKPOINT]).fetchone()
@@ -485,12 +489,25 @@ class MemoriesView:
                 del found[mid]  # staged content no longer holds it
         return sorted(found.items())
 
+    def _pace_checkpoints(self, events: int) -> None:
+        """A commit of CATCH_UP_EVENTS or more is a catch-up (a replay, a new replica, a restart behind the
+        log): DuckDB then checkpoints its WAL into the file at 256 MB instead of every 16 MB, since every
+        automatic checkpoint rewrites the tables' indexes whole (a 100,000-event fold: COMMIT 16.8 -> 7.6 us
+        an event, 1.4 -> 3.5 us for the checkpoint at the end). The first small commit after it sets the
+        usual threshold back, and DuckDB checkpoints the catch-up's WAL at that commit."""
+        catching_up = events >= CATCH_UP_EVENTS
+        if catching_up != self._catching_up:
+            self._catching_up = catching_up
+            limit = CATCH_UP_WAL if catching_up else self._live_threshold
+            self._write.execute(f"SET checkpoint_threshold = '{limit}'")
+
     def commit(self) -> int:
         """Write everything staged and the checkpoint in one transaction. Returns the checkpoint."""
         st, last = self._st, self.staged
         if last == self.checkpoint:
             return last
         w = self._write
+        self._pace_checkpoints(len(st.versions))
         w.execute("BEGIN TRANSACTION")
         try:
             replace = [i for i in st.states if i in st.in_db]
