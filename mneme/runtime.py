@@ -52,7 +52,7 @@ async def serve(
         stack.callback(trail.close)
         projector = await start_projector(stack, core, ps, nc, log_nc=log_nc)
         auditor = compose.auditor(nc, trail, aus)
-        await auditor.start()
+        await auditor.start(after=projector.serving)  # a cold start folds the rows first (Auditor.start)
         stack.push_async_callback(auditor.stop)
         gw = compose.gateway(nc, gs, local=projector.answer_here, paced_by=projector)
         await beat(stack, nc, "serve", core, lambda: projector_figures(projector) | auditor_figures(auditor)

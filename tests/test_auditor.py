@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -76,3 +77,41 @@ async def test_tampering_is_named_by_audit_verify(stack: Stack) -> None:
     con.execute("DELETE FROM audit_trail WHERE trail_seq = 9")
     con.close()
     assert verify() == {"records": 8, "ok": False, "first_broken_seq": 10, "exit": 1}
+
+
+async def test_a_held_auditor_follows_once_released(stack: Stack, tmp_path: Path) -> None:
+    """`mneme serve` holds the trail's catch-up until the rows have caught up (Auditor.start(after=...))."""
+    await _writes(stack, 6, "held")
+    head = await stack.last_seq()
+    trail = Trail(str(tmp_path / "held.duckdb"))
+    auditor = compose.auditor(stack.nc, trail)
+    released = asyncio.Event()
+    await auditor.start(after=released)
+    try:
+        await asyncio.sleep(0.5)
+        assert auditor.follower.committed == 0 and trail.verify() == (0, None)  # nothing followed yet
+        released.set()
+        assert await auditor.follower.wait_for(head, 10)
+        assert trail.verify() == (head, None)
+    finally:
+        await auditor.stop()
+        trail.close()
+
+
+async def test_a_held_auditor_follows_after_at_most_and_stops_while_held(stack: Stack, tmp_path: Path) -> None:
+    await _writes(stack, 3, "late")
+    head = await stack.last_seq()
+    trail = Trail(str(tmp_path / "late.duckdb"))
+    auditor = compose.auditor(stack.nc, trail)
+    await auditor.start(after=asyncio.Event(), at_most=0.3)  # never set: the trail follows after 0.3 s
+    try:
+        assert await auditor.follower.wait_for(head, 10)
+    finally:
+        await auditor.stop()
+        trail.close()
+    never = Trail(str(tmp_path / "never.duckdb"))
+    held = compose.auditor(stack.nc, never)
+    await held.start(after=asyncio.Event(), at_most=60)
+    await asyncio.wait_for(held.stop(), 10)  # a stop while held does not wait for the hold
+    assert held.follower.committed == 0
+    never.close()
