@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +58,15 @@ def open_view(path: Path, embedder: Hashing) -> VectorView:
     return VectorView(EdgeIndex(path / "v", DIM), model_of(embedder), EmbeddingCache(path / "c.sqlite"))
 
 
+@contextmanager
+def opened(path: Path, embedder: Hashing) -> Iterator[VectorView]:
+    view = open_view(path, embedder)
+    try:
+        yield view
+    finally:
+        view.close()
+
+
 def fold(view: VectorView, events: list[Positioned], plan: list[tuple[list[int], bool]]) -> None:
     for ix, commit in plan:
         view.stage([events[i] for i in ix], events[ix[-1]].seq)
@@ -82,21 +93,17 @@ def test_prefetched_points_carry_their_own_vectors_and_each_text_is_embedded_onc
     monkeypatch.setattr(vector_view, "PREFETCH_CHUNK", 3)  # many chunks per commit
     events = history(seed, 80)
     embedder = Hashing()
-    view = open_view(tmp_path, embedder)
-    try:
+    with opened(tmp_path, embedder) as view:
         fold(view, events, cuts(random.Random(seed), len(events)))
         assert check_points(view, events) > 0
         assert len(embedder.texts) == len(set(embedder.texts)), "a text was embedded twice"
         assert view.embedded == len(embedder.texts) and view.pending_dense == 0
-    finally:
-        view.close()
 
 
 def test_the_model_starts_on_a_batch_before_its_commit(tmp_path: Path) -> None:
     events = history(5, 30)
     embedder = Hashing()
-    view = open_view(tmp_path, embedder)
-    try:
+    with opened(tmp_path, embedder) as view:
         view.stage(events, events[-1].seq)
         for _ in range(500):  # the prefetch thread embeds while nothing has asked for a commit
             if embedder.texts:
@@ -106,22 +113,17 @@ def test_the_model_starts_on_a_batch_before_its_commit(tmp_path: Path) -> None:
         view.commit()
         assert len(embedder.texts) == len(set(embedder.texts)), "the commit embedded the prefetched texts again"
         check_points(view, events)
-    finally:
-        view.close()
 
 
 def test_a_failed_prefetch_is_embedded_by_the_commit(tmp_path: Path) -> None:
     events = history(11, 40)
     embedder = Hashing(fail_calls=1)  # the prefetch's call fails; the commit's own call works
-    view = open_view(tmp_path, embedder)
-    try:
+    with opened(tmp_path, embedder) as view:
         view.stage(events, events[-1].seq)
         view.commit()
         assert embedder.calls >= 2
         check_points(view, events)
         assert view.pending_dense == 0
-    finally:
-        view.close()
 
 
 def test_closing_while_a_prefetch_waits_on_the_model_does_not_hang(tmp_path: Path) -> None:

@@ -491,7 +491,7 @@ class MemoriesView:
 
     def _pace_checkpoints(self, events: int) -> None:
         """A commit of CATCH_UP_EVENTS or more is a catch-up (a replay, a new replica, a restart behind the
-        log): DuckDB then checkpoints its WAL into the file at 256 MB instead of every 16 MB, since every
+        log): DuckDB then checkpoints its WAL into the file at 256 MiB instead of every 16 MiB, since every
         automatic checkpoint rewrites the tables' indexes whole (a 100,000-event fold: COMMIT 16.8 -> 7.6 us
         an event, 1.4 -> 3.5 us for the checkpoint at the end). The first small commit after it sets the
         usual threshold back, and DuckDB checkpoints the catch-up's WAL at that commit."""

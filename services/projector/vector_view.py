@@ -16,9 +16,9 @@ the effect of folding once (invariant 5).
 Two ways to embed. Synchronous (replay, rebuild): at commit, in batches, through the cache; until the
 model is loaded, points are written with their BM25 vector only (keyword search works) and
 `fill_pending` adds the dense vectors once the model is ready. The texts of each staged batch are handed
-at once to a prefetch thread that embeds them into the cache, so the model works while the follower
-receives and stages and while a commit writes points; a commit waits for the prefetch, then finds its
-texts in the cache. Background (`background=True`, a live
+at once to a prefetch thread that embeds them (through the cache), so the model works while the follower
+receives and stages and while a commit writes points; a commit writes each chunk's points as soon as its
+vectors are there. Background (`background=True`, a live
 projector): a commit never calls the model; every point is written at once with its BM25 vector (and its
 dense vector when the cache has it), so keyword search never waits for an embedding, and a filler thread
 embeds what is pending in micro-batches (whatever is waiting, up to EMBED_CHUNK texts per model call;
@@ -208,7 +208,7 @@ class VectorView:
         self._closed = False
         self._filler: threading.Thread | None = None
         self._prefetch_pool: ThreadPoolExecutor | None = None  # synchronous mode: embeds staged texts early
-        self._prefetching: list[tuple[Future[None], list[str]]] = []  # (embedding, its point ids), stage order
+        self._prefetching: list[Future[dict[str, list[float]]]] = []  # {point id: dense vector}, stage order
 
     # -- Sink
     def _missing(self, batch: list[Positioned]) -> set[str]:
@@ -271,22 +271,15 @@ class VectorView:
                 if self._prefetch_pool is None:
                     self._prefetch_pool = ThreadPoolExecutor(1, thread_name_prefix="mneme-prefetch")
                 for i in range(0, len(fresh), PREFETCH_CHUNK):  # a commit writes one while the next embeds
-                    pids = fresh[i : i + PREFETCH_CHUNK]
-                    texts = list(dict.fromkeys(self._upserts[pid][1] for pid in pids))
-                    self._prefetching.append((self._prefetch_pool.submit(self._prefetch, texts), pids))
+                    chunk = {pid: self._upserts[pid][1] for pid in fresh[i : i + PREFETCH_CHUNK]}
+                    self._prefetching.append(self._prefetch_pool.submit(self._prefetch, chunk))
 
-    def _prefetch(self, texts: list[str]) -> None:
-        """Embed staged texts into the cache ahead of their commit (synchronous mode; the prefetch thread)."""
+    def _prefetch(self, texts: dict[str, str]) -> dict[str, list[float]]:
+        """Dense vectors for staged {point id: text} ahead of their commit, through the cache (synchronous
+        mode; the prefetch thread)."""
         if not self._embedding or self._closed:
-            return
-        model_id = self.model.model_id
-        keys = [text_key(t) for t in texts]
-        found = self.cache.get_many(model_id, keys)
-        todo = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}
-        if todo:
-            vectors = self.model.get().embed(list(todo.values()))
-            self.cache.put_many(model_id, dict(zip(todo, vectors, strict=True)))
-            self.embedded += len(todo)
+            return {}
+        return self._embed(texts, self.model.get())
 
     def _write_prefetched(self) -> set[str]:
         """Upsert the points whose texts were prefetched, a chunk as soon as it is embedded (the model goes on
@@ -294,14 +287,12 @@ class VectorView:
         which embeds what the cache lacks itself (and meets the error, if it persists)."""
         written: set[str] = set()
         pending, self._prefetching = self._prefetching, []
-        for future, pids in pending:
+        for future in pending:
             try:
-                future.result()
+                vectors = future.result()
             except Exception:  # the commit embeds these texts again and reports its own error
                 log.debug("prefetching embeddings failed", exc_info=True)
                 continue
-            texts = {pid: self._upserts[pid][1] for pid in pids if pid in self._upserts}
-            vectors, _ = self._vectors(texts, use_model=False)  # (the cache has them now)
             points = [self._upserts[pid][0] for pid in vectors]
             for p in points:
                 p.dense = vectors[p.id]
@@ -394,17 +385,15 @@ class VectorView:
                 if self._closed:
                     return
                 chunk = dict(itertools.islice(((pid, t) for pid, (t, _) in self._pending_dense.items()), EMBED_CHUNK))
-                self._in_flight = len(chunk)
             try:
                 embedder = self.model.get()
             except ModelLoading:
-                self._in_flight = 0
                 self.model.wait(1.0)
                 continue
             except ModelUnavailable:
-                self._in_flight = 0
                 time.sleep(1.0)
                 continue
+            self._in_flight = len(chunk)
             t0 = time.monotonic()
             try:
                 vectors = self._embed(chunk, embedder)
