@@ -36,7 +36,7 @@ from services.gateway.access_log import AccessLog
 from services.gateway.commands import CommandService
 from services.gateway.gateway import Gateway
 from services.gateway.pacing import IndexPacer, LocalIndex
-from services.gateway.queries import Local, QueryClient
+from services.gateway.queries import Local, Progress, QueryClient
 from services.gateway.rate_limits import Limits
 from services.projector.code_view import CodeView
 from services.projector.memories_view import MemoriesView
@@ -283,14 +283,20 @@ def auditor(nc: NATS, trail: Trail, aus: AuditorSettings | None = None) -> Audit
 
 
 def gateway(
-    nc: NATS, gs: GatewaySettings | None = None, *, local: Local | None = None, paced_by: LocalIndex | None = None
+    nc: NATS,
+    gs: GatewaySettings | None = None,
+    *,
+    local: Local | None = None,
+    catching_up: Progress | None = None,
+    paced_by: LocalIndex | None = None,
 ) -> Gateway:
     """The MCP gateway's core (tools are served over it by services.gateway.server / mneme.mcp_serve).
-    `local`: the projector of this process, asked without a NATS round trip, and `paced_by`: that projector,
-    whose vector index's backlog writes are paced against (`mneme serve`)."""
+    `local`: the projector of this process, asked without a NATS round trip; `catching_up`: its progress
+    through the log while it does not serve yet; `paced_by`: that projector, whose vector index's backlog
+    writes are paced against (`mneme serve`)."""
     gs = gs or GatewaySettings()
     elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
-    queries = QueryClient(nc, timeout=gs.query_timeout, local=local)
+    queries = QueryClient(nc, timeout=gs.query_timeout, local=local, catching_up=catching_up)
     pacer = None
     if paced_by is not None and gs.index_backlog_max > 0:
         pacer = IndexPacer(

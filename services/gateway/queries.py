@@ -25,30 +25,32 @@ _results: dict[str, msgspec.msgpack.Decoder[Any]] = {op: msgspec.msgpack.Decoder
 
 _PROJECTOR_QUERIES = frozenset(QUERY_TYPES.values())
 Local = Callable[[Query], Awaitable[Reply | None]]
+Progress = Callable[[], dict[str, Any] | None]
 
 
 class QueryClient:
     """`local`: a projector in this process (`mneme serve`) answers its queries without the NATS round trip,
     through the same answer and error mapping as its query plane; while it does not serve (a cold start, a
-    stop) its answer is None and the query goes over NATS."""
+    stop) its answer is None and the query goes over NATS, and is asked again between the retries.
+    `catching_up`: that projector's progress through the log it found at start (None once it serves), which
+    an UNAVAILABLE answer carries while nobody serves queries."""
 
-    def __init__(self, nc: NATS, *, timeout: float = 6.0, local: Local | None = None):
+    def __init__(
+        self, nc: NATS, *, timeout: float = 6.0, local: Local | None = None, catching_up: Progress | None = None
+    ):
         self.nc = nc
         self.timeout = timeout
         self.local = local
+        self.catching_up = catching_up
 
     async def ask(self, query: Query) -> Any:
         op = query.OPERATION
-        if self.local is not None and type(query) in _PROJECTOR_QUERIES:
-            try:
-                here = await asyncio.wait_for(self.local(query), self.timeout)
-            except TimeoutError:
-                raise ProjectionLag(f"no projector answered {op} within {self.timeout:.0f} s") from None
-            if here is not None:
-                return self._result(op, query, here)
+        deadline = time.monotonic() + self.timeout
+        here_too = self.local is not None and type(query) in _PROJECTOR_QUERIES
+        if here_too and (here := await self._here(query, deadline)) is not None:
+            return self._result(op, query, here)
         subject = S.query_subject(op)
         data = encoder.encode(query)
-        deadline = time.monotonic() + self.timeout
         rid = request_id.get()
         headers = {HEADER: rid} if rid else None  # (the projector's log lines for it carry the call's id)
         delay = 0.02
@@ -67,10 +69,10 @@ class QueryClient:
             except nats.errors.NoRespondersError:
                 no_projector = True
                 if left <= delay:
-                    raise Unavailable("no projector is serving queries yet; retry shortly") from None
+                    raise self._no_projector() from None
             except (TimeoutError, nats.errors.TimeoutError):
                 if no_projector:
-                    raise Unavailable("no projector is serving queries yet; retry shortly") from None
+                    raise self._no_projector() from None
                 raise ProjectionLag(f"no projector answered {op} within {self.timeout:.0f} s") from None
             except (
                 nats.errors.ConnectionClosedError,
@@ -82,7 +84,30 @@ class QueryClient:
                     raise Unavailable("NATS is unreachable; queries cannot reach a projector") from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
+            # the projector in this process may have started serving meanwhile (a cold start that caught up):
+            # it answers at once, where the next request would queue behind its catch-up's deliveries
+            if here_too and (here := await self._here(query, deadline)) is not None:
+                return self._result(op, query, here)
         return self._result(op, query, _reply.decode(msg.data))
+
+    def _no_projector(self) -> Unavailable:
+        progress = self.catching_up() if self.catching_up is not None else None
+        if not progress:
+            return Unavailable("no projector is serving queries yet; retry shortly")
+        eta = progress.get("eta_s")
+        left = f"about {eta:.0f} s left" if eta is not None else "starting"
+        return Unavailable(
+            f"the projection is catching up with the log ({progress['done']:,} of {progress['total']:,} events; "
+            f"{left}); reads answer once it has: retry shortly",
+            details=progress,
+        )
+
+    async def _here(self, query: Query, deadline: float) -> Reply | None:
+        assert self.local is not None
+        try:
+            return await asyncio.wait_for(self.local(query), max(deadline - time.monotonic(), 0.05))
+        except TimeoutError:
+            raise ProjectionLag(f"no projector answered {query.OPERATION} within {self.timeout:.0f} s") from None
 
     @staticmethod
     def _result(op: str, query: Query, reply: Reply) -> Any:

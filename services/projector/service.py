@@ -148,6 +148,7 @@ class Projector:
         self.start_target = 0  # the log head at start: semantic search answers INDEXING until dense reaches it
         self._vector_start: asyncio.Task[None] | None = None
         self._vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
+        self._rows_clock: tuple[float, int] | None = None  # (when, position) the rows' follower started at
 
     def generation(
         self,
@@ -220,6 +221,7 @@ class Projector:
         target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
         self.start_target = target  # semantic search answers INDEXING until the dense vectors reach it
         gen = self.gen
+        self._rows_clock = (time.monotonic(), gen.follower.committed)
         for f in gen.followers:
             if f is not gen.vector_follower:
                 await f.start()
@@ -400,6 +402,24 @@ class Projector:
         follower = self.gen.vector_follower
         if follower is not None and follower.received > follower.committed:
             follower.request_commit()
+
+    def catch_up_progress(self) -> dict[str, Any] | None:
+        """While the rows fold the log found at start (a new replica, `mneme serve` on a log without
+        projections) and queries are not served yet: how far (done, total, events/s, eta_s); else None."""
+        if self.serving.is_set() or self._rows_clock is None:
+            return None
+        done, total = self.follower.committed, self.start_target
+        t0, c0 = self._rows_clock
+        elapsed = time.monotonic() - t0
+        rate = (done - c0) / elapsed if elapsed > 0.5 and done > c0 else 0.0
+        return {
+            "stage": "catching_up",
+            "done": done,
+            "total": total,
+            "pending": max(0, total - done),
+            "events_per_s": round(rate, 1),
+            "eta_s": round(max(0, total - done) / rate, 1) if rate > 0 else None,
+        }
 
     async def answer_here(self, query: Query) -> Reply | None:
         """A query from a gateway in this process (`mneme serve`), answered as the query plane answers it,
