@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import duckdb
 
@@ -17,3 +18,14 @@ def rollback(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except duckdb.Error as exc:
         log.debug("rollback after a failed transaction: %s", exc)
+
+
+def first_row(cur: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+    """The first row of the query just run on `cur`, with the result read to its end. `fetchone()` leaves the
+    result open, and with it the cursor's transaction until that cursor runs its next statement: a reader
+    cursor of a worker thread that then sits idle keeps it open for good, and while it is, DuckDB can
+    neither checkpoint its WAL nor free the versions written since (`mneme serve` grew ~3 KB of native heap
+    per memory_list call, without bound, from the count query alone). Only for queries of at most a few
+    rows (a key lookup, an aggregate)."""
+    rows = cur.fetchall()
+    return rows[0] if rows else None

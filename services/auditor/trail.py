@@ -21,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from mneme.duck import rollback
+from mneme.duck import first_row, rollback
 from mneme.follow import Positioned
 from schemas.access import AccessDenied, AnyAccess
 from schemas.dead_letter import DeadLetter
@@ -138,7 +138,7 @@ class Trail:
         self.con.execute("INSERT INTO checkpoints VALUES (?, 0), (?, 0) ON CONFLICT DO NOTHING", [EVENTS, ACCESS])
         cps = dict(self.con.execute("SELECT name, seq FROM checkpoints").fetchall())
         self.checkpoints: dict[str, int] = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
-        last = self.con.execute("SELECT trail_seq, hash FROM audit_trail ORDER BY trail_seq DESC LIMIT 1").fetchone()
+        last = first_row(self.con.execute("SELECT trail_seq, hash FROM audit_trail ORDER BY trail_seq DESC LIMIT 1"))
         self.last_seq: int
         self.last_hash: str
         self.last_seq, self.last_hash = (last[0], last[1]) if last else (0, GENESIS)

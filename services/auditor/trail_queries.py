@@ -9,6 +9,7 @@ from typing import Any
 
 import duckdb
 
+from mneme.duck import first_row
 from schemas.queries import AuditQuery, AuditResult, AuditRow
 from services.auditor.trail import COLUMNS, Trail
 
@@ -54,7 +55,7 @@ def _where(q: AuditQuery) -> tuple[str, list[Any]]:
 
 
 def _count(cur: duckdb.DuckDBPyConnection, where: str, args: list[Any]) -> int:
-    row = cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args).fetchone()
+    row = first_row(cur.execute(f"SELECT count(*) FROM audit_trail WHERE {where}", args))
     assert row is not None  # count(*) answers one row
     n: int = row[0]
     return n

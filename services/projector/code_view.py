@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from mneme.duck import rollback
+from mneme.duck import first_row, rollback
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, background_priority
 from mneme.follow import Positioned
@@ -96,14 +96,14 @@ class CodeView:
         version = None
         have = {r[0] for r in self.con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         if "code_meta" in have:
-            row = self.con.execute("SELECT value FROM code_meta WHERE key = 'version'").fetchone()
+            row = first_row(self.con.execute("SELECT value FROM code_meta WHERE key = 'version'"))
             version = int(row[0]) if row else None
             if version != VERSION:  # a read model of another shape: folded again from the log
                 for t in ("code_projects", "code_files", "code_chunks", "code_checkpoints", "code_meta"):
                     self.con.execute(f"DROP TABLE IF EXISTS {t}")
         self.con.execute(SCHEMA)
         self.con.execute("INSERT INTO code_meta VALUES ('version', ?) ON CONFLICT DO NOTHING", [str(VERSION)])
-        row = self.con.execute("SELECT seq FROM code_checkpoints WHERE name = ?", [CHECKPOINT]).fetchone()
+        row = first_row(self.con.execute("SELECT seq FROM code_checkpoints WHERE name = ?", [CHECKPOINT]))
         if row is None:
             self.con.execute("INSERT INTO code_checkpoints VALUES (?, 0)", [CHECKPOINT])
         self._checkpoint: int = row[0] if row else 0  # covered: every event up to here is folded

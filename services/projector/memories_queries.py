@@ -11,7 +11,7 @@ import msgspec
 
 from mneme.domain.state import MemoryState
 from mneme.domain.validation import categories_of
-from mneme.duck import rollback
+from mneme.duck import first_row, rollback
 from schemas.queries import (
     AsOf,
     AsOfResolved,
@@ -79,7 +79,7 @@ def resolve_as_of(view: MemoriesView, as_of: AsOf | None) -> AsOfResolved | None
         return AsOfResolved(seq=as_of.seq, time=as_of.time)
     cur = view.reader()
     if as_of.seq is not None:
-        r = cur.execute("SELECT max(recorded_at) FROM memory_versions WHERE seq <= ?", [as_of.seq]).fetchone()
+        r = first_row(cur.execute("SELECT max(recorded_at) FROM memory_versions WHERE seq <= ?", [as_of.seq]))
         return AsOfResolved(seq=as_of.seq, time=r[0] if r else None)
     r = one_row(
         cur,
@@ -117,7 +117,7 @@ def _access(view: MemoriesView, memory_id: str) -> tuple[Any, int]:
     hit, epoch = view.known_access.lookup(memory_id)
     if hit is not None:
         return hit
-    r = view.reader().execute("SELECT accessed_at, access_count FROM access_stats WHERE id = ?", [memory_id]).fetchone()
+    r = first_row(view.reader().execute("SELECT accessed_at, access_count FROM access_stats WHERE id = ?", [memory_id]))
     stats = (r[0], r[1]) if r else (None, 0)
     view.known_access.offer(memory_id, stats, epoch)
     return stats
@@ -202,7 +202,7 @@ def _get_as_of(view: MemoriesView, q: GetMemory) -> GetResult:
     if not q.include_expired and at.time is not None:
         where.append("(m.expires_at IS NULL OR m.expires_at > ?)")
         args.append(at.time)
-    r = view.reader().execute(f"{_select(at)} WHERE {' AND '.join(where)}", args).fetchone()
+    r = first_row(view.reader().execute(f"{_select(at)} WHERE {' AND '.join(where)}", args))
     if r is None:
         return GetResult(item=None, as_of=at)
     row = _row(r, past=True)
@@ -287,7 +287,7 @@ def _get_current(view: MemoriesView, q: GetMemory) -> GetResult:
     if not q.include_expired:
         where.append("(m.expires_at IS NULL OR m.expires_at > ?)")
         args.append(q.now)
-    r = cur.execute(f"{_SELECT} WHERE {' AND '.join(where)}", args).fetchone()
+    r = first_row(cur.execute(f"{_SELECT} WHERE {' AND '.join(where)}", args))
     if r is None or (q.memory_id is None and view.staged_state(r[0])[0]):
         return GetResult(item=None)  # (by path) the committed holder has since moved away or gone
     row = _row(r)

@@ -26,7 +26,7 @@ from msgspec import UNSET
 
 from mneme.domain.state import MemoryState, evolve, stale
 from mneme.domain.validation import categories_of
-from mneme.duck import rollback
+from mneme.duck import first_row, rollback
 from mneme.follow import Positioned
 from schemas.events import Event, MemoryCreated, event_name
 from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold
@@ -121,7 +121,7 @@ VERSION_COLUMN_LIST = [c.strip() for c in VERSION_COLUMNS.split(",")]
 
 def one_row(cur: duckdb.DuckDBPyConnection, sql: str, args: object = None) -> tuple[Any, ...]:
     """The row of a query that always answers one: an aggregate without GROUP BY, scalar subqueries."""
-    row = cur.execute(sql, args).fetchone()
+    row = first_row(cur.execute(sql, args))
     assert row is not None  # such a query answers one row
     return row
 
@@ -250,7 +250,7 @@ class MemoriesView:
         self._catching_up = False
         self._local = threading.local()
         self._lock = threading.Lock()
-        row = self.con.execute("SELECT seq FROM checkpoints WHERE name = ?", [CHECKPOINT]).fetchone()
+        row = first_row(self.con.execute("SELECT seq FROM checkpoints WHERE name = ?", [CHECKPOINT]))
         if row is None:
             self.con.execute("INSERT INTO checkpoints VALUES (?, 0)", [CHECKPOINT])
         self.checkpoint: int = row[0] if row else 0
@@ -274,7 +274,7 @@ class MemoriesView:
             return
         version = None
         if "meta" in have:
-            row = self.con.execute("SELECT value FROM meta WHERE key = 'projection_version'").fetchone()
+            row = first_row(self.con.execute("SELECT value FROM meta WHERE key = 'projection_version'"))
             version = int(row[0]) if row else None
         if version != PROJECTION_VERSION:
             log.warning(
