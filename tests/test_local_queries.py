@@ -148,7 +148,7 @@ async def test_a_query_retrying_while_nobody_serves_is_answered_once_the_local_p
         await close_nats(nobody)
     assert got.item is not None and got.item.memory.content == "answered here after the catch-up"
     assert len(asked) >= 3 and asked[-1] >= 0.5  # asked again between the retries, answered by the last ask
-    assert loop.time() - t0 < 1.0  # within a retry's delay (at most 0.25 s) of starting to serve
+    assert loop.time() - t0 < 2.0  # within a retry's delay (at most 0.25 s) of serving, not the 5 s timeout
 
 
 async def test_unavailable_while_catching_up_carries_the_progress(nats_server: EmbeddedNats) -> None:
