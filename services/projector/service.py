@@ -408,18 +408,7 @@ class Projector:
         projections) and queries are not served yet: how far (done, total, events/s, eta_s); else None."""
         if self.serving.is_set() or self._rows_clock is None:
             return None
-        done, total = self.follower.committed, self.start_target
-        t0, c0 = self._rows_clock
-        elapsed = time.monotonic() - t0
-        rate = (done - c0) / elapsed if elapsed > 0.5 and done > c0 else 0.0
-        return {
-            "stage": "catching_up",
-            "done": done,
-            "total": total,
-            "pending": max(0, total - done),
-            "events_per_s": round(rate, 1),
-            "eta_s": round(max(0, total - done) / rate, 1) if rate > 0 else None,
-        }
+        return fold_progress("catching_up", self._rows_clock, self.follower.committed, self.start_target)
 
     async def answer_here(self, query: Query) -> Reply | None:
         """A query from a gateway in this process (`mneme serve`), answered as the query plane answers it,
@@ -558,32 +547,16 @@ class Projector:
         floor = self.start_target
         if vf is None or vf.committed >= floor:
             return
-        rate, eta = self._fold_rate(vf.committed, floor)
+        eta = fold_progress("folding", self._vector_clock, vf.committed, floor)["eta_s"]
         if (eta is None or eta < self.wait_timeout) and await vf.wait_for(floor, self.wait_timeout):
             return
-        rate, eta = self._fold_rate(vf.committed, floor)
-        left = f"about {eta:.0f} s left" if eta is not None else "starting"
+        p = fold_progress("folding", self._vector_clock, vf.committed, floor)
+        left = f"about {p['eta_s']:.0f} s left" if p["eta_s"] is not None else "starting"
         raise Indexing(
-            f"the search index is folding the log ({vf.committed:,} of {floor:,} events; {left}); "
+            f"the search index is folding the log ({p['done']:,} of {floor:,} events; {left}); "
             "memory_get and memory_list answer now",
-            details={
-                "stage": "folding",
-                "done": vf.committed,
-                "total": floor,
-                "pending": floor - vf.committed,
-                "events_per_s": round(rate, 1),
-                "eta_s": eta,
-            },
+            details=p,
         )
-
-    def _fold_rate(self, done: int, total: int) -> tuple[float, float | None]:
-        """Events/s the vector fold has made since it started, and the seconds it needs for the rest."""
-        if self._vector_clock is None:
-            return 0.0, None
-        t0, c0 = self._vector_clock
-        elapsed = time.monotonic() - t0
-        rate = (done - c0) / elapsed if elapsed > 0.5 and done > c0 else 0.0
-        return rate, (round((total - done) / rate, 1) if rate > 0 else None)
 
     @staticmethod
     def _indexing(vectors: VectorView, need: int) -> Indexing:
@@ -625,6 +598,25 @@ def run_query(gen: Generation, query: Any) -> Any:
         assert gen.searcher is not None
         return gen.searcher.search(query, resolve_as_of(gen.view, query.as_of))
     return HANDLERS[type(query)](gen.view, query)
+
+
+def fold_progress(stage: str, clock: tuple[float, int] | None, done: int, total: int) -> dict[str, Any]:
+    """How far a follower is through the log found at start: `clock` is (when, position) it started at; the
+    rate is what it has made since (none in its first half second), the eta the rest at that rate."""
+    rate = 0.0
+    if clock is not None:
+        t0, c0 = clock
+        elapsed = time.monotonic() - t0
+        rate = (done - c0) / elapsed if elapsed > 0.5 and done > c0 else 0.0
+    pending = max(0, total - done)
+    return {
+        "stage": stage,
+        "done": done,
+        "total": total,
+        "pending": pending,
+        "events_per_s": round(rate, 1),
+        "eta_s": round(pending / rate, 1) if rate > 0 else None,
+    }
 
 
 def _swap_failed(exc: Exception) -> SwapReply:  # reported to the replay command
