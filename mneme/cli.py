@@ -300,7 +300,8 @@ def status_command(args: argparse.Namespace, core: Any) -> int:
 
     async def gather() -> dict[str, Any] | None:
         try:
-            nc = await asyncio.wait_for(compose.connect(url or "", "mneme-status", core), args.timeout)
+            async with asyncio.timeout(args.timeout):
+                nc = await compose.connect(url or "", "mneme-status", core)
         except Exception as exc:  # noqa: BLE001 - reported as not running
             sys.stderr.write(f"mneme status: cannot reach NATS at {url}: {type(exc).__name__}: {exc}\n")
             return None

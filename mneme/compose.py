@@ -87,7 +87,8 @@ def auth_options(core: CoreSettings) -> dict[str, Any]:
 
 async def close_nats(nc: NATS) -> None:
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(nc.drain(), 5)
+        async with asyncio.timeout(5):
+            await nc.drain()
     with contextlib.suppress(Exception):
         await nc.close()
 

@@ -99,6 +99,7 @@ class LogFollower:
         self.resyncs = 0
         self.idle_check = 2.0  # seconds without a message before the tail of the stream is checked
         self._stopping = False
+        self._ended = False  # stop() ends the loop
         self._sub_gen = 0
         self._last_arrival = 0.0
         self._paused = 0
@@ -240,7 +241,8 @@ class LogFollower:
         stop delivery, stage and commit what has arrived, and end the loop."""
         if catch_up > 0 and self._task is not None and not self._task.done() and self._resync_from is None:
             try:
-                info = await asyncio.wait_for(self.js.stream_info(self.stream), catch_up)
+                async with asyncio.timeout(catch_up):
+                    info = await self.js.stream_info(self.stream)
                 head = info.state.last_seq if self.stop_at is None else min(info.state.last_seq, self.stop_at)
                 await self.wait_for(head, catch_up, committed=False)
             except Exception:  # noqa: BLE001 - NATS may be gone at shutdown: stop with what has arrived
@@ -256,6 +258,10 @@ class LogFollower:
                 await asyncio.sleep(0.005)
             if self.staged > self.committed and self.stalled is None:  # (stalled: the next try may be 10 s
                 await self.wait_for(self.staged, 60, committed=True)  # away, and fail again: stop now)
+            # ended by the flag as well as the cancel: a cancel that lands inside an await which completes in the
+            # same turn can be lost (asyncio.wait_for on 3.11, in nats-py's requests too), and the loop would go on
+            self._ended = True
+            self._wake.set()
             self._task.cancel()
             try:
                 await self._task
@@ -283,11 +289,9 @@ class LogFollower:
             return True
         if committed:
             self.request_commit()
-        try:
-            async with self.advanced:
-                await asyncio.wait_for(
-                    self.advanced.wait_for(lambda: (self.committed if committed else self.staged) >= seq), timeout
-                )
+        try:  # (asyncio.timeout, not wait_for: on 3.11 wait_for can lose a cancel, and its canceller then waits)
+            async with asyncio.timeout(timeout), self.advanced:
+                await self.advanced.wait_for(lambda: (self.committed if committed else self.staged) >= seq)
         except TimeoutError:
             return False
         return True
@@ -299,15 +303,16 @@ class LogFollower:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._ended:
             self._wake.clear()
             if self._queue.empty() and (not self._commit_asked or self._paused):
                 timeout = self.idle_check
                 if self._pending and not self._paused:
                     timeout = min(self.idle_check, self._first_pending + self.linger - loop.time())
                 if timeout > 0:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), timeout)
+                    try:  # (not wait_for: on 3.11 it loses a cancel that lands as the wake does, and stop() hung)
+                        async with asyncio.timeout(timeout):
+                            await self._wake.wait()
                     except TimeoutError:
                         pass
                 if self._queue.empty() and loop.time() - self._last_arrival >= self.idle_check:

@@ -57,6 +57,7 @@ class Heartbeat:
         self.key = f"{role}.{socket.gethostname()}-{os.getpid()}".replace(" ", "_")
         self.started_at = time.time()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def value(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -79,24 +80,31 @@ class Heartbeat:
         await kv.put(self.key, json.dumps(self.value(), default=str).encode())
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name=f"heartbeat-{self.role}")
+        self._stopping = asyncio.Event()
+        self._task = asyncio.create_task(self._loop(self._stopping), name=f"heartbeat-{self.role}")
 
-    async def _loop(self) -> None:
-        while True:
+    async def _loop(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
             try:
                 await self.beat()
             except Exception as exc:  # noqa: BLE001 - NATS away, or no bucket (an old deployment): try again later
                 log.debug("heartbeat not sent: %s", exc)
-            await asyncio.sleep(self.every)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.every):
+                    await stopping.wait()
 
     async def stop(self) -> None:
         if self._task is not None:
+            # the event ends the loop even when the cancel is lost (it can be, landing in nats-py's request as the
+            # reply does: asyncio.wait_for on 3.11)
+            self._stopping.set()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         with contextlib.suppress(Exception):  # gone at once from `mneme status`, not a minute later
             kv = await self.nc.jetstream().key_value(BUCKET)
-            await asyncio.wait_for(kv.delete(self.key), 2.0)
+            async with asyncio.timeout(2.0):
+                await kv.delete(self.key)
 
 
 async def services(js: JetStreamContext) -> list[dict[str, Any]]:

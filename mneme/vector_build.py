@@ -137,7 +137,8 @@ class VectorBuild:
             with contextlib.suppress(Exception):
                 self.proc.stdin.close()
         try:
-            await asyncio.wait_for(self.proc.wait(), 30)
+            async with asyncio.timeout(30):
+                await self.proc.wait()
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()

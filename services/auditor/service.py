@@ -72,7 +72,8 @@ class Auditor:
 
     async def _follow_after(self, after: asyncio.Event, at_most: float) -> None:
         try:
-            await asyncio.wait_for(after.wait(), at_most)
+            async with asyncio.timeout(at_most):  # (wait_for, on 3.11, can lose the stop's cancel)
+                await after.wait()
         except TimeoutError:
             log.warning("the projection has not caught up after %.0f s: the trail follows the log now", at_most)
         await self._follow()

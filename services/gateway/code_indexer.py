@@ -161,7 +161,8 @@ class CodeIndexer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         try:
-            await asyncio.wait_for(asyncio.shield(run.done.wait()), wait)
+            async with asyncio.timeout(wait):
+                await asyncio.shield(run.done.wait())
         except TimeoutError:
             pass  # still recording: the status query follows it
         return run

@@ -105,7 +105,8 @@ class QueryClient:
     async def _here(self, query: Query, deadline: float) -> Reply | None:
         assert self.local is not None
         try:
-            return await asyncio.wait_for(self.local(query), max(deadline - time.monotonic(), 0.05))
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.05)):
+                return await self.local(query)
         except TimeoutError:
             raise ProjectionLag(f"no projector answered {query.OPERATION} within {self.timeout:.0f} s") from None
 
