@@ -70,7 +70,9 @@ async def build(
     """Fold the log into `out` up to `target` (resuming a killed build with the same settings), verify it.
 
     `frozen`: a point-in-time copy (no access statistics past the target). `use_snapshots`: start from the
-    newest snapshot at or before the target. `ps.vectors == "off"`: rows only."""
+    newest snapshot at or before the target. `ps.vectors == "off"`: rows only. A fold that fails, or rows that
+    do not advance for `ps.catch_up_stall_s` seconds, end the build with CatchUpStalled (never a wait for
+    ever; a commit that keeps failing, e.g. on a full disk, says so)."""
     settings = build_settings(ps, upto=target if frozen else None)
     resumed = False
     if out.exists():
@@ -101,7 +103,7 @@ async def build(
 
         await proj.start(serve_queries=False)
         try:
-            await catch_up(proj, progress=both, target=target)
+            await catch_up(proj, progress=both, target=target, stall_after=ps.catch_up_stall_s)
             if not frozen:  # access statistics up to the head of the access stream, too
                 acc_head = (await nc.jetstream().stream_info(S.ACCESS_STREAM)).state.last_seq
                 await proj.access_follower.wait_for(acc_head, 600)

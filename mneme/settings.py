@@ -133,6 +133,9 @@ class ProjectorSettings(BaseSettings):
 
     batch_max: int = Field(5000, ge=1, description="Most events folded in one DuckDB transaction.")
     wait_timeout: float = Field(5.0, gt=0, description="Seconds a query waits for its min_seq before PROJECTION_LAG.")
+    catch_up_stall_s: float = Field(
+        120.0, gt=0, description="Seconds a replay or rebuild may fold nothing before it fails, saying why."
+    )
     linger: float = Field(0.1, ge=0, le=10, description="Seconds staged events may wait before a DuckDB commit.")
     access_linger: float = Field(
         1.0,

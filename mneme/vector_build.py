@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mneme.compose import close_nats, connect, open_vectors
-from mneme.follow import LogFollower
+from mneme.follow import LogFollower, StallWatch
 from mneme.settings import CoreSettings, ProjectorSettings
 from services.projector.snapshot import vector_facts
 from services.projector.vector_view import VectorView
@@ -53,8 +53,10 @@ async def build(
         # what was folded while the model loaded is embedded as soon as it is ready (the position may then move)
         early_fill = asyncio.ensure_future(_fill_when_ready(vectors))
         try:
+            watch = StallWatch([follower], ps.catch_up_stall_s)
             while not await follower.wait_for(target, PROGRESS_EVERY, committed=False):
                 report({"applied": follower.committed})
+                watch.check(target)
             await follower.wait_for(target, 3600, committed=True)
             if not await asyncio.to_thread(vectors.model.wait, 600):
                 vectors.model.get()  # raises why the model did not load

@@ -31,7 +31,7 @@ from nats.aio.client import Client as NATS
 from mneme.embedding import MODELS
 from mneme.errors import Indexing, MnemeError
 from mneme.eventlog import dead_letter_count
-from mneme.follow import FanOut, LogFollower, Sink, access_follower
+from mneme.follow import FanOut, LogFollower, Sink, StallWatch, access_follower
 from mneme.query_server import Plane, Tasks, answered, wait_applied
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
@@ -641,19 +641,25 @@ def close_generation(gen: Generation) -> None:
 
 
 async def catch_up(
-    projector: Projector, *, progress: Callable[[int, int, float], None] | None = None, target: int | None = None
+    projector: Projector,
+    *,
+    progress: Callable[[int, int, float], None] | None = None,
+    target: int | None = None,
+    stall_after: float | None = None,
 ) -> int:
-    """Wait until the projector has applied the log as it stands now (or up to `target`); report progress."""
+    """Wait until the projector has applied the log as it stands now (or up to `target`); report progress.
+
+    A fold that failed ends the wait at once; with `stall_after`, so do positions that have not moved for that
+    many seconds (CatchUpStalled, with the followers' reasons)."""
     if target is None:
         target = (await projector.js.stream_info(S.EVENTS_STREAM)).state.last_seq
     start = time.monotonic()
+    followers = [f for f in (projector.follower, projector.vector_follower) if f is not None]
+    watch = StallWatch(followers, stall_after)
     while not await projector.gen.caught_up(target, 0.5):
         if progress:
-            progress(
-                min(f.applied for f in (projector.follower, projector.vector_follower) if f is not None),
-                target,
-                time.monotonic() - start,
-            )
+            progress(min(f.applied for f in followers), target, time.monotonic() - start)
+        watch.check(target)
     if progress:
         progress(projector.applied, target, time.monotonic() - start)
     return target
