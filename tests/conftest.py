@@ -1,12 +1,54 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import faulthandler
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from tests.harness import Stack, start_stack
+
+# A test whose setup, call and teardown together take this long is hung past pytest-timeout's 300 s (its signal
+# fires once; a teardown that then hangs, or a worker thread that never returns, would otherwise hold the run
+# until CI's limit, with nothing printed). The watchdog prints every thread's stack and every asyncio task's,
+# on the terminal's stderr (not the captured one), and ends the run.
+WATCHDOG_S = float(os.environ.get("MNEME_TEST_WATCHDOG_S", "420"))
+_stderr_fd = -1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _stderr_fd
+    _stderr_fd = os.dup(2)  # capture is suspended while plugins configure: this is the real stderr
+
+
+def _hung(nodeid: str) -> None:
+    fd = _stderr_fd if _stderr_fd >= 0 else 2
+    os.write(fd, f"\n\n*** {nodeid}: still running after {WATCHDOG_S:.0f} s; every thread's stack:\n".encode())
+    faulthandler.dump_traceback(file=fd, all_threads=True)
+    try:  # (read from another thread: a best effort, enough to name the await that never ends)
+        with os.fdopen(os.dup(fd), "w") as out:
+            for task in list(asyncio.tasks._all_tasks):  # type: ignore[attr-defined]
+                if not task.done():
+                    out.write(f"--- task {task.get_name()}\n")
+                    task.print_stack(limit=25, file=out)
+    except Exception as exc:  # noqa: BLE001 - the stacks above are already out
+        os.write(fd, f"(asyncio tasks not listed: {exc!r})\n".encode())
+    os._exit(3)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    timer = threading.Timer(WATCHDOG_S, _hung, args=(item.nodeid,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -521,17 +522,25 @@ async def test_sigkill_during_a_replay_with_vectors_then_resume(tmp_path: Path, 
         except (FileNotFoundError, ValueError, KeyError):
             return 0
 
-    proc = start_replay(url, data, env)
-    progress = Progress(proc)
-    deadline = time.monotonic() + 90
-    while proc.poll() is None and time.monotonic() < deadline and vector_seq() == 0:
-        await asyncio.sleep(0.01)
-    assert proc.poll() is None, f"the replay ended before the kill: {progress.text[-2000:]!r}"
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(10) == -signal.SIGKILL
-    progress.join()
-    killed_vectors = vector_seq()
-    assert 0 < killed_vectors < n, killed_vectors
+    killed_vectors = 0
+    for attempt in range(4):  # noqa: B007 - counted after the loop
+        proc = start_replay(url, data, env)
+        progress = Progress(proc)
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline and vector_seq() == 0:
+            await asyncio.sleep(0.01)
+        assert proc.poll() is None, f"the replay ended before the kill: {progress.text[-2000:]!r}"
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+        progress.join()
+        killed_vectors = vector_seq()
+        if 0 < killed_vectors < n:
+            break
+        # on a busy machine the model can finish loading after the whole log was folded: its first position is
+        # the end, and a resume would have nothing to do. Start over.
+        assert killed_vectors == n, killed_vectors
+        shutil.rmtree(building)
+    assert 0 < killed_vectors < n, f"could not kill part-way ({killed_vectors}, {attempt + 1} attempts)"
     killed_rows = checkpoint_of(building / "projector.duckdb")
 
     result = finish_replay(url, data, env)
