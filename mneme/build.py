@@ -24,6 +24,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from mneme import compose
+from mneme.follow import StallWatch
 from mneme.generations import read_meta, write_meta
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.vector_build import VectorBuild
@@ -104,9 +105,11 @@ async def build(
         await proj.start(serve_queries=False)
         try:
             await catch_up(proj, progress=both, target=target, stall_after=ps.catch_up_stall_s)
-            if not frozen:  # access statistics up to the head of the access stream, too
+            if not frozen:  # access statistics up to the head of the access stream, too (bounded the same way)
                 acc_head = (await nc.jetstream().stream_info(S.ACCESS_STREAM)).state.last_seq
-                await proj.access_follower.wait_for(acc_head, 600)
+                watch = StallWatch([proj.access_follower], ps.catch_up_stall_s)
+                while not await proj.access_follower.wait_for(acc_head, 0.5):
+                    watch.check(acc_head)
         finally:
             await proj.stop()
         facts = None
