@@ -12,12 +12,22 @@ import pytest
 from mneme.embedded_nats import EmbeddedNats
 from tests.harness import Stack, start_stack
 
-# A test whose setup, call and teardown together take this long is hung past pytest-timeout's 300 s (its signal
-# fires once; a teardown that then hangs, or a worker thread that never returns, would otherwise hold the run
-# until CI's limit, with nothing printed). The watchdog prints every thread's stack and every asyncio task's,
-# on the terminal's stderr (not the captured one), and ends the run.
-WATCHDOG_S = float(os.environ.get("MNEME_TEST_WATCHDOG_S", "420"))
+# A test whose setup, call and teardown together run 2 minutes past pytest-timeout's limit (300 s by default) is
+# hung beyond it: its signal fires once, and a teardown that then hangs, or a worker thread that never returns,
+# would hold the run until CI's limit with nothing printed. The watchdog prints every thread's stack and every
+# asyncio task's on the terminal's stderr (not the captured one) and ends the run. Off with the timeout
+# (`-o timeout=0`); MNEME_TEST_WATCHDOG_S sets it outright.
+WATCHDOG_GRACE_S = 120.0
 _stderr_fd = -1
+
+
+def _watchdog_s(item: pytest.Item) -> float | None:
+    if "MNEME_TEST_WATCHDOG_S" in os.environ:
+        return float(os.environ["MNEME_TEST_WATCHDOG_S"])
+    marker = item.get_closest_marker("timeout")
+    limit = marker.args[0] if marker and marker.args else item.config.getini("timeout")
+    limit = float(item.config.getoption("timeout", None) or limit or 0)
+    return limit + WATCHDOG_GRACE_S if limit > 0 else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,9 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _stderr_fd = os.dup(2)  # capture is suspended while plugins configure: this is the real stderr
 
 
-def _hung(nodeid: str) -> None:
+def _hung(nodeid: str, after: float) -> None:
     fd = _stderr_fd if _stderr_fd >= 0 else 2
-    os.write(fd, f"\n\n*** {nodeid}: still running after {WATCHDOG_S:.0f} s; every thread's stack:\n".encode())
+    os.write(fd, f"\n\n*** {nodeid}: still running after {after:.0f} s; every thread's stack:\n".encode())
     faulthandler.dump_traceback(file=fd, all_threads=True)
     try:  # (read from another thread: a best effort, enough to name the await that never ends)
         with os.fdopen(os.dup(fd), "w") as out:
@@ -42,7 +52,11 @@ def _hung(nodeid: str) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    timer = threading.Timer(WATCHDOG_S, _hung, args=(item.nodeid,))
+    after = _watchdog_s(item)
+    if after is None:
+        yield
+        return
+    timer = threading.Timer(after, _hung, args=(item.nodeid, after))
     timer.daemon = True
     timer.start()
     try:
