@@ -62,14 +62,15 @@ class EmbeddingCache:
             self.misses += sum(1 for k in keys if k not in found)
         return {k: np.frombuffer(v, dtype=np.float32) for k, v in found.items()}
 
-    def put_many(self, model: str, items: dict[bytes, np.ndarray]) -> None:
+    def put_many(self, model: str, items: dict[bytes, np.ndarray], *, persist: bool = True) -> None:
+        """Remember vectors; `persist=False`: in memory only (the LRU), for texts that come and go (queries)."""
         if not items:
             return
         rows = [(model, k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()]
         with self._lock:
             for m, k, b in rows:
                 self._remember((m, k), b)
-            if self._db is not None:
+            if self._db is not None and persist:
                 self._db.executemany("INSERT OR IGNORE INTO embeddings_v2 VALUES (?, ?, ?)", rows)
                 self._db.commit()
 

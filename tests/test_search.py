@@ -847,6 +847,30 @@ async def test_replaying_the_log_reproduces_identical_results(world: World) -> N
         view.close()
 
 
+async def test_query_texts_are_cached_in_memory_not_on_disk(world: World) -> None:
+    """Distinct query texts came and went into the on-disk cache for ever (4.0 -> 16.3 MB in a reads soak):
+    they are kept in the in-memory LRU only; memory contents stay on disk for replays."""
+    ns = fresh()
+    await add(world.alice, ns, "the cache keeps what a replay needs")
+    p = world.stack.projector
+    head = await world.stack.last_seq()
+    assert p.vector_follower is not None and p.vectors is not None
+    assert await p.vector_follower.wait_for(head, 30, committed=True)
+    await asyncio.to_thread(p.vectors.fill_pending)  # the memory's own vector is written (to disk) by now
+    searcher = p.searcher
+    assert searcher is not None
+    cache, model_id = searcher.cache, searcher.model.get().model_id
+    on_disk = cache.size(model_id)
+    texts = [f"a query nobody asked before {uuid.uuid4().hex}" for _ in range(20)]
+    for text in texts:
+        await world.alice("memory_search", namespace=ns, query=text, mode="semantic", threshold=0.0)
+    assert cache.size(model_id) == on_disk  # not one of them written to the file
+    hits = cache.hits
+    again = searcher.query_vector(texts[0])  # asked again: from memory, the same vector
+    assert cache.hits == hits + 1
+    assert again == searcher.model.get().embed([texts[0]])[0].tolist()
+
+
 async def test_refolding_from_an_older_position_after_a_restart_changes_nothing(
     tmp_path: Path, nats_server: EmbeddedNats
 ) -> None:

@@ -91,10 +91,10 @@ class TimedCache(EmbeddingCache):
         finally:
             self.timers.add("cache.get_many", time.perf_counter() - t, len(keys))
 
-    def put_many(self, model: str, items: dict[bytes, np.ndarray]) -> None:
+    def put_many(self, model: str, items: dict[bytes, np.ndarray], *, persist: bool = True) -> None:
         t = time.perf_counter()
         try:
-            super().put_many(model, items)
+            super().put_many(model, items, persist=persist)
         finally:
             self.timers.add("cache.put_many", time.perf_counter() - t, len(items))
 

@@ -126,7 +126,9 @@ class Searcher:
             cached: list[float] = got[key].tolist()
             return cached
         vec = embedder.embed([text])[0]
-        self.cache.put_many(embedder.model_id, {key: vec})
+        # in memory only: every distinct query text kept on disk grew the file without bound (4.0 -> 16.3 MB in a
+        # 9-minute reads soak); memory contents stay on disk, where a replay finds them
+        self.cache.put_many(embedder.model_id, {key: vec}, persist=False)
         fresh: list[float] = vec.tolist()
         return fresh
 
