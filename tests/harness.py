@@ -14,7 +14,8 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 
 from mneme import compose
 from mneme.cluster import free_port  # noqa: F401 - the tests import it from here
@@ -267,6 +269,17 @@ def wait_listening(proc: Any, port: int, timeout: float = 30.0, errlog: Path | N
                 raise AssertionError(f"the server exited ({proc.returncode}) before listening: {text!r}") from None
             assert time.monotonic() < deadline, f"the server did not listen on port {port} within {timeout} s"
             time.sleep(0.05)
+
+
+@asynccontextmanager
+async def log_writer(server: EmbeddedNats) -> AsyncIterator[JetStreamContext]:
+    """A JetStream context on `server` with mneme's streams in place (a test writing a log directly), closed after."""
+    nc = await connect(server.url or "", "test")
+    try:
+        await ensure_streams(nc.jetstream())
+        yield nc.jetstream()
+    finally:
+        await close_nats(nc)
 
 
 def forged_envelope(event: Any, aggregate_id: str, namespace: str = "default") -> Envelope:

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
-from mneme.eventlog import ensure_streams
 from mneme.follow import LogFollower, Positioned
 from mneme.synthetic import history, publish
+from tests.harness import log_writer
 
 pytestmark = pytest.mark.anyio
 
@@ -62,11 +61,7 @@ async def test_the_loop_ends_when_cancelled_in_the_same_turn_as_a_wake_up(tmp_pa
 
 
 async def test_stop_ends_while_messages_past_stop_at_keep_arriving(tmp_path: Path, nats_server: EmbeddedNats) -> None:
-    url = nats_server.url or ""
-    nc = await connect(url, "test")
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js)
+    async with log_writer(nats_server) as js:
         assert await publish(js, history(3000, n_memories=300, namespaces=1, seed=5)) == 3000
         for trial in range(30):
             f = LogFollower(js, Counting(), stop_at=0)  # a frozen copy before the first event
@@ -78,5 +73,3 @@ async def test_stop_ends_while_messages_past_stop_at_keep_arriving(tmp_path: Pat
             except TimeoutError:
                 pytest.fail(f"stop() did not end (trial {trial}, {f.received} messages received)")
             assert f.committed == 0 and f.applied == 0  # nothing past stop_at was folded
-    finally:
-        await close_nats(nc)

@@ -27,9 +27,7 @@ import duckdb
 import msgspec
 import pytest
 
-from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
-from mneme.eventlog import ensure_streams
 from mneme.generations import projection_dir
 from mneme.preflight import Refused
 from mneme.replay import replay, seq_at
@@ -39,7 +37,7 @@ from schemas import subjects as S
 from schemas.events import Envelope, MemoryCreated, MemoryUpdated
 from services.projector.memories_view import MemoriesView
 from services.projector.snapshot import newest_snapshot, verify_generation
-from tests.harness import MNEME, Stack, ToolFailure, start_stack
+from tests.harness import MNEME, Stack, ToolFailure, log_writer, start_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -440,12 +438,8 @@ async def test_sigkill_during_replay_then_run_again_resumes_and_equals_a_clean_r
     tmp_path: Path, nats_server: EmbeddedNats
 ) -> None:
     url = nats_server.url or ""
-    nc = await connect(url, "test")
-    try:
-        await ensure_streams(nc.jetstream())
-        assert await publish(nc.jetstream(), history(N_BIG, n_memories=4000, namespaces=3)) == N_BIG
-    finally:
-        await close_nats(nc)
+    async with log_writer(nats_server) as js:
+        assert await publish(js, history(N_BIG, n_memories=4000, namespaces=3)) == N_BIG
     data = tmp_path / "d"
     env = {"MNEME_PROJECTOR_VECTORS": "off", "MNEME_PROJECTOR_BATCH_MAX": "2000"}
     building = data / "projections" / "building"
@@ -505,12 +499,8 @@ async def test_sigkill_during_a_replay_with_vectors_then_resume(tmp_path: Path, 
     # at every commit. A log long enough to outlast the model's loading, of few distinct texts to keep embedding
     # cheap, lets the kill land between two of those positions.
     n = 4000
-    nc = await connect(url, "test")
-    try:
-        await ensure_streams(nc.jetstream())
-        assert await publish(nc.jetstream(), few_texts(history(n, n_memories=600, namespaces=2, seed=11))) == n
-    finally:
-        await close_nats(nc)
+    async with log_writer(nats_server) as js:
+        assert await publish(js, few_texts(history(n, n_memories=600, namespaces=2, seed=11))) == n
     data = tmp_path / "d"
     env = {"MNEME_PROJECTOR_VECTOR_BATCH_MAX": "50", "MNEME_PROJECTOR_BATCH_MAX": "200"}
     building = data / "projections" / "building"

@@ -20,13 +20,11 @@ from typing import Any
 
 import pytest
 
-from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
-from mneme.eventlog import ensure_streams
 from mneme.follow import CatchUpStalled, StallWatch
 from schemas import subjects as S
 from schemas.events import MemoryCreated, encode_envelope
-from tests.harness import MNEME, forged_envelope
+from tests.harness import MNEME, forged_envelope, log_writer
 
 pytestmark = pytest.mark.anyio
 
@@ -36,17 +34,12 @@ N, CONTENT = 600, 8_000  # ~4.8 MB of contents: past the limit
 
 async def test_a_replay_on_a_full_disk_fails_with_the_reason(tmp_path: Path, nats_server: EmbeddedNats) -> None:
     url = nats_server.url or ""
-    nc = await connect(url, "test")
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js)
+    async with log_writer(nats_server) as js:
         for i in range(N):
             mid = str(uuid.uuid4())
             ev = MemoryCreated(memory_id=mid, version=1, content=f"{i} " + "y" * CONTENT)
             await js.publish(S.memory_subject("default", None, mid), encode_envelope(forged_envelope(ev, mid)))
         head = (await js.stream_info(S.EVENTS_STREAM)).state.last_seq
-    finally:
-        await close_nats(nc)
 
     def small_disk() -> None:  # in the child, before exec
         resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
