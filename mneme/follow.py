@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -35,6 +36,7 @@ from nats.js.errors import NotFoundError
 from schemas import subjects as S
 from schemas.dead_letter import DeadLetter, encode_dead_letter
 from schemas.events import decode_envelope
+from schemas.placement import misplaced
 
 log = logging.getLogger("mneme.follow")
 
@@ -46,10 +48,14 @@ class Positioned:
     seq: int
     recorded_at: datetime
     envelope: Any
+    subject: str = ""  # where the stream holds it ("" when a fold is fed by hand: taken as placed)
 
 
 # A sink may also record the messages its follower skipped, in log order (the audit trail does):
 #     def dead_letter(self, letter: DeadLetter) -> None
+# and hand back messages that decoded but that its fold refused (a create of an id the log already has, a
+# change published under another store than its memory's): the follower dead-letters each of them:
+#     def take_refused(self) -> list[tuple[Positioned, str]]  # (the message, why), emptied by the call
 
 
 class Sink(Protocol):
@@ -75,6 +81,7 @@ class LogFollower:
         stream: str = S.EVENTS_STREAM,
         subjects: str = S.EVENTS_SUBJECTS,
         decode: Callable[[bytes], Any] = decode_envelope,
+        check: Callable[[str, Any], str | None] | None = misplaced,
         stop_at: int | None = None,
         pending_msgs_limit: int | None = None,
         consumer: str | None = None,
@@ -82,9 +89,11 @@ class LogFollower:
         """`stop_at`: fold nothing past this sequence (a point-in-time copy of the log).
         `pending_msgs_limit`: nats-py's buffer of undelivered messages (tests make it small to force drops).
         `consumer`: the name a message it cannot decode is dead-lettered under (`mneme.dlq.<consumer>`);
-        None (a rebuild, a replay): counted and logged, not published."""
+        None (a rebuild, a replay): counted and logged, not published.
+        `check`: why a decoded message cannot be on its subject (dead-lettered), or None: by default the
+        event log's rule (schemas/placement.py)."""
         self.js = js
-        self.stream, self.subjects, self.decode = stream, subjects, decode
+        self.stream, self.subjects, self.decode, self.check = stream, subjects, decode, check
         self.sink = sink
         self.staged = self.committed = sink.checkpoint
         self.batch_max = batch_max
@@ -357,6 +366,7 @@ class LogFollower:
                     log.warning("%s: commits work again (%s resolved)", self.consumer, self.stalled)
                     self.stalled, self._retry_in = None, 0.5
                 self.committed = self.staged
+                self._take_refused()  # (a commit may have staged its batch again and refused more)
                 async with self.advanced:
                     self.advanced.notify_all()
             elif self._commit_asked and not self._pending:
@@ -391,9 +401,14 @@ class LogFollower:
         for m in batch:
             md = m.metadata
             try:
-                positioned.append(Positioned(md.sequence.stream, md.timestamp, self.decode(m.data)))
+                decoded = self.decode(m.data)
             except Exception as exc:  # noqa: BLE001 - a poison message must not stop the consumer
                 dead.append((len(positioned), self._dead_letter(m, f"undecodable: {type(exc).__name__}: {exc}")))
+                continue
+            if self.check is not None and (why := self.check(m.subject, decoded)) is not None:
+                dead.append((len(positioned), self._dead_letter(m, why)))
+                continue
+            positioned.append(Positioned(md.sequence.stream, md.timestamp, decoded, m.subject))
         upto = batch[-1].metadata.sequence.stream
         if log.isEnabledFor(logging.DEBUG):  # one line per message, with the request id of the call behind it
             for p in positioned:
@@ -407,6 +422,15 @@ class LogFollower:
             start = at
         await self._fold(positioned[start:], upto)
         self.staged = max(self.staged, upto)
+        self._take_refused()
+
+    def _take_refused(self) -> None:
+        """Dead-letter what the sink's fold refused (after a stage, and after a commit that staged again)."""
+        if (take := getattr(self.sink, "take_refused", None)) is None:
+            return
+        for p, why in take():
+            data = msgspec.json.encode(p.envelope)  # (the message as decoded: the stream keeps the original)
+            self._dead_letter_at(p.seq, p.subject, data, p.recorded_at, why)
 
     async def _fold(self, positioned: list[Positioned], upto: int) -> None:
         if self.sink.stage_reads_disk(positioned):
@@ -417,16 +441,18 @@ class LogFollower:
     def _dead_letter(self, m: Msg, reason: str) -> DeadLetter:
         """Count, log and (a named consumer) publish a message that cannot be folded; the caller skips it."""
         md = m.metadata
-        data = m.data or b""
+        return self._dead_letter_at(md.sequence.stream, m.subject, m.data or b"", md.timestamp, reason)
+
+    def _dead_letter_at(self, seq: int, subject: str, data: bytes, recorded_at: datetime, reason: str) -> DeadLetter:
         letter = DeadLetter(
             consumer=self.consumer or "unnamed",
             stream=self.stream,
-            seq=md.sequence.stream,
-            subject=m.subject,
+            seq=seq,
+            subject=subject,
             reason=reason[:500],
             size=len(data),
             head_b64=DeadLetter.head(data),
-            recorded_at=md.timestamp,
+            recorded_at=recorded_at,
             skipped_at=datetime.now(UTC),
         )
         self.dead_letters += 1
@@ -512,6 +538,14 @@ class FanOut:
             if (record := getattr(s, "dead_letter", None)) is not None:
                 record(letter)
 
+    def take_refused(self) -> list[tuple[Positioned, str]]:
+        refused: dict[int, tuple[Positioned, str]] = {}  # (two sinks refusing one message: one dead letter)
+        for s in self.sinks:
+            if (take := getattr(s, "take_refused", None)) is not None:
+                for p, why in take():
+                    refused.setdefault(p.seq, (p, why))
+        return [refused[k] for k in sorted(refused)]
+
     def remove(self, sink: Sink) -> None:
         """Stop feeding `sink` (a projection swapped out); the others go on. Takes effect at the next stage."""
         self.sinks = tuple(s for s in self.sinks if s is not sink)
@@ -531,5 +565,6 @@ def access_follower(
         stream=S.ACCESS_STREAM,
         subjects=S.ACCESS_SUBJECTS,
         decode=decode_access,
+        check=None,
         consumer=consumer,
     )

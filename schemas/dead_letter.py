@@ -22,7 +22,7 @@ class DeadLetter(Struct, frozen=True, kw_only=True):
     stream: str  # MNEME_EVENTS or MNEME_ACCESS
     seq: int  # its stream sequence (read it whole with `nats stream get` or js.get_msg)
     subject: str
-    reason: str  # "undecodable: <decoder message>" or "fold failed: <exception>"
+    reason: str  # "undecodable: <decoder message>", "misplaced: <what contradicts the subject>", or a fold's refusal
     size: int  # bytes of the message
     head_b64: str  # its first HEAD_BYTES bytes, base64
     recorded_at: datetime | None = None  # when the stream recorded the message

@@ -5,6 +5,7 @@ Nothing outside this module spells a subject string.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -39,6 +40,7 @@ NO_STORE_TOKEN = "-"
 _READABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
+@functools.lru_cache(maxsize=4096)  # (every follower checks each event's subject: names repeat)
 def token(name: str) -> str:
     """A subject-safe token for a namespace or store name.
 

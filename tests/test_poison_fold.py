@@ -8,8 +8,8 @@
   and again, with the projection stalled. Its position still counts as the memory's and the store's last
   one, so the next change and path claim there expect it.
 
-Known gaps (docs/reliability.md): a second create of a live id, and an event on a subject that contradicts
-it, both still stop the projection's commits (shown in `mneme status`). A gateway writes neither.
+A second create of an id the log has, and an event on a subject that contradicts it, are refused and
+dead-lettered: tests/test_forged_placement.py.
 Real nats-server, projector, auditor, gateway (tests/harness.py).
 """
 

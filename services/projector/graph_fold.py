@@ -476,3 +476,10 @@ class GraphFold:
     def reset(self) -> None:
         self.st = GraphStaged()
         self._mentions = {}
+
+    def forget_staged(self) -> None:
+        """Drop what was staged and what staging cached of the namespaces (names and whether they have a graph
+        may hold staged entities): the batch is about to be staged again from the committed state."""
+        self.reset()
+        self._names.clear()
+        self._ever.clear()

@@ -29,6 +29,7 @@ from mneme.domain.validation import categories_of
 from mneme.duck import first_row, rollback
 from mneme.follow import Positioned
 from schemas.events import Event, MemoryCreated, event_name
+from schemas.placement import on_memory_subject
 from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold
 from services.projector.known_states import KnownAccess, KnownStates
 
@@ -233,6 +234,8 @@ class _Staged:
     store_seq: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # first, last
     closed: dict[tuple[str, int], int] = field(default_factory=dict)  # (id, version) -> seq_to
     categories: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    batches: list[tuple[list[Positioned], int | None]] = field(default_factory=list)  # to stage them again
+    refused: set[int] = field(default_factory=set)  # sequences the fold refused (each reported once)
 
 
 class MemoriesView:
@@ -266,6 +269,10 @@ class MemoriesView:
         stats = self.con.execute(f"SELECT * FROM access_stats LIMIT {self.known_access.limit + 1}").fetchall()
         self.known_access.load(stats)
         self.graph = GraphFold()  # the knowledge graph's events: staged and committed with the memories'
+        # ids a commit found already in the log's history while staging took them for new (a create of an id
+        # that exists, or existed and was deleted): their creates are refused when the batch is staged again
+        self._had: set[str] = set()
+        self._refused_out: list[tuple[Positioned, str]] = []  # refusals the follower has not taken yet
 
     def _migrate(self) -> None:
         """Drop tables written under another projection version; they refold from the log."""
@@ -381,11 +388,13 @@ class MemoriesView:
         return out
 
     def _to_load(self, batch: list[Positioned]) -> set[str]:
-        # a create names a new id (appended with expected subject sequence 0): nothing to load
+        # a create names a new id (appended with expected subject sequence 0): nothing to load, unless a commit
+        # found that the log had the id before (see commit)
         ids = {
             p.envelope.aggregate_id
             for p in batch
-            if isinstance(p.envelope.event, Event) and not isinstance(p.envelope.event, MemoryCreated)
+            if isinstance(p.envelope.event, Event)
+            and (not isinstance(p.envelope.event, MemoryCreated) or p.envelope.aggregate_id in self._had)
         }
         return ids - self._st.states.keys()
 
@@ -396,6 +405,7 @@ class MemoriesView:
         """Fold a batch (in log order) into the overlay. Positions already staged are skipped."""
         batch = [p for p in batch if p.seq > self.staged]
         st = self._st
+        st.batches.append((batch, upto))
         loaded = self._load(self._to_load(batch))
         with self._lock:
             st.in_db.update(loaded)
@@ -408,6 +418,13 @@ class MemoriesView:
                     continue  # (code-index events are the code view's)
                 mid = env.aggregate_id
                 prev = st.states[mid] if mid in st.states else loaded.get(mid)
+                if prev is not None and not on_memory_subject(p.subject, prev.namespace, prev.store, mid):
+                    self._refuse(p, f"misplaced: a change to memory {mid} of store {prev.store!r} on {p.subject}")
+                    continue  # (on no subject of its memory or its store: nothing there expects it)
+                if isinstance(env.event, MemoryCreated) and (prev is not None or mid in st.states or mid in self._had):
+                    self._refuse(p, f"a second create of memory {mid}: the log created it before")
+                    if prev is None:
+                        continue  # (deleted since: nothing can change it again)
                 if stale(prev, env):  # not folded; but it is on the memory's subject, and on its store's, whose
                     assert prev is not None  # last sequences a gateway's next write there expects: both move
                     st.states[mid] = msgspec.structs.replace(prev, last_seq=p.seq)
@@ -473,6 +490,40 @@ class MemoriesView:
                             st.categories.setdefault((new.namespace, new.store, c), p.seq)  # type: ignore[arg-type]
             self.staged = max(self.staged, batch[-1].seq if batch else 0, upto or 0)
 
+    def _refuse(self, p: Positioned, why: str) -> None:
+        """A message the fold will not take (called while staging): its follower dead-letters it, once."""
+        if p.seq not in self._st.refused:
+            self._st.refused.add(p.seq)
+            self._refused_out.append((p, why))
+
+    def take_refused(self) -> list[tuple[Positioned, str]]:
+        out, self._refused_out = self._refused_out, []
+        return out
+
+    def _creates_the_log_had(self) -> set[str]:
+        """Ids whose staged create the committed history already holds (what a commit's duplicate key means)."""
+        created = list({r[0] for r in self._st.versions if r[4] == "memory_created"})
+        if not created:
+            return set()
+        rows = self._write.execute(
+            "SELECT DISTINCT id FROM memory_versions WHERE id IN (SELECT unnest(?))", [created]
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def _stage_again(self) -> None:
+        """Fold what is staged once more from the committed state, now that `_had` names the creates to
+        refuse (a rare path: only a message no gateway writes gets here)."""
+        old = self._st
+        with self._lock:
+            for batch, _ in old.batches:
+                for p in batch:
+                    self._recent.pop(p.envelope.aggregate_id, None)
+            self._st = _Staged(refused=set(old.refused))  # (what was refused before is not reported twice)
+            self.graph.forget_staged()
+            self.staged = self.checkpoint
+        for batch, upto in old.batches:
+            self.stage(batch, upto)
+
     def _memories_holding(self, namespace: str, word: str) -> list[tuple[str, str]]:
         """(id, content) of the namespace's memories whose content holds `word` (case aside): committed rows,
         overlaid with what is staged (called while staging, under the lock)."""
@@ -502,7 +553,24 @@ class MemoriesView:
             self._write.execute(f"SET checkpoint_threshold = '{limit}'")
 
     def commit(self) -> int:
-        """Write everything staged and the checkpoint in one transaction. Returns the checkpoint."""
+        """Write everything staged and the checkpoint in one transaction. Returns the checkpoint.
+
+        Staging takes a create for new without asking DuckDB (a gateway's create expects its subject empty).
+        A create of an id the log already had (a message that bypassed the gateway) then fails the commit on
+        a duplicate key: the ids are looked up, the batch is staged again with their creates refused (its
+        follower dead-letters them), and the commit is tried once more."""
+        try:
+            return self._commit()
+        except duckdb.ConstraintException:
+            had = self._creates_the_log_had()
+            if not had - self._had:
+                raise
+            log.warning("refusing %d create(s) of ids the log already had: %s", len(had), sorted(had)[:5])
+            self._had |= had
+            self._stage_again()
+            return self._commit()
+
+    def _commit(self) -> int:
         st, last = self._st, self.staged
         if last == self.checkpoint:
             return last

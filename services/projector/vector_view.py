@@ -45,7 +45,8 @@ from mneme.domain.state import MemoryState, evolve, stale
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable, background_priority
 from mneme.follow import Positioned
-from schemas.events import Event
+from schemas.events import Event, MemoryCreated
+from schemas.placement import on_memory_subject
 from services.projector.known_states import KnownStates
 from services.projector.vector_index import OPEN, VectorIndex, VPoint, point_id
 
@@ -222,8 +223,20 @@ class VectorView:
             - self._known.keys()
         )
 
+    def _unknown_creates(self, batch: list[Positioned]) -> dict[str, str]:
+        """{point id: memory id} of the batch's creates of ids this view has no state of: a gateway's create
+        names a new id, but a message that bypassed it may name one the log had (its point then exists)."""
+        out = {}
+        for p in batch:
+            ev = p.envelope.event
+            if p.seq > self.staged and isinstance(ev, MemoryCreated):
+                mid = p.envelope.aggregate_id
+                if mid not in self._states and self._known.get(mid) is None:
+                    out[point_id(mid, ev.version)] = mid
+        return out
+
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
-        return bool(self._missing(batch))
+        return bool(self._missing(batch)) or bool(self._unknown_creates(batch))
 
     def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
         with self._lock:
@@ -242,12 +255,18 @@ class VectorView:
                 for mid, pid in ids.items():
                     if pid in got:
                         loaded[mid] = state_of(got[pid].payload)
+            creates = self._unknown_creates(batch)
+            had = {creates[pid] for pid in self.index.retrieve(list(creates))} if creates else set()
             known = self._known
             fresh: list[str] = []  # point ids staged here (synchronous mode: their texts are prefetched)
             for p in batch:
                 env = p.envelope
                 mid = env.aggregate_id
                 prev = self._states[mid] if mid in self._states else known.get(mid) or loaded.get(mid)
+                if prev is not None and not on_memory_subject(p.subject, prev.namespace, prev.store, mid):
+                    continue  # a change published outside its memory's subject (the rows' follower dead-letters it)
+                if isinstance(env.event, MemoryCreated) and (mid in had or (prev is None and mid in self._states)):
+                    continue  # a second create of an id the log had (deleted since, or its state not loaded)
                 if stale(prev, env):
                     continue
                 new = evolve(prev, env, p.seq)
