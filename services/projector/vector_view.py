@@ -170,6 +170,9 @@ class BM25:
         return list(v.indices), list(v.values)
 
 
+CREATES_ON_LOOP = 256  # creates whose points a stage looks up without leaving the event loop
+
+
 class VectorView:
     def __init__(
         self,
@@ -236,7 +239,9 @@ class VectorView:
         return out
 
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
-        return bool(self._missing(batch)) or bool(self._unknown_creates(batch))
+        # looking up a few creates' points costs less on the event loop than a thread hop (~8 us for one, 1.6 us
+        # an id for thousands, measured on an empty shard): live writes stay on the loop, a catch-up hops
+        return bool(self._missing(batch)) or len(self._unknown_creates(batch)) > CREATES_ON_LOOP
 
     def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
         with self._lock:
