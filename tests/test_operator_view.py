@@ -60,10 +60,14 @@ async def test_status_and_a_nats_child_that_dies_is_started_again(tmp_path: Path
 
         async def serving() -> bool:
             code, out = await anyio.to_thread.run_sync(status, data)
-            calls = [x.get("gateway", {}).get("calls", 0) for x in out.get("services", [])]
-            return code == 0 and out["healthy"] and bool(calls) and max(calls) >= 1
+            services = out.get("services", [])
+            calls = [x.get("gateway", {}).get("calls", 0) for x in services]
+            applied = [x.get("projector", {}).get("projector-rows", {}).get("applied", 0) for x in services]
+            # (a heartbeat is a snapshot: one taken between the write's acknowledgement and its fold counts the
+            # call with nothing applied yet; the next one, 5 s later, has both)
+            return code == 0 and out["healthy"] and bool(calls) and max(calls) >= 1 and max(applied) >= 1
 
-        await until(serving, 20, "status did not report a healthy serve that counted the call")
+        await until(serving, 20, "status did not report a healthy serve that counted the call and folded it")
         _, out = status(data)
         assert out["streams"]["MNEME_EVENTS"]["last_seq"] == 1
         assert out["streams"]["MNEME_DLQ"]["messages"] == 0
