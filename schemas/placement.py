@@ -19,9 +19,25 @@ from schemas.events import Envelope, Event, MemoryCreated
 
 
 def misplaced(subject: str, env: Any) -> str | None:
-    """Why `env` cannot be on `subject`, or None when it can (as far as the envelope alone tells)."""
+    """Why `env` cannot be on `subject`, or None when it can (as far as the envelope alone tells).
+    Every follower asks it of every event: the placed case is a few string comparisons (~0.5 us)."""
     if not isinstance(env, Envelope):
         return None  # (not an event of the log: nothing to compare)
+    ev = env.event
+    if isinstance(ev, MemoryCreated):
+        placed = subject == S.memory_subject(env.namespace, ev.store, env.aggregate_id)
+        placed = placed and ev.memory_id == env.aggregate_id
+    elif isinstance(ev, Event):
+        head = f"{S.EVENTS_PREFIX}.{S.token(env.namespace)}.{S.MEMORY_AGGREGATE}."
+        placed = subject.startswith(head) and subject.endswith(f".{ev.memory_id}") and subject.count(".") == 5
+        placed = placed and ev.memory_id == env.aggregate_id
+    else:
+        head = f"{S.EVENTS_PREFIX}.{S.token(env.namespace)}."
+        placed = subject.startswith(head) and not subject.startswith(f"{head}{S.MEMORY_AGGREGATE}.")
+    return None if placed else _why(subject, env)
+
+
+def _why(subject: str, env: Envelope) -> str | None:
     parts = subject.split(".")
     if len(parts) < 5 or f"{parts[0]}.{parts[1]}" != S.EVENTS_PREFIX:
         return f"misplaced: {subject!r} is not an event subject"
