@@ -19,12 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from mneme.embedded_nats import EmbeddedNats
 from mneme.maintenance import rebuild
 from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.events import Envelope, MemoryCreated, MemoryDeleted, MemoryUpdated, encode_envelope
 from schemas.placement import misplaced
-from tests.harness import Stack, forged_envelope
+from services.projector.vector_index import point_id
+from tests.harness import Stack, forged_envelope, start_stack
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +140,35 @@ async def test_an_envelope_that_contradicts_its_subject_is_dead_lettered_by_ever
     codes = stack.trail.con.execute("SELECT code FROM audit_trail WHERE action = 'dead_letter'").fetchall()
     assert len(codes) == 3 and all("misplaced" in c[0] for c in codes), codes
     assert stack.trail.verify()[1] is None
+
+
+async def test_the_vector_index_refuses_a_second_create_whatever_version_it_names(
+    tmp_path: Path, nats_server: EmbeddedNats
+) -> None:
+    stack = await start_stack(tmp_path / "data", nats_server, vectors=True)
+    try:
+        made = await stack.call("memory_add", content="the original text about harbour tides")
+        await stack.call("memory_update", id=made["id"], content="the second text about harbour tides")
+        follower = stack.projector.vector_follower
+        assert follower is not None and await follower.wait_for(await stack.last_seq(), 60, committed=True)
+    finally:
+        await stack.close()
+    # a new process: the vector view holds no state of the memory, so only the index can tell
+    stack = await start_stack(tmp_path / "data", nats_server, vectors=True)
+    try:
+        mid = made["id"]
+        for version in (1, 7):
+            forged = MemoryCreated(memory_id=mid, version=version, content=f"forged version {version}")
+            await publish(stack, S.memory_subject("default", None, mid), forged_envelope(forged, mid))
+        follower, vectors = stack.projector.vector_follower, stack.projector.gen.vectors
+        assert follower is not None and vectors is not None
+        assert await follower.wait_for(await stack.last_seq(), 60, committed=True), follower.stalled
+        points = vectors.index.retrieve([point_id(mid, v) for v in (1, 2, 7)])
+        assert sorted(points) == sorted(point_id(mid, v) for v in (1, 2))  # no point for the forged version 7
+        assert "the original text" in points[point_id(mid, 1)].payload["state"]
+        hits = await stack.call("memory_search", query="forged version", mode="keyword")
+        assert all("forged" not in r["content"] for r in hits["results"]), hits
+        await committed(stack)
+        assert (await stack.call("memory_get", id=mid))["content"] == "the second text about harbour tides"
+    finally:
+        await stack.close()

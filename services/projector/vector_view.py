@@ -228,13 +228,15 @@ class VectorView:
 
     def _unknown_creates(self, batch: list[Positioned]) -> dict[str, str]:
         """{point id: memory id} of the batch's creates of ids this view has no state of: a gateway's create
-        names a new id, but a message that bypassed it may name one the log had (its point then exists)."""
+        names a new id, but a message that bypassed it may name one the log had (then the point of its first
+        version exists, or of the version the create names, for a history that itself began forged)."""
         out = {}
         for p in batch:
             ev = p.envelope.event
             if p.seq > self.staged and isinstance(ev, MemoryCreated):
                 mid = p.envelope.aggregate_id
                 if mid not in self._states and self._known.get(mid) is None:
+                    out[point_id(mid, 1)] = mid
                     out[point_id(mid, ev.version)] = mid
         return out
 
