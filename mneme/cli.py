@@ -348,8 +348,9 @@ def run(args: argparse.Namespace) -> int:
         listener = bind(s["gs"])
     elif args.command in ("rebuild", "replay"):
         require_log(s["core"])  # (they check again, but this is before the heavy imports)
-    from mneme import runtime
+    from mneme import gc_policy, runtime
 
+    gc_policy.tune()  # (after the heavy imports: see mneme/gc_policy.py)
     if args.command == "serve":
         asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"], listener))
     elif args.command == "gateway":

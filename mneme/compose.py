@@ -255,6 +255,7 @@ def projector(
         nc,
         view,
         batch_max=ps.batch_max,
+        catch_up_batch=ps.catch_up_batch_max,
         wait_timeout=ps.wait_timeout,
         linger=ps.linger,
         access_linger=ps.access_linger,

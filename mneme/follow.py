@@ -10,10 +10,17 @@ Two steps per event, both on a worker thread, in log order:
   projector answers point reads (read-your-writes) from staged state.
 - commit: write everything staged, with the checkpoint, in one transaction
   (`committed` advances; invariant 5). A commit happens when `linger` seconds have
-  passed since the first uncommitted event, when `batch_max` events wait, when a
-  reader asks for committed state (`wait_for(..., committed=True)`), and at stop.
+  passed since the first uncommitted event, when `batch_max` events wait, as soon as
+  what a reader waits for is staged (`wait_for(..., committed=True)`), and at stop.
 Committing one event per transaction costs a DuckDB round of ~5-8 ms; batching
 makes it tens of microseconds per event.
+
+Catching up (another full batch already waits in the queue when one is taken: a
+replay, a new replica, a restart behind the log), a commit waits for `catch_up_batch`
+events instead, and not for the linger: per event, a commit costs less the more it
+holds (the rows' fold of 100,000 events: ~70 us an event in commits of 5,000, ~55 in
+commits of 20,000). Nothing reads those events before they are committed except point
+reads, which read staged state, and waiters, whose commit comes when their event is staged.
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ class LogFollower:
         batch_max: int = 5000,
         linger: float = 0.1,
         queue_max: int = 20000,
+        catch_up_batch: int | None = None,
         stream: str = S.EVENTS_STREAM,
         subjects: str = S.EVENTS_SUBJECTS,
         decode: Callable[[bytes], Any] = decode_envelope,
@@ -91,17 +99,20 @@ class LogFollower:
         `consumer`: the name a message it cannot decode is dead-lettered under (`mneme.dlq.<consumer>`);
         None (a rebuild, a replay): counted and logged, not published.
         `check`: why a decoded message cannot be on its subject (dead-lettered), or None: by default the
-        event log's rule (schemas/placement.py)."""
+        event log's rule (schemas/placement.py).
+        `catch_up_batch`: the events a commit holds while a backlog waits (None: `batch_max`)."""
         self.js = js
         self.stream, self.subjects, self.decode, self.check = stream, subjects, decode, check
         self.sink = sink
         self.staged = self.committed = sink.checkpoint
         self.batch_max = batch_max
+        self.catch_up_batch = max(batch_max, catch_up_batch or batch_max)
         self.linger = linger
         self.advanced = asyncio.Condition()
         self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=queue_max)
         self._wake = asyncio.Event()
         self._commit_asked = False
+        self._commit_wanted = 0  # the highest sequence a reader waits to see committed
         self.stop_at = stop_at
         self.pending_msgs_limit = pending_msgs_limit
         self._last_seen = 0
@@ -297,8 +308,11 @@ class LogFollower:
         """Wait until `seq` is committed (or only staged). False on timeout."""
         if (self.committed if committed else self.staged) >= seq:
             return True
-        if committed:
-            self.request_commit()
+        if committed:  # a commit now if it is staged, else as soon as it is (see _loop)
+            if self.staged >= seq:
+                self.request_commit()
+            else:
+                self._commit_wanted = max(self._commit_wanted, seq)
         try:  # (asyncio.timeout, not wait_for: on 3.11 wait_for can lose a cancel, and its canceller then waits)
             async with asyncio.timeout(timeout), self.advanced:
                 await self.advanced.wait_for(lambda: (self.committed if committed else self.staged) >= seq)
@@ -330,8 +344,11 @@ class LogFollower:
             if self.stalled is not None:  # the last commit failed: take nothing new (the queue fills, NATS
                 await asyncio.sleep(self._retry_in)  # waits), try the commit again after a backoff
                 self._commit_asked = True
+            # catching up (a backlog past this batch): take and commit more at a time (module docstring)
+            backlog = self._queue.qsize() > self.batch_max
             batch: list[Msg] = []
-            while self.stalled is None and len(batch) < self.batch_max:
+            take = self.catch_up_batch - self._pending if backlog else self.batch_max  # (a commit <= catch_up_batch)
+            while self.stalled is None and len(batch) < take:
                 try:
                     batch.append(self._queue.get_nowait())
                 except asyncio.QueueEmpty:
@@ -345,10 +362,12 @@ class LogFollower:
                 if self._pending == 0:
                     self._first_pending = loop.time()
                 self._pending += len(batch)
+                if self.committed < self._commit_wanted <= self.staged:  # what a reader waits for is staged
+                    self._commit_asked = True
                 async with self.advanced:
                     self.advanced.notify_all()
-            due = self._commit_asked or self._pending >= self.batch_max
-            due = due or (self._pending > 0 and loop.time() - self._first_pending >= self.linger)
+            due = self._commit_asked or self._pending >= (self.catch_up_batch if backlog else self.batch_max)
+            due = due or (not backlog and self._pending > 0 and loop.time() - self._first_pending >= self.linger)
             if self._paused:
                 due = False
             if self._resync_from is not None and self._queue.empty():
@@ -433,7 +452,8 @@ class LogFollower:
             self._dead_letter_at(p.seq, p.subject, data, p.recorded_at, why)
 
     async def _fold(self, positioned: list[Positioned], upto: int) -> None:
-        if self.sink.stage_reads_disk(positioned):
+        if len(positioned) > self.batch_max or self.sink.stage_reads_disk(positioned):  # (a catch-up's batch:
+            # the event loop is not held for its whole fold)
             await self._run(self.sink.stage, positioned, upto)
         else:  # pure folding in memory: a thread hop would cost more than the work
             self.sink.stage(positioned, upto)

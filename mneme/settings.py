@@ -132,6 +132,12 @@ class ProjectorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEME_PROJECTOR_", extra="ignore")
 
     batch_max: int = Field(5000, ge=1, description="Most events folded in one DuckDB transaction.")
+    catch_up_batch_max: int = Field(
+        20000,
+        ge=1,
+        description="Most events in one DuckDB transaction while the rows catch up on a backlog (a replay, a new "
+        "replica, a restart behind the log): fewer, larger commits cost less per event.",
+    )
     wait_timeout: float = Field(5.0, gt=0, description="Seconds a query waits for its min_seq before PROJECTION_LAG.")
     catch_up_stall_s: float = Field(
         120.0, gt=0, description="Seconds a replay or rebuild may fold nothing before it fails, saying why."

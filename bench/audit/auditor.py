@@ -25,7 +25,7 @@ from bench.audit.config import NS, TRAIL_FILE
 from bench.audit.trail import TimedTrail
 from bench.common import cpu_seconds
 from bench.fixtures import tail
-from mneme import compose
+from mneme import compose, gc_policy
 from mneme.compose import close_nats, connect
 from mneme.settings import AuditorSettings
 from schemas import subjects as S
@@ -60,6 +60,7 @@ def probe_main(data_dir: Path, url: str) -> None:
             trail.close()
             await close_nats(nc)
 
+    gc_policy.tune()  # (as `mneme auditor` runs)
     asyncio.run(run())
 
 

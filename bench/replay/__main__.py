@@ -25,6 +25,7 @@ from bench.replay.instruments import Meter, Noise, Profiler
 from bench.replay.latency import latency
 from bench.replay.replays import floor_once, run_replay, vectors_only
 from bench.replay.report import report
+from mneme import gc_policy
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.synthetic import publish
 from schemas import subjects as S
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     over = {k: getattr(args, k) for k in ("events", "memories", "pool", "queries") if getattr(args, k) is not None}
     if over:
         cfg = dataclasses.replace(cfg, **over)
+    gc_policy.tune()  # the replays run in this process: with the GC settings of `mneme replay`'s
     try:
         result, problems = asyncio.run(amain(cfg, args))
     except (KeyboardInterrupt, asyncio.CancelledError):

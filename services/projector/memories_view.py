@@ -231,6 +231,7 @@ class _Staged:
     paths: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, store, path) -> id, staged
     versions: list[tuple[Any, ...]] = field(default_factory=list)
     versions_of: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)  # id -> its staged versions
+    last_ix: dict[str, int] = field(default_factory=dict)  # id -> where its newest staged version is in `versions`
     store_seq: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # first, last
     closed: dict[tuple[str, int], int] = field(default_factory=dict)  # (id, version) -> seq_to
     categories: dict[tuple[str, str, str], int] = field(default_factory=dict)
@@ -465,7 +466,13 @@ class MemoriesView:
                     None,
                 )
                 if prev is not None:  # the version it replaces ends here: [seq, seq_to)
-                    st.closed[(mid, prev.version)] = p.seq
+                    ix = st.last_ix.get(mid)
+                    if ix is not None and st.versions[ix][1] == prev.version:  # staged too: its row says so
+                        closed_row = (*st.versions[ix][:-1], p.seq)
+                        st.versions[ix] = st.versions_of[mid][-1] = closed_row
+                    else:  # committed: the commit updates its row
+                        st.closed[(mid, prev.version)] = p.seq
+                st.last_ix[mid] = len(st.versions)
                 st.versions.append(vrow)
                 st.versions_of.setdefault(mid, []).append(vrow)
                 if env.event.version == 1:  # a new memory: its whole history is this version
@@ -570,6 +577,19 @@ class MemoriesView:
             self._stage_again()
             return self._commit()
 
+    def _memory_row(self, mid: str, state: MemoryState) -> tuple[Any, ...]:
+        """The `memories` row of a staged state: taken from its version's row when this batch staged that
+        version (the same values, converted once), else converted."""
+        ix = self._st.last_ix.get(mid)
+        if ix is None:
+            return state_row(state)
+        v = self._st.versions[ix]
+        if v[1] != state.version or v[7]:
+            return state_row(state)
+        # vrow: id, version, seq, recorded_at, event_type, request_id, agent_id, deleted, then the state's
+        # columns namespace..status (8:21), created_at..valid_until (21:28), verification..superseded_by (28:34)
+        return (v[0], *v[8:21], v[1], *v[21:28], state.last_seq, *v[28:34])
+
     def _commit(self) -> int:
         st, last = self._st, self.staged
         if last == self.checkpoint:
@@ -581,13 +601,12 @@ class MemoriesView:
             replace = [i for i in st.states if i in st.in_db]
             if replace:
                 w.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [replace])
-            live = [state_row(s) for s in st.states.values() if s is not None]
+            live = [self._memory_row(mid, s) for mid, s in st.states.items() if s is not None]
             if live:
                 insert_rows(w, "memories", MEMORY_COLUMNS, live)
-            closed = dict(st.closed)
-            if st.versions:
-                rows = [(*r[:-1], closed.pop((r[0], r[1]), None)) for r in st.versions]
-                insert_rows(w, "memory_versions", VERSION_COLUMN_LIST, rows)
+            if st.versions:  # (a version replaced in this batch already carries its seq_to)
+                insert_rows(w, "memory_versions", VERSION_COLUMN_LIST, st.versions)
+            closed = st.closed
             if closed:  # versions committed earlier that this batch replaced
                 ks4 = list(closed)
                 w.execute(

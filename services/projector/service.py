@@ -101,6 +101,7 @@ class Projector:
         view: MemoriesView,
         *,
         batch_max: int = 5000,
+        catch_up_batch: int | None = None,
         wait_timeout: float = 5.0,
         linger: float = 0.1,
         access_linger: float = 1.0,
@@ -129,6 +130,7 @@ class Projector:
         self.js = (log_nc or nc).jetstream()
         self.wait_timeout = wait_timeout
         self.batch_max, self.linger, self.vector_batch_max = batch_max, linger, vector_batch_max
+        self.catch_up_batch = catch_up_batch  # the rows' commits while catching up (LogFollower)
         self.access_linger = access_linger  # read records: statistics nobody waits for (a waiter commits)
         self.also, self.also_access = also, also_access
         self.control_id = control_id
@@ -160,7 +162,13 @@ class Projector:
     ) -> Generation:
         sink: Sink = FanOut(view, *also) if also else view
         follower = LogFollower(
-            self.js, sink, batch_max=self.batch_max, linger=self.linger, stop_at=self.stop_at, consumer="projector-rows"
+            self.js,
+            sink,
+            batch_max=self.batch_max,
+            catch_up_batch=self.catch_up_batch,
+            linger=self.linger,
+            stop_at=self.stop_at,
+            consumer="projector-rows",
         )
         access: Sink = AccessView(view)
         access = FanOut(access, *also_access) if also_access else access
