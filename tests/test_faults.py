@@ -320,6 +320,7 @@ async def sigkills_during_writes(
     env = {
         "MNEME_LOG_LEVEL": "INFO",
         "MNEME_PROJECTOR_BATCH_MAX": "500",  # more commits, more places for a kill to land
+        "MNEME_PROJECTOR_CATCH_UP_BATCH_MAX": "500",  # (a restart catching up too)
         "MNEME_AUDITOR_BATCH_MAX": "200",
         "MNEME_AUDITOR_LINGER": "0.02",
         "MNEME_PROJECTOR_VECTORS": vectors,

@@ -36,7 +36,8 @@ N_EVENTS = 10_000
 
 
 def start_projector(url: str, data: Path, *extra: str, batch: int = 5000) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "MNEME_PROJECTOR_BATCH_MAX": str(batch)}
+    # (a catch-up commits its own, larger batches: small ones here too, so a kill can land between commits)
+    env = {**os.environ, "MNEME_PROJECTOR_BATCH_MAX": str(batch), "MNEME_PROJECTOR_CATCH_UP_BATCH_MAX": str(batch)}
     return subprocess.Popen(
         [MNEME, "projector", "--nats-url", url, "--data-dir", str(data), *extra],
         env=env,

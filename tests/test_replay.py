@@ -441,7 +441,11 @@ async def test_sigkill_during_replay_then_run_again_resumes_and_equals_a_clean_r
     async with log_writer(nats_server) as js:
         assert await publish(js, history(N_BIG, n_memories=4000, namespaces=3)) == N_BIG
     data = tmp_path / "d"
-    env = {"MNEME_PROJECTOR_VECTORS": "off", "MNEME_PROJECTOR_BATCH_MAX": "2000"}
+    env = {
+        "MNEME_PROJECTOR_VECTORS": "off",
+        "MNEME_PROJECTOR_BATCH_MAX": "2000",
+        "MNEME_PROJECTOR_CATCH_UP_BATCH_MAX": "2000",
+    }
     building = data / "projections" / "building"
 
     killed_at = 0
@@ -502,7 +506,11 @@ async def test_sigkill_during_a_replay_with_vectors_then_resume(tmp_path: Path, 
     async with log_writer(nats_server) as js:
         assert await publish(js, few_texts(history(n, n_memories=600, namespaces=2, seed=11))) == n
     data = tmp_path / "d"
-    env = {"MNEME_PROJECTOR_VECTOR_BATCH_MAX": "50", "MNEME_PROJECTOR_BATCH_MAX": "200"}
+    env = {
+        "MNEME_PROJECTOR_VECTOR_BATCH_MAX": "50",
+        "MNEME_PROJECTOR_BATCH_MAX": "200",
+        "MNEME_PROJECTOR_CATCH_UP_BATCH_MAX": "200",
+    }
     building = data / "projections" / "building"
     ck = building / f"vectors-{MODEL}.checkpoint.json"
 
