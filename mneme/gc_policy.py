@@ -20,6 +20,5 @@ THRESHOLDS = (10_000, 20, 20)
 
 def tune() -> None:
     """Call once at a process's start, after its heavy imports (the CLI does, before running a command)."""
-    gc.collect()  # (what start-up left as garbage is not frozen with the rest)
-    gc.freeze()
+    gc.freeze()  # (no gc.collect() first: after `mneme serve`'s imports it took 52 ms and freed 23 objects)
     gc.set_threshold(*THRESHOLDS)

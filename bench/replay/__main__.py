@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     over = {k: getattr(args, k) for k in ("events", "memories", "pool", "queries") if getattr(args, k) is not None}
     if over:
         cfg = dataclasses.replace(cfg, **over)
-    gc_policy.tune()  # the replays run in this process: with the GC settings of `mneme replay`'s
+    gc_policy.tune()  # the replays run in this process, with the GC settings `mneme replay` has
     try:
         result, problems = asyncio.run(amain(cfg, args))
     except (KeyboardInterrupt, asyncio.CancelledError):
