@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -28,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mneme.child_process import die_with_parent, settings_for_child
 from mneme.compose import close_nats, connect, open_vectors
 from mneme.follow import LogFollower, StallWatch
 from mneme.settings import CoreSettings, ProjectorSettings
@@ -35,6 +34,7 @@ from services.projector.snapshot import vector_facts
 from services.projector.vector_view import VectorView
 
 PROGRESS_EVERY = 0.5  # seconds between progress lines
+CONNECT_S = 30.0  # the child gives up (and the replay fails, saying why) when NATS refuses it this long
 
 
 async def build(
@@ -42,9 +42,13 @@ async def build(
 ) -> dict[str, Any]:
     """Fold the log into `out`'s vector index up to `target` (from its saved position), embed, save."""
     assert core.nats_url, "the parent passes the URL of the log it replays"
+    try:  # (nats-py retries a refused first connection for ever: a wrong password hung the replay)
+        async with asyncio.timeout(CONNECT_S):
+            nc = await connect(core.nats_url, "mneme-vector-build", core)
+    except TimeoutError:
+        raise RuntimeError(f"could not connect to the log at {core.nats_url} within {CONNECT_S:.0f} s") from None
     vectors = open_vectors(core, ps, base=out)
     assert vectors is not None
-    nc = await connect(core.nats_url, "mneme-vector-build", core)
     try:
         follower = LogFollower(nc.jetstream(), vectors, batch_max=ps.vector_batch_max, linger=ps.linger, stop_at=target)
         start = vectors.checkpoint
@@ -91,7 +95,7 @@ class VectorBuild:
 
     def __init__(self, core: CoreSettings, ps: ProjectorSettings, out: Path, target: int, nats_url: str):
         self.request = {
-            "core": json.loads(core.model_copy(update={"nats_url": nats_url}).model_dump_json()),
+            "core": settings_for_child(core.model_copy(update={"nats_url": nats_url})),
             "projector": json.loads(ps.model_dump_json()),
             "out": str(out),
             "target": target,
@@ -152,26 +156,10 @@ class VectorBuild:
 
 
 # -- the child's side ----------------------------------------------------------------------------------------
-def _die_with_parent(parent: int) -> None:
-    """Killed when the parent dies: PR_SET_PDEATHSIG where the kernel has it, and stdin's end everywhere."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    if os.getppid() != parent:
-        os._exit(1)
-
-    def watch() -> None:
-        while sys.stdin.buffer.readline():
-            pass
-        os._exit(1)  # the parent closed stdin or died: nothing waits for this build any more
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
 def main() -> None:
     parent = os.getppid()
     request = json.loads(sys.stdin.buffer.readline())
-    _die_with_parent(parent)
+    die_with_parent(parent)
     lock = threading.Lock()
 
     def emit(msg: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -27,7 +28,9 @@ import duckdb
 import msgspec
 import pytest
 
-from mneme.embedded_nats import EmbeddedNats
+from mneme.compose import close_nats, connect
+from mneme.embedded_nats import EmbeddedNats, nats_server_binary
+from mneme.eventlog import ensure_streams
 from mneme.generations import projection_dir
 from mneme.preflight import Refused
 from mneme.replay import replay, seq_at
@@ -552,6 +555,38 @@ async def test_sigkill_during_a_replay_with_vectors_then_resume(tmp_path: Path, 
     )
     assert clean["digest"] == result["digest"]
     assert clean["verify"] == v
+
+
+async def test_a_replay_on_a_server_with_users_builds_its_vectors_with_the_password(tmp_path: Path) -> None:
+    """The vector build's process connects with the replay's user and password (pydantic writes a SecretStr
+    as `**********`: the child was refused by a server with users, and the replay failed)."""
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    store = tmp_path / "nats"
+    args = ["-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store), "--user", "admin", "--pass", "s3cret pass"]
+    proc = subprocess.Popen([nats_server_binary(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"nats://127.0.0.1:{port}"
+        core = CoreSettings(data_dir=tmp_path / "d", nats_url=url, nats_user="admin", nats_password="s3cret pass")
+        for _ in range(500):
+            try:
+                nc = await connect(url, "test", core)
+                break
+            except Exception:  # noqa: BLE001 - not listening yet
+                await asyncio.sleep(0.02)
+        try:
+            await ensure_streams(nc.jetstream())
+            assert await publish(nc.jetstream(), few_texts(history(300, n_memories=60, seed=5), distinct=20)) == 300
+        finally:
+            await close_nats(nc)
+        async with asyncio.timeout(120):  # (before, the child retried its refused connection for ever)
+            result = await replay(core, ProjectorSettings(), output=tmp_path / "out", use_snapshots=False)
+        v = result["verify"]
+        assert v["ok"] and v["vector_checkpoint"] == 300 and v["versions"] == 300, v
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 # -- 9. snapshots ----------------------------------------------------------------------------------------------
