@@ -6,13 +6,15 @@ test opens."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mneme.embedded_nats import EmbeddedNats
-from mneme.embedding import ModelHandle
+from mneme.embedding import DEFAULT_MODEL, ModelHandle
+from services.projector.vector_index import point_id
 from tests.harness import Gated, Stack, ToolFailure, model_of, open_vectors, start_stack
 
 pytestmark = pytest.mark.anyio
@@ -134,3 +136,51 @@ async def test_the_saved_position_never_passes_a_point_without_its_dense_vector(
     finally:
         gated.gate.set()
         await stack.close()
+
+
+async def test_points_a_stop_left_without_a_dense_vector_get_one_after_the_restart(
+    tmp_path: Path,
+    nats_server: EmbeddedNats,
+) -> None:
+    """A stop before the model loaded leaves points with their BM25 vector only, and the saved position before
+    them. The restart folds those events again: a create whose point is already there is the same event, not a
+    second create of its id, so its point is written again and embedded (it was skipped, and the memory never
+    became searchable by meaning)."""
+    loaded = threading.Event()
+    real = Gated()  # (the real model, loaded once; its gate opened below, never waited on)
+    real.gate.set()
+    loading = ModelHandle(DEFAULT_MODEL, factory=lambda: (loaded.wait(120), real)[1]).start()
+    data = tmp_path / "d"
+    first = await start_stack(data, nats_server, vectors=open_vectors(data, loading))
+    try:
+        texts = ["the lighthouse keeper logs every storm", "Carol bakes sourdough on Sundays"]
+        ids = [(await first.call("memory_add", content=t))["id"] for t in texts]
+        await first.call("memory_update", id=ids[1], content="Carol bakes rye bread on Sundays")
+        vectors = first.projector.vectors
+        assert vectors is not None and not loading.ready
+        head = await first.last_seq()
+        for _ in range(200):
+            if vectors.committed >= head:
+                break
+            await asyncio.sleep(0.02)
+        assert vectors.committed == head and vectors.save() == 0  # nothing dense: the position stays before
+    finally:
+        await first.close()
+        loaded.set()
+    second = await start_stack(data, nats_server, vectors=True)
+    try:
+        vectors = second.projector.vectors
+        assert vectors is not None
+        for _ in range(600):
+            if vectors.dense_applied >= head:
+                break
+            await asyncio.sleep(0.05)
+        assert vectors.dense_applied >= head, vectors.progress()
+        points = vectors.index.retrieve([point_id(ids[0], 1), point_id(ids[1], 2)], with_dense=True)
+        assert sorted(points) == sorted([point_id(ids[0], 1), point_id(ids[1], 2)])
+        assert all(p.dense is not None for p in points.values()), "a point without its dense vector"
+        for text, mid in (("who records the storms at the lighthouse", ids[0]), ("what bread does Carol bake", ids[1])):
+            found = await second.call("memory_search", mode="semantic", query=text)
+            assert found["results"] and found["results"][0]["id"] == mid, found
+    finally:
+        await second.close()
