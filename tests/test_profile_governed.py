@@ -277,6 +277,9 @@ async def test_the_contracts_examples_fit_its_schemas_and_its_invalid_inputs_are
     for missing in ("agent_id", "organization_id", "repository_id", "intent", "request_id"):
         partial = {k: v for k, v in ctx(repository).items() if k != missing}
         await world.agent.fails("memory-search", "INVALID_CONTEXT", f"context.{missing}", query="x", context=partial)
+    for empty in ("agent_id", "organization_id", "repository_id"):  # an empty one is missing, not another agent's
+        blank = ctx(repository, **{empty: " "})
+        await world.agent.fails("memory-search", "INVALID_CONTEXT", f"context.{empty}", query="x", context=blank)
 
 
 def test_every_domain_refusal_renders_as_one_of_the_five_codes() -> None:

@@ -141,6 +141,10 @@ class Gateway:
                 "context",
             )
         ctx = context or RequestContext()
+        for name in ("agent_id", "organization_id", "repository_id"):  # (here, not in the schema: refused in
+            value = getattr(ctx, name)  # the surface's format and recorded, as a missing one is)
+            if value is not None and not value.strip():
+                raise InvalidContext(f"context.{name} must not be empty", f"context.{name}")
         if ctx.agent_id is not None and ctx.agent_id != principal.agent_id:
             raise ScopeViolation(
                 f"context.agent_id {ctx.agent_id!r} is not the authenticated agent", "context.agent_id"
