@@ -5,7 +5,8 @@ module, so the ~100 cases stay fast. After each bad call the test checks that th
 sequence did not move (no half-written change) and that a valid call still succeeds.
 
 Unknown argument names are rejected (a typo fails loudly). Not asserted: pydantic's lax mode
-coerces a few values (importance=True -> 1.0, permanent="yes" -> True, expires_at=12345 -> a Unix time).
+coerces a few values (importance=True -> 1.0, expires_at=12345 -> a Unix time); a flag that destroys data
+(memory_reset's confirm) takes a JSON true only.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
+from mneme import compose
 from mneme.embedded_nats import EmbeddedNats
+from mneme.settings import GatewaySettings
+from services.gateway.profiles import native
+from services.gateway.server import build_server
 from tests.harness import Stack, ToolFailure, serve_params, start_stack
 
 pytestmark = pytest.mark.anyio
@@ -467,3 +472,19 @@ async def test_bad_calls_over_stdio_do_not_kill_mneme_serve(tmp_path: Path) -> N
         errlog.close()
     stderr = (tmp_path / "serve.stderr").read_text()
     assert "Traceback" not in stderr, stderr[-3000:]
+
+
+async def test_a_reset_confirmed_with_anything_but_a_json_true_is_refused(shared: tuple[Stack, str]) -> None:
+    """memory_reset deletes a namespace: pydantic's lax mode read confirm="yes" (or 1) as true, and an admin's
+    call with it wiped the namespace. A flag that destroys data takes a JSON true only."""
+    stack, seed = shared
+    admin = GatewaySettings(role="admin", tools=list(native.GROUPS))
+    async with Client(build_server(compose.gateway(stack.nc, admin))) as client:
+        for confirm in ("yes", "true", 1):
+            before = await stack.last_seq()
+            res = await client.call_tool("memory_reset", {"confirm": confirm})
+            assert res.is_error, res
+            err = json.loads(res.content[0].text)["error"]  # type: ignore[union-attr]
+            assert err["code"] == BAD and err["field"] == "confirm", err
+            assert await stack.last_seq() == before
+    assert (await stack.call("memory_get", id=seed))["content"] == "seed memory"

@@ -501,6 +501,11 @@ async def test_scenario_get_memory_stats(tmp_path: Path) -> None:
             "most_accessed": None,
             "top_tags": [],
         }
+        unknown = await call.fails("get_memory_stats", verbose=True)
+        assert unknown == {
+            "code": "INVALID_INPUT",
+            "message": "verbose: unknown argument; this tool takes no arguments",
+        }
         stored = [
             await call(
                 "store_memory", type="core", content="Use UTC everywhere", tags=["time", "style"], importance="high"
@@ -676,6 +681,7 @@ INVALID = [  # (tool, arguments): each refused as INVALID_INPUT, nothing written
     ("delete_memory", {}),
     ("delete_memory", {"id": "nope"}),
     ("delete_memory", {"id": UNKNOWN_ID, "permanent": "maybe"}),
+    ("delete_memory", {"id": UNKNOWN_ID, "permanent": "true"}),  # (destroys data: a JSON true only)
     ("get_memory_stats", {"verbose": True}),
 ]
 

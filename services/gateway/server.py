@@ -73,9 +73,8 @@ class MnemeMCPServer(MCPServer):
         known_args = tool.parameters.get("properties", {})
         unknown = sorted(k for k in arguments if k not in known_args)
         if unknown:  # a misspelt argument fails loudly instead of being dropped
-            raise self.error(
-                "INVALID_INPUT", unknown[0], f"{unknown[0]}: unknown argument; known: {', '.join(sorted(known_args))}"
-            )
+            takes = f"known: {', '.join(sorted(known_args))}" if known_args else "this tool takes no arguments"
+            raise self.error("INVALID_INPUT", unknown[0], f"{unknown[0]}: unknown argument; {takes}")
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:

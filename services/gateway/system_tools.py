@@ -88,7 +88,9 @@ async def memory_status(call: Call, namespace: Namespace = None) -> StatusOut:
 @tools.tool(intent="admin", hints=RESET)
 async def memory_reset(
     call: Call,
-    confirm: Annotated[bool, Field(description="Must be true: everything in the namespace is deleted.")] = False,
+    confirm: Annotated[
+        bool, Field(strict=True, description="Must be true: everything in the namespace is deleted.")
+    ] = False,
     namespace: Namespace = None,
 ) -> ResetOut:
     """Admins: delete every memory, entity, relation and code project of a namespace. Without confirm=true

@@ -204,7 +204,9 @@ async def update_memory(
 async def delete_memory(
     call: Call,
     id: Annotated[Id, Field(description="UUID of the memory to delete")],
-    permanent: Annotated[bool, Field(description="If false (default), archives instead of deleting")] = False,
+    permanent: Annotated[
+        bool, Field(strict=True, description="If false (default), archives instead of deleting")
+    ] = False,
 ) -> Deleted:
     """Delete or archive a memory. By default it is archived (hidden from queries unless archived=true, and
     restorable with update_memory archived=false); permanent=true deletes it for good."""
