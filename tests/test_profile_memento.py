@@ -753,6 +753,14 @@ async def test_errors_map_onto_the_contracts_codes(world: World) -> None:
     ):
         rendered = json.loads(ERRORS.render(domain, "why", "field", {"k": 1}))
         assert rendered == {"error": {"code": contract, "message": "why"}}
+    # memento has no keyword search: a loading model's or the index's message does not point to one
+    loading = "embedding model loading (m); semantic search is not available yet, keyword search is"
+    indexing = "indexing: 5 of 9 embedded (4 waiting; ETA 2 s); keyword search (mode 'keyword') answers now"
+    for domain, message, shown in (
+        ("EMBEDDING_MODEL_LOADING", loading, "embedding model loading (m); semantic search is not available yet"),
+        ("INDEXING", indexing, "indexing: 5 of 9 embedded (4 waiting; ETA 2 s)"),
+    ):
+        assert json.loads(ERRORS.render(domain, message))["error"]["message"] == shown
 
 
 async def test_a_locked_memory_refuses_memento_updates(world: World) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,13 @@ class ErrorStyle:
 
 
 NATIVE_ERRORS = ErrorStyle()
+_KEYWORD_HINT = re.compile(r"[;,] keyword search[^;]*$")
+
+
+def without_keyword_hint(message: str, details: dict[str, Any]) -> str:
+    """A model-loading or indexing message for a surface that has no keyword search: without the clause that
+    points to it ("...; keyword search (mode 'keyword') answers now")."""
+    return _KEYWORD_HINT.sub("", message)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_serializer
 
 from mneme.domain.state import ARCHIVED, DEPRECATED, MemoryState
 from mneme.principals import SYSTEM_SEGMENT
-from services.gateway.error_styles import ErrorStyle
+from services.gateway.error_styles import ErrorStyle, without_keyword_hint
 
 # -- arguments ----------------------------------------------------------------------------------------------
 
@@ -181,5 +181,7 @@ ERRORS = GovernedErrors(
             "different arguments: each request needs its own request_id"
         ),
         "WRITE_NOT_ALLOWED": lambda m, d: m.replace("memories of the protected kind", "the protected type"),
+        "EMBEDDING_MODEL_LOADING": without_keyword_hint,  # (memory-search has no keyword mode to point to)
+        "INDEXING": without_keyword_hint,
     },
 )

@@ -16,7 +16,7 @@ from typing import Any
 from mneme.domain import validation as v
 from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.queries import ListMemories, MemoryStats
-from services.gateway.error_styles import ErrorStyle
+from services.gateway.error_styles import ErrorStyle, without_keyword_hint
 from services.gateway.gateway import Call
 from services.gateway.params import READ, WRITE
 from services.gateway.profiles import memento_search, memento_store
@@ -187,7 +187,11 @@ ERRORS = ErrorStyle(
     },
     with_field=False,  # the contract's error object is {code, message}; messages name the field
     with_details=False,
-    messages={"MEMORY_NOT_FOUND": _not_found},
+    messages={  # (memento has no keyword search to point to)
+        "MEMORY_NOT_FOUND": _not_found,
+        "EMBEDDING_MODEL_LOADING": without_keyword_hint,
+        "INDEXING": without_keyword_hint,
+    },
 )
 
 PROFILE = Profile(
