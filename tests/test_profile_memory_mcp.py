@@ -34,6 +34,8 @@ from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.settings import GatewaySettings
 from services.gateway.gateway import Gateway
 from services.gateway.profiles import memory_mcp
+from services.gateway.profiles.memory_mcp import merge_by_zscore
+from services.gateway.profiles.memory_mcp_models import RecallItem
 from services.gateway.server import build_server
 from tests.harness import ToolFailure, open_vectors, serve_params, start_stack, text_of
 
@@ -607,3 +609,22 @@ async def test_without_the_model_search_is_not_ready_and_search_text_works(tmp_p
         release.set()
         await stack.close()
         await server.stop()
+
+
+def test_recall_merges_memories_and_code_in_score_order() -> None:
+    """With code included, each side is z-scored over its own results and the merged list shows that
+    normalised score (0..1), so it reads in `score` order; the raw signals stay in vector/bm25/ppr_score."""
+
+    def item(i: str, source: Any, score: float) -> RecallItem:
+        return RecallItem(
+            id=i, content=i, source=source, score=score, vector_score=score, bm25_score=0.0, ppr_score=0.0
+        )
+
+    memories = [item("m1", "memory", 0.681), item("m2", "memory", 0.436), item("m3", "memory", 0.377)]
+    code = [item("c1", "code", 0.339), item("c2", "code", 0.126)]
+    merged = merge_by_zscore(memories, code, 10)
+    scores = [r.score for r in merged]
+    assert scores == sorted(scores, reverse=True) and all(0.0 <= s <= 1.0 for s in scores), merged
+    assert [r.id for r in merged][:2] in (["m1", "c1"], ["c1", "m1"])  # each side's best leads
+    assert {r.id: r.vector_score for r in merged} == {"m1": 0.681, "m2": 0.436, "m3": 0.377, "c1": 0.339, "c2": 0.126}
+    assert len(merge_by_zscore(memories, code, 3)) == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from typing import Annotated, Any, get_args, get_origin
 
 from mcp.types import CallToolResult, TextContent
@@ -277,7 +278,9 @@ async def recall(
 
 def merge_by_zscore(memories: list[RecallItem], code: list[RecallItem], limit: int) -> list[RecallItem]:
     """Memories and code chunks on one list: each side's scores standardised over its own results (the two
-    scales differ), then merged by that z-score, best first."""
+    scales differ), then merged by that z-score, best first. Each merged result's `score` is its normalised
+    score, the standard normal CDF of its z-score (0..1, 0.5 at its side's mean), so the list reads in
+    `score` order; `vector_score`, `bm25_score` and `ppr_score` keep the raw signals."""
 
     def z(items: list[RecallItem]) -> list[tuple[float, RecallItem]]:
         xs = [r.score for r in items]
@@ -287,7 +290,9 @@ def merge_by_zscore(memories: list[RecallItem], code: list[RecallItem], limit: i
 
     both = z(memories) + z(code)
     both.sort(key=lambda t: -t[0])
-    return [r for _, r in both[:limit]]
+    return [
+        r.model_copy(update={"score": round(0.5 * (1.0 + math.erf(zs / math.sqrt(2.0))), 6)}) for zs, r in both[:limit]
+    ]
 
 
 # == temporal ================================================================================================
