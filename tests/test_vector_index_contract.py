@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from services.projector.vector_index import (
+    DENSE,
     OPEN,
     ClientIndex,
     Cond,
@@ -386,5 +387,23 @@ def test_null_condition_matches_an_absent_field(adapter: str, tmp_path: Path) ->
             p.payload.pop("category")
         ix.upsert(points)
         assert ix.count(Where(must=(Cond("category", "null"),))) == len(points)
+    finally:
+        ix.close()
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_vector_condition_tells_points_with_their_dense_vector_from_those_without(adapter: str, tmp_path: Path) -> None:
+    """What verify_generation counts: points written with their sparse vector only (the model not loaded)."""
+    ix = open_index(adapter, tmp_path)
+    try:
+        points = dataset()
+        bare = points[:2]
+        for p in bare:
+            p.dense = None
+        ix.upsert(points)
+        without = sum(1 for p in points if p.dense is None)  # (the dataset has a sparse-only point of its own)
+        assert len(bare) <= without < len(points)
+        assert ix.count(Where(must_not=(Cond(DENSE, "vector"),))) == without
+        assert ix.count(Where(must=(Cond(DENSE, "vector"),))) == len(points) - without
     finally:
         ix.close()

@@ -25,7 +25,7 @@ from typing import Any
 
 from mneme.sparse import copy_sparse, copytree_sparse, disk_usage
 from services.projector.memories_view import PROJECTION_VERSION, MemoriesView, one_row
-from services.projector.vector_index import OPEN, Cond, EdgeIndex, Where
+from services.projector.vector_index import DENSE, OPEN, Cond, EdgeIndex, Where
 from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme.snapshot")
@@ -157,6 +157,10 @@ def vector_facts(vectors: VectorView) -> dict[str, Any]:
         "live_points": vectors.index.count(Where(must=(Cond("seq_to", "range", gte=OPEN),))),
         "vector_checkpoint": vectors.checkpoint,
         "pending_dense": vectors.pending_dense,
+        # points the position passed without their dense vector (semantic search would never find them)
+        "without_dense": vectors.index.count(
+            Where(must=(Cond("seq_from", "range", gte=1),), must_not=(Cond(DENSE, "vector"),))
+        ),
     }
 
 
@@ -186,6 +190,8 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
         out.update(points=all_points, live_points=live_points, vector_checkpoint=checkpoint)
         if checkpoint != target or facts["pending_dense"]:
             problems.append(f"vectors cover sequence {checkpoint} ({facts['pending_dense']} without a vector)")
+        if facts.get("without_dense"):
+            problems.append(f"{facts['without_dense']} points without their dense vector")
         if live_points != memories:
             problems.append(f"{memories} memories but {live_points} current points")
         nondeleted = one_row(cur, "SELECT count(*) FROM memory_versions WHERE NOT deleted")[0]

@@ -55,10 +55,11 @@ def point_id(memory_id: str, version: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Cond:
     """One filter condition. op: eq (value), any (values), range (gte/gt/lte/lt), null (the field is absent,
-    null or an empty list), ids (the point id is one of `value`; `field` is ignored)."""
+    null or an empty list), ids (the point id is one of `value`; `field` is ignored), vector (the point has the
+    named vector `field`, e.g. DENSE)."""
 
     field: str
-    op: Literal["eq", "any", "range", "null", "ids"]
+    op: Literal["eq", "any", "range", "null", "ids", "vector"]
     value: Any = None
     gte: float | None = None
     gt: float | None = None
@@ -221,6 +222,8 @@ class EdgeIndex:
             return q.IsEmptyCondition(c.field)
         if c.op == "ids":
             return q.HasIdCondition(set(c.value))
+        if c.op == "vector":
+            return q.HasVectorCondition(c.field)
         return q.FieldCondition(key=c.field, range=q.RangeFloat(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
@@ -367,6 +370,8 @@ class ClientIndex:
             return m.IsEmptyCondition(is_empty=m.PayloadField(key=c.field))
         if c.op == "ids":
             return m.HasIdCondition(has_id=list(c.value))
+        if c.op == "vector":
+            return m.HasVectorCondition(has_vector=c.field)
         return m.FieldCondition(key=c.field, range=m.Range(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
 
     def _filter(self, w: Where) -> Any:
