@@ -31,8 +31,8 @@ def die_with_parent(parent: int) -> None:
     if os.getppid() != parent:
         os._exit(1)
 
-    def watch() -> None:
-        while sys.stdin.buffer.readline():
+    def watch() -> None:  # (os.read, not sys.stdin: a daemon thread blocked in the buffered reader made every
+        while os.read(0, 4096):  # child's exit print "Fatal Python error: _enter_buffered_busy")
             pass
         os._exit(1)  # the parent closed stdin or died: nothing waits for this child any more
 

@@ -8,13 +8,14 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from mneme import __version__
 from mneme.errors import MnemeError
-from mneme.preflight import Refused, bind, check_http, require_log
+from mneme.preflight import Refused, bind, check_http, require_log, require_no_serve
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -144,6 +145,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 
@@ -181,6 +183,12 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raise Refused(
             "; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
         ) from None
+    except SettingsError as exc:  # a list or mapping variable that is not JSON: name the variable
+        found = re.search(r'field "(\w+)"', str(exc))
+        field = found.group(1) if found else "?"
+        names = [f"{p}{field.upper()}" for p in ("MNEME_GATEWAY_", "MNEME_PROJECTOR_", "MNEME_AUDITOR_", "MNEME_")]
+        name = next((n for n in names if n in os.environ), names[0])
+        raise Refused(f"{name}: not valid JSON ({os.environ.get(name, '')[:80]!r})") from None
 
 
 def _stores(given: list[str]) -> dict[str, str]:
@@ -299,11 +307,28 @@ def status_command(args: argparse.Namespace, core: Any) -> int:
     local = core.data_dir if core.data_dir.is_dir() else None
 
     async def gather() -> dict[str, Any] | None:
+        import nats
+
+        errors: list[str] = []
+
+        async def noted(exc: Exception) -> None:  # (said once below, not logged per attempt)
+            errors.append(f"{type(exc).__name__}: {exc}".rstrip(": "))
+
         try:
             async with asyncio.timeout(args.timeout):
-                nc = await compose.connect(url or "", "mneme-status", core)
+                nc = await nats.connect(
+                    servers=(url or "").split(","),
+                    name="mneme-status",
+                    allow_reconnect=False,
+                    connect_timeout=min(3.0, args.timeout),
+                    error_cb=noted,
+                    **compose.auth_options(core),
+                )
         except Exception as exc:  # noqa: BLE001 - reported as not running
-            sys.stderr.write(f"mneme status: cannot reach NATS at {url}: {type(exc).__name__}: {exc}\n")
+            why = errors[-1] if errors else f"{type(exc).__name__}: {exc}".rstrip(": ")
+            if why == "TimeoutError":
+                why = f"no answer within {args.timeout:g} s"
+            sys.stderr.write(f"mneme status: cannot reach NATS at {url}: {why}\n")
             return None
         try:
             return await status.gather(nc, local, timeout=args.timeout)
@@ -319,7 +344,8 @@ def status_command(args: argparse.Namespace, core: Any) -> int:
         out = {"healthy": False, "running": False, "data_dir": str(core.data_dir)}
         if local is not None:
             out["data_bytes"] = status.data_sizes(local)
-        print(json.dumps(out) if args.json else f"mneme: not running ({core.data_dir})")
+        where = f"NATS at {core.nats_url}" if core.nats_url else str(core.data_dir)
+        print(json.dumps(out) if args.json else f"mneme: not running ({where})")
         return 2
     print(json.dumps(out, default=str) if args.json else status.render(out))
     return 0 if out["healthy"] else 1
@@ -341,6 +367,8 @@ def run(args: argparse.Namespace) -> int:
 
         return audit(args, s["core"], s["aus"])
     listener = None
+    if args.command == "serve":
+        require_no_serve(s["core"])
     if args.command in ("serve", "gateway"):
         _check_profile(s["gs"])
     if args.command in ("serve", "gateway") and s["gs"].transport == "http":

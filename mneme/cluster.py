@@ -366,10 +366,11 @@ async def streams_ready(url: str, replicas: int, timeout: float, **auth: Any) ->
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
-        try:
-            nc = await nats.connect(
-                servers=url.split(","), connect_timeout=2, allow_reconnect=False, error_cb=_quiet, **auth
-            )
+        try:  # (bounded by what is left: an attempt at a server that never answers took the timeout twice over)
+            async with asyncio.timeout(max(0.5, deadline - time.monotonic())):
+                nc = await nats.connect(
+                    servers=url.split(","), connect_timeout=2, allow_reconnect=False, error_cb=_quiet, **auth
+                )
         except Exception as exc:  # noqa: BLE001 - the servers are still starting
             last = exc
             await asyncio.sleep(0.25)

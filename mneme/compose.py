@@ -27,7 +27,7 @@ from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
 from mneme.follow import Sink
 from mneme.generations import projection_dir, with_model_of
-from mneme.preflight import Refused, check_model
+from mneme.preflight import Refused, check_model, require_no_serve
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
@@ -104,6 +104,7 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | 
         if url is None:
             if not stack_embedded:
                 raise Refused("--nats-url (or MNEME_NATS_URL) is required for this command")
+            require_no_serve(core)  # (a second nats-server on one store: see preflight.require_no_serve)
             server = EmbeddedNats(core.data_dir / "nats")
             url = await server.start()
             server.supervise()

@@ -71,23 +71,33 @@ class EmbeddedNats:
     async def start(self, timeout: float = 15.0) -> str:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         ports_dir = tempfile.mkdtemp(prefix="mneme-nats-")
+        try:
+            return await self._start(Path(ports_dir), timeout)
+        finally:  # (a failed start left the directory behind)
+            shutil.rmtree(ports_dir, ignore_errors=True)
+
+    async def _start(self, ports_dir: Path, timeout: float) -> str:
         log_file = self.store_dir / "nats-server.log"
+        err_file = ports_dir / "stderr"  # what nats-server says when it cannot even open its log
         args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir),
-                "--ports_file_dir", ports_dir, "-l", str(log_file), "-P", str(self.pid_file)]  # fmt: skip
-        self.proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-            start_new_session=True,
-        )
-        ports_file = Path(ports_dir) / f"nats-server_{self.proc.pid}.ports"
+                "--ports_file_dir", str(ports_dir), "-l", str(log_file), "-P", str(self.pid_file)]  # fmt: skip
+        offset = log_file.stat().st_size if log_file.exists() else 0  # (what an earlier run wrote)
+        with open(err_file, "wb") as err:
+            self.proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                preexec_fn=_die_with_parent,
+                start_new_session=True,
+            )
+        ports_file = ports_dir / f"nats-server_{self.proc.pid}.ports"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                tail = log_file.read_text()[-2000:] if log_file.exists() else ""
-                raise RuntimeError(f"nats-server exited with {self.proc.returncode}: {tail}")
+                raise RuntimeError(
+                    f"nats-server exited with {self.proc.returncode}: {_why(err_file, log_file, offset)}"
+                )
             if ports_file.exists():
                 try:
                     self.url = json.loads(ports_file.read_text())["nats"][0]
@@ -98,7 +108,6 @@ class EmbeddedNats:
         else:
             self.stop_now()
             raise RuntimeError(f"nats-server did not start within {timeout} s (log: {log_file})")
-        shutil.rmtree(ports_dir, ignore_errors=True)
         if self.port <= 0:  # a restart comes back on the same port: clients reconnect to the URL they know
             self.port = int(self.url.rsplit(":", 1)[1])
         self.url_file.write_text(f"{self.proc.pid} {self.url}\n")  # for `mneme replay` beside a running serve
@@ -162,6 +171,23 @@ class EmbeddedNats:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+
+def _why(err_file: Path, log_file: Path, offset: int) -> str:
+    """Why nats-server exited at start: its stderr, else its errors in what it appended to its log in this run
+    (from `offset`: the lines before are an earlier run's, e.g. when a read-only data directory kept it from
+    writing any)."""
+    text = err_file.read_text(errors="replace").strip() if err_file.exists() else ""
+    if not text and log_file.exists():
+        with open(log_file, "rb") as f:
+            if f.seek(0, os.SEEK_END) >= offset:
+                f.seek(offset)
+            else:  # (a new file)
+                f.seek(0)
+            lines = f.read().decode(errors="replace").splitlines()
+        errors = [ln for ln in lines if "[FTL]" in ln or "[ERR]" in ln]
+        text = " ".join((errors or lines)[-3:])
+    return " ".join(text.split())[-2000:] or f"nothing in its log ({log_file}); is the data directory writable?"
 
 
 def running_url(store_dir: Path) -> str | None:

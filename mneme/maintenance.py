@@ -68,7 +68,7 @@ async def rebuild(
     try:
         async with contextlib.AsyncExitStack() as stack:
             if nc is None:
-                nc = await stack.enter_async_context(nats_connection(core, "mneme-rebuild", stack_embedded=True))
+                nc = await stack.enter_async_context(nats_connection(core, "mneme-rebuild", stack_embedded="attach"))
             result = await build(
                 core, bps, nc, work, target=await head_of(nc), resumable=False, use_snapshots=False, progress=progress
             )

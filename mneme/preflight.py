@@ -34,6 +34,19 @@ def serve_url(core: CoreSettings) -> str | None:
     return running_url(embedded_log(core))
 
 
+def require_no_serve(core: CoreSettings) -> None:
+    """One embedded NATS server per data directory: a second `mneme serve` (or anything that would start the
+    embedded server) on a directory a running one serves is refused before it touches the store. (A second
+    nats-server on one JetStream store, and the running one's `client-url` overwritten, broke `mneme status`,
+    `snapshot` and `replay` for the running serve.)"""
+    if core.nats_url is None and (url := serve_url(core)) is not None:
+        pid = (embedded_log(core) / "client-url").read_text().split()[0]
+        raise Refused(
+            f"mneme serve is already running on {core.data_dir} (pid {pid}, NATS at {url}): one per data directory; "
+            "give this one another --data-dir, or let your MCP clients share the running one over HTTP"
+        )
+
+
 def require_directory(core: CoreSettings) -> None:
     if not core.data_dir.is_dir():
         raise Refused(f"data directory {core.data_dir} does not exist: check --data-dir (or MNEME_DATA_DIR)")

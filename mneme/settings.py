@@ -7,8 +7,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _file_name(value: str) -> str:
+    if not value or value in (".", "..") or any(c in value for c in "/\\\x00") or len(value) > 255:
+        raise ValueError("must be a file name in the data directory, without a directory part")
+    return value
+
+
+# a file's name inside the data directory: no directory part, so no setting writes outside it (`../x.duckdb`)
+FileName = Annotated[str, AfterValidator(_file_name)]
 
 
 def default_data_dir() -> Path:
@@ -31,6 +41,11 @@ class CoreSettings(BaseSettings):
     nats_tls_ca: Path | None = Field(None, description="CA file to verify the NATS servers' TLS certificates.")
     nats_tls_cert: Path | None = Field(None, description="Client certificate, when the servers require one.")
     nats_tls_key: Path | None = Field(None, description="The client certificate's key.")
+
+    @field_validator("nats_url", "nats_user", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: Any) -> Any:  # MNEME_NATS_URL= (set, empty) is unset, as `status` took it
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class GatewaySettings(BaseSettings):
@@ -150,7 +165,7 @@ class ProjectorSettings(BaseSettings):
         description="Seconds staged read records may wait before their access statistics are committed "
         "(a query that waits for them commits at once).",
     )
-    db_name: str = "projector.duckdb"
+    db_name: FileName = Field("projector.duckdb", description="The DuckDB file's name in the data directory.")
     vectors: Literal["edge", "qdrant", "off"] = Field(
         "edge",
         description="edge: Qdrant Edge in-process under the data directory; qdrant: a Qdrant server at "
@@ -195,4 +210,4 @@ class AuditorSettings(BaseSettings):
         description="The same for read records (the auditor follows the access stream itself, in `mneme auditor` "
         "and in `mneme serve`; an audit query commits what it waits for at once).",
     )
-    db_name: str = "audit.duckdb"
+    db_name: FileName = Field("audit.duckdb", description="The audit trail's DuckDB file's name in the data directory.")

@@ -3,13 +3,20 @@ never a store created by mistake."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from mcp import ClientSession
+from mcp.client.stdio import stdio_client
 
-from mneme.embedded_nats import EmbeddedNats
+from mneme.embedded_nats import EmbeddedNats, running_url
+from mneme.settings import CoreSettings
 from tests.cli_checks import mneme, refused
+from tests.harness import serve_params
 
 pytestmark = pytest.mark.anyio
 
@@ -109,3 +116,61 @@ def test_a_bad_setting_is_named_on_one_line(tmp_path: Path) -> None:
         "integer",
     )
     assert not (tmp_path / "d").exists()
+
+
+async def test_a_second_serve_or_a_rebuild_beside_a_running_serve_never_starts_a_second_nats_server(
+    tmp_path: Path,
+) -> None:
+    """A second `mneme serve` on a served directory is refused before it touches the store, and `mneme rebuild
+    --output` uses the running serve's NATS: before, each started a second nats-server on the same JetStream
+    store and overwrote `client-url`, so `mneme status`, `snapshot` and `replay` lost the running serve."""
+    data = tmp_path / "d"
+    async with stdio_client(serve_params(data)) as (r, w), ClientSession(r, w) as cs:
+        await cs.initialize()
+        assert not (await cs.call_tool("memory_add", {"content": "the harbour opens at six"})).is_error
+        url_file = data / "nats" / "client-url"
+        before = url_file.read_text()
+        assert running_url(data / "nats") is not None
+        second = await asyncio.to_thread(mneme, "serve", "--data-dir", str(data), stdin="")
+        refused(second, "already running", str(data))
+        rebuilt = await asyncio.to_thread(
+            mneme, "rebuild", "--data-dir", str(data), "--output", str(tmp_path / "copy.duckdb")
+        )
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert url_file.read_text() == before
+        status = await asyncio.to_thread(mneme, "status", "--data-dir", str(data))
+        assert status.returncode == 0, status.stderr
+        assert not (await cs.call_tool("memory_add", {"content": "and closes at ten"})).is_error
+
+
+def test_an_empty_nats_url_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MNEME_NATS_URL", "")
+    monkeypatch.setenv("MNEME_NATS_USER", " ")
+    core = CoreSettings()
+    assert core.nats_url is None and core.nats_user is None
+
+
+async def test_a_nats_server_that_cannot_start_says_why_and_leaves_no_ports_directory(tmp_path: Path) -> None:
+    """Its own reason (stderr), not the tail of an old log from an earlier run; no /tmp/mneme-nats-* left."""
+    store = tmp_path / "nats"
+    store.mkdir()
+    (store / "nats-server.log").write_text("[1] 2026/01/01 an old run on /somewhere/else\n")
+    os.utime(store / "nats-server.log", (0, 0))
+    (store / "nats-server.pid").mkdir()  # nats-server cannot write its pid file there
+    before = set(Path(tempfile.gettempdir()).glob("mneme-nats-*"))
+    with pytest.raises(RuntimeError) as err:
+        await EmbeddedNats(store).start()
+    assert "an old run" not in str(err.value) and "nats-server exited" in str(err.value), err.value
+    assert set(Path(tempfile.gettempdir()).glob("mneme-nats-*")) == before
+
+
+def test_a_database_name_with_a_directory_part_is_refused(tmp_path: Path) -> None:
+    """MNEME_PROJECTOR_DB_NAME=../../x.duckdb wrote outside the data directory."""
+    res = mneme("rebuild", "--data-dir", str(tmp_path), env={"MNEME_PROJECTOR_DB_NAME": "../../x.duckdb"})
+    refused(res, "MNEME_PROJECTOR_DB_NAME", "file name")
+    assert not (tmp_path.parent.parent / "x.duckdb").exists()
+
+
+def test_a_list_or_mapping_variable_that_is_not_json_is_named(tmp_path: Path) -> None:
+    res = mneme("status", "--data-dir", str(tmp_path), env={"MNEME_GATEWAY_STORES": "{bad"})
+    refused(res, "MNEME_GATEWAY_STORES", "not valid JSON")

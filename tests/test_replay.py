@@ -434,6 +434,9 @@ def finish_replay(url: str, data: Path, env: dict[str, str]) -> dict[str, Any]:
         check=False,
     )
     assert out.returncode == 0, out.stderr.decode()[-2000:]
+    # the vector build's child watched its stdin from a daemon thread in the buffered reader, and every replay
+    # printed "Fatal Python error: _enter_buffered_busy" as it exited
+    assert b"Fatal Python error" not in out.stderr, out.stderr.decode()[-2000:]
     return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
