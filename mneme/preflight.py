@@ -40,7 +40,10 @@ def require_no_serve(core: CoreSettings) -> None:
     nats-server on one JetStream store, and the running one's `client-url` overwritten, broke `mneme status`,
     `snapshot` and `replay` for the running serve.)"""
     if core.nats_url is None and (url := serve_url(core)) is not None:
-        pid = (embedded_log(core) / "client-url").read_text().split()[0]
+        try:
+            pid = (embedded_log(core) / "client-url").read_text().split()[0]
+        except (OSError, IndexError):  # (it stopped meanwhile)
+            pid = "?"
         raise Refused(
             f"mneme serve is already running on {core.data_dir} (pid {pid}, NATS at {url}): one per data directory; "
             "give this one another --data-dir, or let your MCP clients share the running one over HTTP"
