@@ -231,14 +231,14 @@ class VectorView:
         of: a gateway's create names a new id, but a message that bypassed it may name one the log had (then
         the point of its first version exists, or of the version the create names, for a history that itself
         began forged)."""
-        out = {}
+        out: dict[str, tuple[str, int]] = {}
         for p in batch:
             ev = p.envelope.event
             if p.seq > self.staged and isinstance(ev, MemoryCreated):
                 mid = p.envelope.aggregate_id
-                if mid not in self._states and self._known.get(mid) is None:
-                    out[point_id(mid, 1)] = (mid, p.seq)
-                    out[point_id(mid, ev.version)] = (mid, p.seq)
+                if mid not in self._states and self._known.get(mid) is None:  # (the first create in the batch:
+                    out.setdefault(point_id(mid, 1), (mid, p.seq))  # a re-fold's own, before any forged one)
+                    out.setdefault(point_id(mid, ev.version), (mid, p.seq))
         return out
 
     def _created_before(self, creates: dict[str, tuple[str, int]]) -> set[str]:
