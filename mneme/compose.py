@@ -299,7 +299,7 @@ def gateway(
     writes are paced against (`mneme serve`)."""
     gs = gs or GatewaySettings()
     elog = EventLog(nc.jetstream(), timeout=gs.publish_timeout, connected=lambda: nc.is_connected)
-    queries = QueryClient(nc, timeout=gs.query_timeout, local=local, catching_up=catching_up)
+    queries = QueryClient(nc, timeout=gs.query_timeout, local=local, catching_up=catching_up, model_wait=gs.model_wait)
     pacer = None
     if paced_by is not None and gs.index_backlog_max > 0:
         pacer = IndexPacer(

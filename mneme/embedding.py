@@ -77,6 +77,7 @@ class ModelUnavailable(MnemeError):
 
 class ModelLoading(MnemeError):
     code = "EMBEDDING_MODEL_LOADING"
+    retryable = True
 
 
 class Embedder(Protocol):

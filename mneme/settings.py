@@ -107,6 +107,12 @@ class GatewaySettings(BaseSettings):
     )
     publish_timeout: float = Field(3.0, gt=0, description="Seconds to wait for JetStream to confirm a write.")
     query_timeout: float = Field(6.0, gt=0, description="Seconds to wait for a projector's answer.")
+    model_wait: float = Field(
+        10.0,
+        ge=0,
+        description="Seconds a search by meaning waits for the embedding model while it loads (after a start) "
+        "before it answers EMBEDDING_MODEL_LOADING with a retry hint; 0 answers at once.",
+    )
     max_content_chars: int = Field(65_536, ge=1, le=1_048_576)
     rate_limit: float = Field(
         2000.0, ge=0, description="Tool calls per second per principal; more are refused with RATE_LIMIT (0: no limit)."

@@ -41,7 +41,7 @@ class ErrorStyle:
 
 
 NATIVE_ERRORS = ErrorStyle()
-_KEYWORD_HINT = re.compile(r"[;,] keyword search[^;]*$")
+_KEYWORD_HINT = re.compile(r"[;,] keyword search[^;]*(?=;|$)")  # (a retry hint may follow it)
 
 
 def without_keyword_hint(message: str, details: dict[str, Any]) -> str:

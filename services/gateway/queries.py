@@ -11,7 +11,7 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from mneme.errors import ProjectionLag, Unavailable, from_dict
+from mneme.errors import MnemeError, ProjectionLag, Unavailable, from_dict
 from mneme.logs import HEADER, request_id
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, RESULT_TYPES, Query, Reply, encoder
@@ -26,6 +26,8 @@ _results: dict[str, msgspec.msgpack.Decoder[Any]] = {op: msgspec.msgpack.Decoder
 _PROJECTOR_QUERIES = frozenset(QUERY_TYPES.values())
 Local = Callable[[Query], Awaitable[Reply | None]]
 Progress = Callable[[], dict[str, Any] | None]
+MODEL_LOADING = "EMBEDDING_MODEL_LOADING"
+RETRY_AFTER_S = 2.0  # the hint a search still refused after the wait carries
 
 
 class QueryClient:
@@ -36,14 +38,45 @@ class QueryClient:
     an UNAVAILABLE answer carries while nobody serves queries."""
 
     def __init__(
-        self, nc: NATS, *, timeout: float = 6.0, local: Local | None = None, catching_up: Progress | None = None
+        self,
+        nc: NATS,
+        *,
+        timeout: float = 6.0,
+        local: Local | None = None,
+        catching_up: Progress | None = None,
+        model_wait: float = 10.0,
     ):
         self.nc = nc
         self.timeout = timeout
         self.local = local
         self.catching_up = catching_up
+        self.model_wait = model_wait
 
-    async def ask(self, query: Query) -> Any:
+    async def ask(self, query: Query, *, wait_model: bool = True) -> Any:
+        """The projector's answer to `query`. A search that needs the embedding model while it still loads (the
+        first seconds after a start) is asked again until the model is ready, for `model_wait` seconds at most,
+        and only then refused, with a retry hint; `wait_model=False` refuses at once (a status probe)."""
+        try:
+            return await self._ask(query)
+        except MnemeError as exc:
+            if exc.code != MODEL_LOADING or not wait_model:
+                raise
+            if self.model_wait <= 0:
+                raise _with_retry_hint(exc, 0.0) from None
+        deadline = time.monotonic() + self.model_wait
+        delay = 0.05
+        while True:
+            await asyncio.sleep(max(min(delay, deadline - time.monotonic()), 0.0))
+            delay = min(delay * 2, 0.25)
+            try:
+                return await self._ask(query)
+            except MnemeError as exc:
+                if exc.code != MODEL_LOADING:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise _with_retry_hint(exc, self.model_wait) from None
+
+    async def _ask(self, query: Query) -> Any:
         op = query.OPERATION
         deadline = time.monotonic() + self.timeout
         here_too = self.local is not None and type(query) in _PROJECTOR_QUERIES
@@ -117,3 +150,12 @@ class QueryClient:
         result = _results[op].decode(reply.result)
         note_answer(query, reply.applied_seq, result)  # (the call's read record says what it saw)
         return result
+
+
+def _with_retry_hint(exc: MnemeError, waited: float) -> MnemeError:
+    """A model still loading after the wait: the same code, with how long was waited and when to ask again."""
+    waited_text = f" (waited {waited:.0f} s for it)" if waited > 0 else ""
+    exc.message = f"{exc.message}; retry in {RETRY_AFTER_S:.0f} s{waited_text}"
+    exc.args = (exc.message,)
+    exc.details = {**exc.details, "retry_after_s": RETRY_AFTER_S, "waited_s": round(waited, 1)}
+    return exc

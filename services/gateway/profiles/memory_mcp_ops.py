@@ -124,7 +124,7 @@ async def embedding_status(call: Call) -> EmbeddingStatus:
     status: Literal["loading", "ready", "error"] = "ready"
     model = ""
     try:
-        got = await gw.queries.ask(probe)
+        got = await gw.queries.ask(probe, wait_model=False)  # (a probe says "loading", it does not wait)
         model = got.model or ""
     except MnemeError as exc:
         status = "loading" if exc.code in ("EMBEDDING_MODEL_LOADING", "INDEXING") else "error"
