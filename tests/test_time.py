@@ -846,3 +846,24 @@ async def test_diff_between_versions(world: World, script: Script) -> None:
     assert (
         await w.fails("memory_diff", id=str(uuid.uuid4()), namespace=sc.ns, from_version=1)
     ).code == "MEMORY_NOT_FOUND"
+
+
+async def test_history_and_diff_take_store_path_as_every_one_memory_tool_does(world: World) -> None:
+    """Issue 28, item 2: memory_history and memory_diff refused `store:path` ("id: must be a UUID")."""
+    w, ns = world, fresh("ref")
+    made = await w("memory_add", namespace=ns, content="v1 of the runbook", store="ops", path="runbooks/db")
+    await w("memory_update", id="ops:runbooks/db", namespace=ns, content="v2 of the runbook")
+    by_path = await w("memory_history", id="ops:runbooks/db", namespace=ns)
+    by_id = await w("memory_history", id=made["id"], namespace=ns)
+    assert by_path == by_id and by_path["id"] == made["id"] and by_path["total"] == 2
+    d = await w("memory_diff", id="ops:runbooks/db", namespace=ns, from_version=1)
+    assert (d["id"], d["to_version"]) == (made["id"], 2)
+    assert [c["field"] for c in d["changes"]] == ["content"]
+    for tool, extra in (("memory_history", {}), ("memory_diff", {"from_version": 1})):
+        err = await w.fails(tool, id="ops:runbooks/none", namespace=ns, **extra)
+        assert err.code == "MEMORY_NOT_FOUND" and "ops:runbooks/none" in err.error["message"], err.error
+        err = await w.fails(tool, id="not-a-uuid", namespace=ns, **extra)
+        assert (err.code, err.field) == ("INVALID_INPUT", "id"), err.error
+    described = {t.name: t for t in (await w.stack.client.list_tools()).tools}
+    for tool in ("memory_history", "memory_diff"):
+        assert "store:path" in described[tool].input_schema["properties"]["id"]["description"]

@@ -19,9 +19,9 @@ from mneme.domain import validation as v
 from mneme.domain.state import MemoryState
 from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.queries import MemoryHistory, VersionDetail
-from services.gateway.gateway import Call
+from services.gateway.gateway import Call, split_ref
 from services.gateway.models import Memory, Result
-from services.gateway.params import READ, Namespace
+from services.gateway.params import READ, Namespace, Ref
 from services.gateway.toolkit import Toolset
 
 tools = Toolset(group="time", flow=True)
@@ -107,34 +107,47 @@ def content_diff(before: str, after: str, from_name: str, to_name: str) -> str:
     return "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), from_name, to_name, lineterm=""))
 
 
-async def _versions(call: Call, memory_id: str, **kw: Any) -> tuple[list[VersionDetail], int]:
+async def _memory_id(call: Call, ref: str) -> str:
+    """The id of the memory a tool names by id (a permanently deleted one too) or by store:path (the memory
+    that holds the path now, expired ones included)."""
     gw = call.gw
     assert gw is not None
-    q = MemoryHistory(
-        namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), memory_id=v.memory_id(memory_id), **kw
-    )
+    mid, store, path = split_ref(ref)
+    if mid is not None:
+        return v.memory_id(mid)
+    row = await gw.resolve(call.namespace, None, store, path, await gw.min_seq())
+    return row.memory.id
+
+
+async def _versions(call: Call, memory_id: str, ref: str, **kw: Any) -> tuple[list[VersionDetail], int]:
+    gw = call.gw
+    assert gw is not None
+    q = MemoryHistory(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), memory_id=memory_id, **kw)
     got = await gw.queries.ask(q)
     if got.total == 0:
-        raise MemoryNotFound(memory_id)
+        raise MemoryNotFound(ref)
     return got.versions, got.total
 
 
 @tools.tool(intent="read", hints=READ)
 async def memory_history(
     call: Call,
-    id: Annotated[str, Field(max_length=64, description="Memory id (a permanently deleted one too).")],
+    id: Annotated[
+        str, Field(min_length=1, max_length=600, description="Memory id (a deleted one too), or store:path.")
+    ],
     namespace: Namespace = None,
     limit: Annotated[int, Field(ge=1, le=500)] = 100,
     offset: Annotated[int, Field(ge=0)] = 0,
     include_content: Annotated[bool, Field(description="Each version's full memory, not just what changed.")] = False,
 ) -> HistoryPage:
-    """Every version of a memory, oldest first: who changed it, when, and which fields (deleted
-    memories keep their history). Use memory_diff for what exactly changed."""
+    """Every version of a memory, oldest first: who changed it, when, and which fields. Use memory_diff
+    for what exactly changed."""
     gw = call.gw
     assert gw is not None
     # one version before the page, to say what the first version on the page changed
     start = max(offset - 1, 0)
-    rows, total = await _versions(call, id, limit=limit + (offset - start), offset=start)
+    mid = await _memory_id(call, id)
+    rows, total = await _versions(call, mid, id, limit=limit + (offset - start), offset=start)
     now = gw.now()
     entries = []
     prev: MemoryState | None = None
@@ -157,27 +170,28 @@ async def memory_history(
             )
         )
         prev = r.state
-    call.read([id])
-    return HistoryPage(id=id, total=total, results=entries, has_more=offset + len(entries) < total)
+    call.read([mid])
+    return HistoryPage(id=mid, total=total, results=entries, has_more=offset + len(entries) < total)
 
 
 @tools.tool(intent="read", hints=READ)
 async def memory_diff(
     call: Call,
-    id: Annotated[str, Field(max_length=64)],
+    id: Ref,
     from_version: Annotated[int, Field(ge=1)],
     to_version: Annotated[int | None, Field(ge=1, description="Default: the latest version.")] = None,
     namespace: Namespace = None,
 ) -> DiffResult:
     """What changed between two versions of a memory: each field before and after, and a diff of the
     content."""
+    mid = await _memory_id(call, id)
     if to_version is None:
-        rows, total = await _versions(call, id, limit=1, offset=0)
-        last = (await _versions(call, id, limit=1, offset=total - 1))[0][0]
+        rows, total = await _versions(call, mid, id, limit=1, offset=0)
+        last = (await _versions(call, mid, id, limit=1, offset=total - 1))[0][0]
         target = last.version if not last.deleted else last.version - 1
     else:
         target = to_version
-    rows, _ = await _versions(call, id, versions=(from_version, target), limit=2)
+    rows, _ = await _versions(call, mid, id, versions=(from_version, target), limit=2)
     got = {r.version: r for r in rows}
     for name, want in (("from_version", from_version), ("to_version", target)):
         if want not in got or got[want].deleted:
@@ -189,5 +203,5 @@ async def memory_diff(
     text = None
     if a.content != b.content:
         text = content_diff(a.content, b.content, f"version {from_version}", f"version {target}")
-    call.read([id])
-    return DiffResult(id=id, from_version=from_version, to_version=target, changes=changes, content_diff=text)
+    call.read([mid])
+    return DiffResult(id=mid, from_version=from_version, to_version=target, changes=changes, content_diff=text)
