@@ -64,8 +64,15 @@ class InvalidState(MnemeError):
 class MemoryIsLocked(MnemeError):
     code = "MEMORY_LOCKED"
 
-    def __init__(self, memory_id: str):
-        super().__init__(f"Memory {memory_id} is locked: only an admin can change it", field="id")
+    def __init__(self, memory_id: str, *, for_admins_too: bool = False):
+        if for_admins_too:  # (the governed contract's memory-write: a lock freezes a rule for everyone)
+            super().__init__(
+                f"Memory {memory_id} is locked: a locked memory is not edited, by admins either; an admin "
+                "unlocks it first (native memory_unlock), edits it, and locks it again",
+                field="memory_id",
+            )
+        else:
+            super().__init__(f"Memory {memory_id} is locked: only an admin can change it", field="id")
 
 
 class WriteNotAllowed(MnemeError):

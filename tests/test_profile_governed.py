@@ -447,9 +447,26 @@ async def test_scenario_memory_write_forbidden_editing_a_locked_memory(world: Wo
         "locked",
         True,
     )
-    # locked means immutable for AI; a human admin still edits it, and it stays locked
+    # locked means frozen for everyone (issue 28, item 3): a human admin's memory-write is refused too, and
+    # says how an admin changes it: unlock (native memory_unlock), edit, lock again
+    refused = await world.admin.fails(
+        "memory-write",
+        "MEMORY_LOCKED",
+        "memory_id",
+        content="The build uses Gradle 9",
+        type="fact",
+        memory_id=mid,
+        context=ctx(r, "write", ADMIN),
+    )
+    assert "memory_unlock" in refused["message"], refused
+    assert (await world.agent.read(r, mid))["version"] == 3
+    await world.native("memory_unlock", id=mid, namespace=f"{ORG}/{r}")
     by_admin = await world.admin.write(r, "The build uses Gradle 9", memory_id=mid)
-    assert (by_admin["version"], by_admin["status"]) == (4, "locked")
+    assert by_admin["version"] == 5
+    relocked = await world.admin("memory.lock", memory_id=mid, context=ctx(r, "admin", ADMIN))
+    assert (relocked["status"], relocked["version"]) == ("locked", 6)
+    got = await world.agent.read(r, mid)
+    assert (got["content"], got["locked"]) == ("The build uses Gradle 9", True)
 
 
 # -- 2B. memory-search --------------------------------------------------------------------------------------------
@@ -554,10 +571,11 @@ async def test_scenario_memory_read_returns_the_full_memory_with_its_latest_vers
             {"version": 1, "action": "created", "agent_id": AGENT},
         ],
     }
+    await world.native("memory_unlock", id=mid, namespace=f"{ORG}/{r}")  # (a lock binds admins' writes too)
     for i in range(3):  # the latest versions: at most five
         await world.admin.write(r, f"Invoices go out on day {i + 3}", type="decision", memory_id=mid)
     history = (await world.agent.read(r, mid))["history"]
-    assert [h["version"] for h in history] == [7, 6, 5, 4, 3]
+    assert [h["version"] for h in history] == [8, 7, 6, 5, 4]
     await world.agent.fails("memory.read", "MEMORY_NOT_FOUND", None, memory_id=str(uuid.uuid4()), context=ctx(r))
 
 

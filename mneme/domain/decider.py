@@ -65,10 +65,11 @@ def _may_write_kind(kind: str, actor: Actor) -> None:
         raise WriteNotAllowed(kind)
 
 
-def _may_change(st: MemoryState, actor: Actor) -> None:
-    """Locked memories and protected kinds are for admins to change."""
-    if st.locked and not is_admin(actor):
-        raise MemoryIsLocked(st.id)
+def _may_change(st: MemoryState, actor: Actor, *, locked_for_all: bool = False) -> None:
+    """Locked memories and protected kinds are for admins to change; `locked_for_all`: a lock binds admins too
+    (the governed contract's memory-write)."""
+    if st.locked and (locked_for_all or not is_admin(actor)):
+        raise MemoryIsLocked(st.id, for_admins_too=locked_for_all and is_admin(actor))
     _may_write_kind(st.kind, actor)
 
 
@@ -137,11 +138,17 @@ def _live(state: MemoryState | None, ref: str) -> MemoryState:
 
 
 def decide_update(
-    state: MemoryState | None, cmd: UpdateMemory, *, max_content: int = v.MAX_CONTENT_CHARS, actor: Actor = AN_AGENT
+    state: MemoryState | None,
+    cmd: UpdateMemory,
+    *,
+    max_content: int = v.MAX_CONTENT_CHARS,
+    actor: Actor = AN_AGENT,
+    locked_for_all: bool = False,
 ) -> MemoryUpdated | None:
-    """The changed fields only; None when nothing would change (an idempotent no-op)."""
+    """The changed fields only; None when nothing would change (an idempotent no-op). `locked_for_all`: a
+    locked memory is refused whoever asks (checked against the state the event is appended to)."""
     st = _live(state, cmd.memory_id)
-    _may_change(st, actor)
+    _may_change(st, actor, locked_for_all=locked_for_all)
     given = {f: getattr(cmd, f) for f in UPDATABLE_FIELDS if getattr(cmd, f) is not UNSET}
     if not given:
         raise InvalidInput("fields", "give at least one field to change")

@@ -360,13 +360,23 @@ class CommandService:
         return await self._retrying(attempt, min_seq, request_id)
 
     async def update(
-        self, cmd: UpdateMemory, *, actor: Actor, request_id: str, min_seq: int = 0, correlation_id: str | None = None
+        self,
+        cmd: UpdateMemory,
+        *,
+        actor: Actor,
+        request_id: str,
+        min_seq: int = 0,
+        correlation_id: str | None = None,
+        locked_for_all: bool = False,
     ) -> Written:
+        """`locked_for_all`: a locked memory is MEMORY_LOCKED for admins too (governed's memory-write)."""
         if self.pacer is not None and cmd.content is not msgspec.UNSET:  # a new text to embed
             await self.pacer.pace()
         return await self._change(
             cmd,
-            lambda st, _: decider.decide_update(st, cmd, max_content=self.max_content, actor=actor),
+            lambda st, _: decider.decide_update(
+                st, cmd, max_content=self.max_content, actor=actor, locked_for_all=locked_for_all
+            ),
             actor=actor,
             request_id=request_id,
             min_seq=min_seq,

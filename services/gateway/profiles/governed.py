@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import msgspec
@@ -186,7 +187,7 @@ async def memory_write(
                 context,
                 mid,
                 lambda i: UpdateMemory(namespace=call.namespace, memory_id=i, content=content, kind=type),
-                gw.commands.update,
+                partial(gw.commands.update, locked_for_all=True),  # a lock freezes a rule, for admins too
             ),
         )
         m = w.memory
