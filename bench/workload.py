@@ -78,10 +78,10 @@ class TimedQueryClient(QueryClient):
         self.ask_s = 0.0
         self.asks = 0
 
-    async def ask(self, query: Any) -> Any:
+    async def ask(self, query: Any, *, wait_model: bool = True) -> Any:
         t = time.perf_counter()
         try:
-            return await super().ask(query)
+            return await super().ask(query, wait_model=wait_model)
         finally:
             self.ask_s += time.perf_counter() - t
             self.asks += 1

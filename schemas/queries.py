@@ -55,6 +55,9 @@ class ListMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True)
     category_path: str | None = None  # "": the store's root (with recursive=False, its root-level memories only)
     recursive: bool = True
     kind: str | None = None
+    kinds: tuple[str, ...] = ()  # any of these kinds (a profile's closed vocabulary: profiles/vocab.py)
+    kinds_not: tuple[str, ...] = ()  # none of these kinds
+    min_access_seq: int = 0  # answer once the access stream is folded this far (read-your-reads: access order)
     tags: tuple[str, ...] = ()
     category: str | None = None
     subject: str | None = None
@@ -79,6 +82,7 @@ class MemoryStats(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     subject: str | None = None  # only memories about this subject (case and spacing ignored, as in ListMemories)
     top_tags: int = 10
     as_of: AsOf | None = None
+    min_access_seq: int = 0  # answer once the access stream is folded this far (read-your-reads: most_accessed)
 
 
 class PathOwner(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -109,6 +113,8 @@ class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     limit: int = 10
     threshold: float | None = None  # None: the mode's default
     kind: str | None = None
+    kinds: tuple[str, ...] = ()  # any of these kinds (a profile's closed vocabulary: profiles/vocab.py)
+    kinds_not: tuple[str, ...] = ()  # none of these kinds
     category: str | None = None
     subject: str | None = None
     tags: tuple[str, ...] = ()  # all of them

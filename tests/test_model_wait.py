@@ -74,7 +74,8 @@ def _open_gate_after(load: GatedLoad, seconds: float) -> None:
 async def test_semantic_and_hybrid_searches_wait_for_the_model(loading: tuple[Stack, GatedLoad]) -> None:
     stack, load = loading
     added = await stack.call("memory_add", content="The staging database runs PostgreSQL 16 on port 5433")
-    assert not stack.projector.gen.vectors.model.ready
+    vectors = stack.projector.gen.vectors
+    assert vectors is not None and not vectors.model.ready
     _open_gate_after(load, 1.0)
     t0 = time.monotonic()
     got = await stack.call("memory_search", query="which postgres version is on staging", mode="semantic")

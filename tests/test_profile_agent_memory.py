@@ -525,11 +525,9 @@ async def test_scenario_get_memory_stats(tmp_path: Path) -> None:
             await call("query_memories", search="docker")
         await call("query_memories", search="utc")
 
-        async def counted() -> dict[str, Any]:
-            s = await call("get_memory_stats")
-            return s if s["most_accessed"] and s["most_accessed"]["access_count"] >= 3 else {}
-
-        stats = await eventually(counted)
+        # read-your-reads (issue 28, item 4): the stats right after the reads count them, with no wait
+        stats = await call("get_memory_stats")
+        assert stats["most_accessed"] is not None and stats["most_accessed"]["access_count"] == 3, stats
         assert stats["total_memories"] == 3 and stats["archived_count"] == 1
         assert stats["by_type"] == {"core": 2, "learning": 1, "task": 0}
         assert stats["by_importance"] == {"high": 1, "medium": 1, "low": 1}
@@ -822,7 +820,10 @@ async def test_cross_profile_native_reads_what_agent_memory_writes_and_back(loca
         page = await am("query_memories", search="grafana dashboards")
         assert ids(page) == [fact["id"]]
         m = page["memories"][0]
-        assert (m["type"], m["importance"], m["category"], m["tags"]) == ("fact", "high", "ops", ["grafana"])
+        # a kind the contract cannot name shows under its nearest type (issue 28, item 5): a fact is core
+        assert (m["type"], m["importance"], m["category"], m["tags"]) == ("core", "high", "ops", ["grafana"])
+        assert fact["id"] in ids(await am("query_memories", type="core"))
+        assert fact["id"] not in ids(await am("query_memories", type="learning"))
         assert ids(await am("query_memories", tags=["grafana"], category="ops")) == [fact["id"]]
         up = await am("update_memory", id=fact["id"], tags=["grafana", "dashboards"], archived=True)
         assert sorted(up["updated_fields"]) == ["archived", "tags"]
@@ -831,7 +832,7 @@ async def test_cross_profile_native_reads_what_agent_memory_writes_and_back(loca
         stats = await am("get_memory_stats")
         assert stats["by_type"] == {"core": 1, "learning": 0, "task": 0} and stats["archived_count"] == 1
         await native("memory_restore", id=fact["id"])
-        assert (await am("get_memory_stats"))["by_type"] == {"core": 1, "learning": 0, "task": 0, "fact": 1}
+        assert (await am("get_memory_stats"))["by_type"] == {"core": 2, "learning": 0, "task": 0}
         assert await am("delete_memory", id=fact["id"], permanent=True) == {
             "success": True,
             "action": "deleted",
@@ -859,3 +860,27 @@ async def test_a_memory_locked_natively_refuses_agent_memory_changes(local: Stac
             err = await am.fails(tool, **args)
             assert err["code"] == "PERMISSION_ERROR" and mid in err["message"], (tool, err)
         assert ids(await am("query_memories", search="approvals")) == [mid]  # still readable
+
+
+async def test_other_profiles_kinds_show_as_the_contracts_types(local: Stack) -> None:
+    """Issue 28, item 5: after a cortex write (kind note) get_memory_stats answered by_type {"note": 1}, outside
+    the contract's enum. Every kind shows, counts and filters as one of core, learning, task."""
+    async with clients(local, "kinds") as (am, native):
+        written = {
+            kind: (await native("memory_add", content=f"A memory of kind {kind}", kind=kind))["id"]
+            for kind in ("note", "decision", "lesson", "skill", "todo", "goal")
+        }
+        own = (await am("store_memory", type="task", content="Ship the release notes"))["id"]
+        shown = {m["id"]: m["type"] for m in (await am("query_memories", limit=100))["memories"]}
+        assert shown == {
+            written["note"]: "core",
+            written["decision"]: "core",
+            written["lesson"]: "learning",
+            written["skill"]: "learning",
+            written["todo"]: "task",
+            written["goal"]: "task",
+            own: "task",
+        }
+        for t in ("core", "learning", "task"):
+            assert set(ids(await am("query_memories", type=t, limit=100))) == {i for i, s in shown.items() if s == t}
+        assert (await am("get_memory_stats"))["by_type"] == {"core": 2, "learning": 2, "task": 3}

@@ -698,7 +698,9 @@ async def test_subject_spelling_first_stored_wins(world: World) -> None:
     assert (m["subject"], mixed["subject"]) == ("Deanna Troi", "McCoy")
     stats = await u.memento("get_memory_stats")
     assert stats["by_subject"] == {"Deanna Troi": 1, "jean-luc PICARD": 2, "McCoy": 1}
-    assert stats["by_category"]["fact"] == 2 and stats["by_category"]["(none)"] == 1  # the native memory
+    # the native memory, with no category, counts as context: by_category names only the contract's eight
+    assert stats["by_category"]["fact"] == 2 and stats["by_category"]["context"] == 1
+    assert sorted(stats["by_category"]) == sorted(CATEGORIES)
 
 
 async def test_update_memory_details(world: World) -> None:

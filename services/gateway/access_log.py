@@ -139,6 +139,14 @@ class AccessLog:
         self.js = js
         self.max_in_flight = max_in_flight
         self._in_flight: set[asyncio.Task[None]] = set()
+        self.last_seq = 0  # the access stream's sequence of the newest record this gateway published
+
+    async def published(self) -> int:
+        """The access stream's sequence up to which every record this gateway has recorded so far is published:
+        a read that must count this gateway's earlier reads (access statistics) waits for the projection to
+        have folded it."""
+        await self.flush()
+        return self.last_seq
 
     async def record(self, rec: AccessRecord) -> None:
         kind = "denied" if isinstance(rec, AccessDenied) else "read"
@@ -150,7 +158,8 @@ class AccessLog:
 
     async def _publish(self, subject: str, rec: AccessRecord) -> None:
         try:
-            await self.js.publish(subject, encode_access(rec), timeout=10, headers={S.HDR_MSG_ID: rec.record_id})
+            ack = await self.js.publish(subject, encode_access(rec), timeout=10, headers={S.HDR_MSG_ID: rec.record_id})
+            self.last_seq = max(self.last_seq, ack.seq)
         except Exception as exc:  # noqa: BLE001 - the call already answered; say loudly that the trail lost it
             log.error("access record %s (%s by %s) not recorded: %s", rec.record_id, rec.operation, rec.agent_id, exc)
 

@@ -145,6 +145,8 @@ async def memory_list(
         sort_order=sort_order,
         as_of=await gw.as_of(as_of),
         valid_at=v.utc(valid_at, "valid_at"),
+        # read-your-reads: ordered by access, the reads made through this gateway count
+        min_access_seq=await gw.access.published() if sort_by in ("accessed_at", "access_count") else 0,
     )
     got = await gw.queries.ask(q)
     now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
@@ -171,5 +173,6 @@ async def memory_stats(
         store=v.store(store) if store is not None else None,
         top_tags=top_tags,
         as_of=await gw.as_of(as_of),
+        min_access_seq=0 if as_of is not None else await gw.access.published(),  # most read: with your reads
     )
     return Stats.of(await gw.queries.ask(q))

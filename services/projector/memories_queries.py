@@ -314,6 +314,10 @@ def _filters(q: ListMemories, then: Any = None) -> tuple[list[str], list[Any]]:
         if val is not None:
             where.append(f"m.{col} = ?")
             args.append(val)
+    for kinds, op in ((q.kinds, "IN"), (q.kinds_not, "NOT IN")):
+        if kinds:
+            where.append(f"m.kind {op} ({', '.join('?' * len(kinds))})")
+            args.extend(kinds)
     if q.subject is not None:
         where.append("lower(m.subject) = lower(?)")
         args.append(" ".join(q.subject.split()))

@@ -95,6 +95,10 @@ def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -
         must += [Cond("valid_from", "range", lte=t), Cond("valid_until", "range", gt=t)]
     if q.kind:
         must.append(Cond("kind", "eq", q.kind))
+    if q.kinds:
+        must.append(Cond("kind", "any", list(q.kinds)))
+    if q.kinds_not:
+        must.append(Where(must_not=(Cond("kind", "any", list(q.kinds_not)),)))
     if q.category:
         must.append(Cond("category", "eq", q.category))
     if q.subject:

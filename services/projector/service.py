@@ -41,6 +41,7 @@ from schemas.queries import (
     GetMemory,
     GetResult,
     ListMemories,
+    MemoryStats,
     ProjectorStatus,
     Query,
     ReindexCategories,
@@ -449,6 +450,10 @@ class Projector:
                 waits.append((gen.follower, "projection"))
             await self._vectors_folded(gen)
         await wait_applied(waits, need, self.wait_timeout, committed=committed)
+        if isinstance(query, ListMemories | MemoryStats) and query.min_access_seq and gen.fold_access:
+            # read-your-reads: the access statistics include the reads the asking gateway recorded
+            waits = [(gen.access_follower, "access statistics")]
+            await wait_applied(waits, query.min_access_seq, self.wait_timeout, committed=True)
         if isinstance(query, SearchMemories) and query.mode != "keyword":
             await self._dense_ready(gen, need)
 

@@ -26,7 +26,6 @@ from services.gateway.profiles.agent_memory_shapes import (
     ERRORS,
     NO_DEFAULT,
     STORED,
-    TYPES,
     AgentMemory,
     ByImportance,
     ByType,
@@ -47,6 +46,7 @@ from services.gateway.profiles.agent_memory_shapes import (
     level_range,
     shown_default,
 )
+from services.gateway.profiles.vocab import AGENT_MEMORY
 from services.gateway.toolkit import Profile, Toolset
 
 SEARCH_CAP = 1000  # the most matches a search text can have (total counts at most this many)
@@ -130,7 +130,7 @@ async def query_memories(
     min_seq = await gw.min_seq()
     lo, hi = level_range(importance) if importance is not None else (None, None)
     filters: dict[str, Any] = {
-        "kind": type,
+        **(AGENT_MEMORY.filter_of(type) if type is not None else {}),  # what shows as that type
         "tags": v.tags(tags or ()),
         "category": _category(category),
         "importance_min": lo,
@@ -164,6 +164,8 @@ async def query_memories(
             sort_order=sort_order,
             ids=ids,
             unread_as_created=True,
+            # read-your-reads: ordered by access, this client's earlier reads count
+            min_access_seq=await gw.access.published() if sort_by in ("accessed_at", "access_count") else 0,
             **filters,
         )
     )
@@ -232,16 +234,21 @@ async def get_memory_stats(call: Call) -> MemoryStatsOut:
     r = await gw.queries.ask(MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=min_seq, top_tags=10))
     top = await gw.queries.ask(
         ListMemories(
-            namespace=call.namespace, now=gw.now(), min_seq=min_seq, limit=1, sort_by="access_count", sort_order="desc"
+            namespace=call.namespace,
+            now=gw.now(),
+            min_seq=min_seq,
+            min_access_seq=await gw.access.published(),  # read-your-reads: this client's reads count
+            limit=1,
+            sort_by="access_count",
+            sort_order="desc",
         )
     )
     most = None
     if top.items and (top.items[0].access_count or 0) > 0:
         most = AgentMemory.of(top.items[0].memory, top.items[0].accessed_at, top.items[0].access_count)
-    by_kind = {k: n for k, n in r.by_kind.items() if k not in TYPES}
     return MemoryStatsOut(
         total_memories=r.total - r.archived,
-        by_type=ByType(**{t: r.by_kind.get(t, 0) for t in TYPES}, **by_kind),
+        by_type=ByType(**AGENT_MEMORY.counts(r.by_kind)),
         by_importance=ByImportance(**{lv: r.by_importance.get(lv, 0) for lv in ("high", "medium", "low")}),
         archived_count=r.archived,
         total_storage_kb=round(r.content_bytes / 1024, 3),

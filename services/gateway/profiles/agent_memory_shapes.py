@@ -9,10 +9,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from mneme.domain.state import ARCHIVED, MemoryState
 from services.gateway.error_styles import ErrorStyle
+from services.gateway.profiles.vocab import AGENT_MEMORY
 
 # -- importance: the contract's three levels on the domain's 0-1 scale ------------------------------------
 Level = Literal["high", "medium", "low"]
@@ -67,9 +68,9 @@ class AgentMemory(BaseModel):
     """One memory as this contract shows it."""
 
     id: str = Field(description="UUID of the memory.")
-    type: str = Field(
-        description="core, learning or task (a memory written through another profile shows its "
-        "own kind, e.g. note or fact)."
+    type: Type = Field(
+        description="core, learning or task (a memory written through another profile shows under the "
+        "nearest: a lesson or skill as learning, a goal or todo as task, anything else as core)."
     )
     content: str
     category: str | None = None
@@ -87,7 +88,7 @@ class AgentMemory(BaseModel):
     def of(cls, s: MemoryState, accessed_at: datetime | None = None, access_count: int | None = 0) -> AgentMemory:
         return cls(
             id=s.id,
-            type=s.kind,
+            type=AGENT_MEMORY.name_of(s.kind),
             content=s.content,
             category=s.category,
             tags=list(s.tags),
@@ -126,7 +127,7 @@ class Deleted(BaseModel):
 
 
 class ByType(BaseModel):
-    model_config = ConfigDict(extra="allow")  # other kinds (from other profiles) follow the three
+    """Every memory counts under the type it shows as (profiles/vocab.py)."""
 
     core: int
     learning: int

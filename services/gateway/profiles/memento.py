@@ -21,7 +21,6 @@ from services.gateway.gateway import Call
 from services.gateway.params import READ, WRITE
 from services.gateway.profiles import memento_search, memento_store
 from services.gateway.profiles.memento_models import (
-    CATEGORIES,
     CategoryArg,
     Confidence,
     Content,
@@ -46,6 +45,7 @@ from services.gateway.profiles.memento_models import (
     Threshold,
     Updated,
 )
+from services.gateway.profiles.vocab import MEMENTO
 from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
@@ -150,7 +150,7 @@ async def get_memory_stats(call: Call, subject_filter: StatsSubject = None) -> M
     )
     return MemoryStatsOut(
         total_memories=r.total - r.archived,  # what by_category and by_subject count: all but archived memories
-        by_category=dict.fromkeys(CATEGORIES, 0) | r.by_category,
+        by_category=MEMENTO.counts(r.by_category),  # another profile's category (or none) counts as context
         by_subject={r.subject_names.get(k, k): n for k, n in r.by_subject.items()},
         oldest_memory=r.oldest,
         newest_memory=r.newest,

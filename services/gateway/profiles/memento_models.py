@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from mneme.domain.state import MemoryState
+from services.gateway.profiles.vocab import MEMENTO
 
 CATEGORIES = ("preference", "restriction", "fact", "skill", "relationship", "goal", "history", "context")
 Category = Literal["preference", "restriction", "fact", "skill", "relationship", "goal", "history", "context"]
@@ -120,7 +121,7 @@ class MemoryOut(BaseModel):
             id=m.id,
             content=m.content,
             subject=m.subject,
-            category=m.category,
+            category=MEMENTO.name_of(m.category),
             tags=list(m.tags),
             confidence=m.confidence,
             created_at=m.created_at,

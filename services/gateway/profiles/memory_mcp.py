@@ -49,6 +49,7 @@ from services.gateway.profiles.memory_mcp_models import (
     ValidAt,
 )
 from services.gateway.profiles.memory_mcp_schemas import CONTRACT
+from services.gateway.profiles.vocab import MEMORY_MCP
 from services.gateway.server import package_version
 from services.gateway.toolkit import Profile, Toolset
 
@@ -161,7 +162,10 @@ async def _search(call: Call, mode: str, query: str, limit: int) -> SearchOut:
     )
     call.read([h.memory.id for h in got.hits])
     results = [
-        SearchItem(id=h.memory.id, content=h.memory.content, memory_type=h.memory.kind, score=h.score) for h in got.hits
+        SearchItem(
+            id=h.memory.id, content=h.memory.content, memory_type=MEMORY_MCP.name_of(h.memory.kind), score=h.score
+        )
+        for h in got.hits
     ]
     return SearchOut(results=results, count=len(results), query=query)
 

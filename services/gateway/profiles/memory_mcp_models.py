@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, Field
 
 from mneme.domain.state import MemoryState
+from services.gateway.profiles.vocab import MEMORY_MCP
 
 MEMORY_TYPES = ("episodic", "semantic", "procedural")
 MemoryType = Literal["episodic", "semantic", "procedural"]
@@ -46,7 +47,10 @@ class MemoryOut(BaseModel):
 
     id: RecordId
     content: str
-    memory_type: str = Field(description="episodic, semantic or procedural (another profile's memory: its kind)")
+    memory_type: MemoryType = Field(
+        description="episodic, semantic or procedural (another profile's memory shows under the nearest: "
+        "an event or history as episodic, a skill or runbook as procedural, anything else as semantic)"
+    )
     event_time: datetime
     ingestion_time: datetime
     valid_from: datetime
@@ -59,7 +63,7 @@ class MemoryOut(BaseModel):
         return cls(
             id=RecordId(id=StringId(String=m.id)),
             content=m.content,
-            memory_type=m.kind,
+            memory_type=MEMORY_MCP.name_of(m.kind),
             event_time=m.valid_from or m.created_at,
             ingestion_time=m.created_at,
             valid_from=m.valid_from or m.created_at,
