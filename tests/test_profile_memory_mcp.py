@@ -530,13 +530,16 @@ async def test_reset_all_memory_needs_confirm(mm: MM) -> None:
 
 async def test_reset_all_memory_with_confirm(world: World) -> None:
     mm, gw = await world.user()
-    ids = [(await mm("store_memory", content=f"memory {i}"))["id"] for i in range(3)]
+    ids = [(await mm("store_memory", content=f"memory {i}"))["id"] for i in range(5)]
+    # invalidated memories are deleted and counted too (issue 28, item 6: 61 reported for 63 stored)
+    await mm("invalidate", id=ids[3], reason="outdated")
+    await mm("invalidate", id=ids[4], superseded_by=ids[0])
     a = (await mm("create_entity", name="A"))["id"]
     b = (await mm("create_entity", name="B"))["id"]
     await mm("create_relation", from_entity=a, to_entity=b, relation_type="knows")
     await mm("create_relation", from_entity=b, to_entity=a, relation_type="knows")
     got = await mm("reset_all_memory", confirm=True)
-    assert got == {"reset": True, "deleted": {"memories": 3, "entities": 2, "relations": 2, "code_chunks": 0}}
+    assert got == {"reset": True, "deleted": {"memories": 5, "entities": 2, "relations": 2, "code_chunks": 0}}
     status = await mm("get_status")
     assert (status["memories_count"], status["entities_count"]) == (0, 0)
     assert (await mm("list_memories"))["total"] == 0
