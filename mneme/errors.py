@@ -31,6 +31,18 @@ class InvalidInput(MnemeError):
         super().__init__(f"{field}: {problem}", field=field)
 
 
+class NothingToChange(InvalidInput):
+    """An update that names no field to change: no argument is wrong, so none is named; the details list what
+    may be given (`updatable`)."""
+
+    def __init__(self, updatable: tuple[str, ...]):
+        MnemeError.__init__(
+            self,
+            f"nothing to change: give at least one of {', '.join(updatable)}",
+            details={"updatable": list(updatable)},
+        )
+
+
 class MemoryNotFound(MnemeError):
     code = "MEMORY_NOT_FOUND"
 

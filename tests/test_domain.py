@@ -228,7 +228,9 @@ def test_update_that_changes_nothing_is_a_no_op() -> None:
 def test_update_with_no_fields_is_invalid() -> None:
     with pytest.raises(InvalidInput) as exc:
         decider.decide_update(given_memory(), UpdateMemory(namespace=NS, memory_id=MID))
-    assert exc.value.field == "fields"
+    # no argument is wrong, so none is named (it used to name a `fields` argument no tool has); it says what to give
+    assert exc.value.field is None and exc.value.code == "INVALID_INPUT"
+    assert exc.value.message.startswith("nothing to change: give at least one of content, kind, category")
 
 
 def test_update_of_a_missing_memory_is_not_found() -> None:

@@ -361,6 +361,9 @@ async def test_malformed_lines_are_answered_and_never_end_mneme_serve(tmp_path: 
                     assert r["result"]["isError"], (line[:80], r)
                     err = json.loads(r["result"]["content"][0]["text"])["error"]
                     assert (err["code"], err["field"]) == (code, field), (line[:80], err)
+            for rid in (5, 6, 7):  # NaN, 1e400, -Infinity: said as the README promises (issue 28, item 12)
+                err = json.loads(by_id[rid]["result"]["content"][0]["text"])["error"]
+                assert "must be a finite number" in err["message"], err
             assert by_id[99]["result"]["structuredContent"]["total"] == 0  # served, and nothing was written
         assert _add(proc, 100)  # and a write still works
         assert proc.poll() is None

@@ -459,7 +459,7 @@ MINIMAL = {  # each tool's required arguments but `store`
 async def test_scenario_store_parameter_required(cx: Cortex) -> None:
     for tool, args in MINIMAL.items():
         code, msg = await cx.error(tool, **args)
-        assert code == INVALID_PARAMS and msg == "store: Field required", (tool, msg)
+        assert code == INVALID_PARAMS and msg == "store: is required", (tool, msg)
         # no fallback to a default store: an empty name is no store either
         assert (await cx.error(tool, store="", **args))[0] == INVALID_PARAMS
 

@@ -19,6 +19,7 @@ from mneme.errors import (
     InvalidState,
     MemoryIsLocked,
     MemoryNotFound,
+    NothingToChange,
     PathExists,
     PermissionDenied,
     WriteNotAllowed,
@@ -151,7 +152,7 @@ def decide_update(
     _may_change(st, actor, locked_for_all=locked_for_all)
     given = {f: getattr(cmd, f) for f in UPDATABLE_FIELDS if getattr(cmd, f) is not UNSET}
     if not given:
-        raise InvalidInput("fields", "give at least one field to change")
+        raise NothingToChange(UPDATABLE_FIELDS)
     changed: dict[str, Any] = {}
     for field, value in given.items():
         value = _NORMALIZE[field](value, max_content)

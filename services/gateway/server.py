@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
+from services.gateway import arg_errors
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 from services.gateway.limits import argument_problem, shown
 from services.gateway.stdio import stdio_transport
@@ -148,8 +149,7 @@ def validation_errors(exc: ValidationError, arguments: dict[str, Any], props: di
                 got = arguments.get(arg)
                 out.append({"field": arg, "problem": f"must be {accepted}; got {shown(json.dumps(got, default=str))}"})
             continue
-        problem = "must be a finite number" if e["type"] == "finite_number" else e["msg"]
-        out.append({"field": ".".join(str(p) for p in loc) or "arguments", "problem": problem})
+        out.append({"field": ".".join(str(p) for p in loc) or "arguments", "problem": arg_errors.problem(dict(e))})
     return out
 
 

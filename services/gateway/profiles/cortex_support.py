@@ -110,7 +110,7 @@ class McpErrorStyle(ErrorStyle):
         extra: dict[str, Any] | None = None,
     ) -> str:
         mcp = MCP_CODES.get(code, INTERNAL_ERROR)
-        if code == "INVALID_INPUT" and field_ == "fields":  # the domain's "give at least one field"
+        if code == "INVALID_INPUT" and "updatable" in (details or {}):  # the domain's NothingToChange
             message = NO_UPDATES
         elif extra and extra.get("errors"):  # every argument problem, as zod lists its issues
             message = "; ".join(f"{e['field']}: {e['problem']}" for e in extra["errors"])
