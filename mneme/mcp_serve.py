@@ -24,6 +24,7 @@ from mneme.principals import Directory
 from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.gateway import Gateway
+from services.gateway.http_protocol import protocol_version_guard
 from services.gateway.server import build_server
 
 GRACE = 10.0  # seconds a graceful HTTP stop may take before it is cancelled
@@ -68,9 +69,10 @@ class _Uvicorn(uvicorn.Server):
             sys.stderr.flush()
 
 
-def every_profile_app(gw: Gateway, host: str) -> Starlette:
+def every_profile_app(gw: Gateway, host: str) -> ASGIApp:
     """One HTTP app serving every profile at once, each at its own path (/mcp native, /mcp/<profile>), each
-    with its own tool list, all over the one gateway (the same principals, the same memory)."""
+    with its own tool list, all over the one gateway (the same principals, the same memory). A request naming
+    a protocol version none of them speaks is refused before it reaches one (http_protocol.py)."""
     apps = [
         build_server(gw, profile=name).streamable_http_app(streamable_http_path=profiles.http_path(name), host=host)
         for name in profiles.names()
@@ -83,7 +85,7 @@ def every_profile_app(gw: Gateway, host: str) -> Starlette:
                 await stack.enter_async_context(a.router.lifespan_context(a))
             yield
 
-    return Starlette(routes=[route for a in apps for route in a.routes], lifespan=lifespan)
+    return protocol_version_guard(Starlette(routes=[route for a in apps for route in a.routes], lifespan=lifespan))
 
 
 class Mcp:

@@ -90,8 +90,10 @@ async def test_malformed_bodies_get_json_rpc_errors_over_http(tmp_path: Path) ->
             modern = {**accept, "mcp-protocol-version": "2026-07-28"}
 
             def reply(r: httpx.Response) -> dict[str, Any]:
-                body = r.text.split("data: ", 1)[1] if r.text.startswith("event:") else r.text
-                return dict(json.loads(body))
+                if r.headers.get("content-type", "").startswith("text/event-stream"):  # (after a priming event)
+                    data = [ln[6:] for ln in r.text.splitlines() if ln.startswith("data: ") and ln[6:]]
+                    return dict(json.loads(data[-1]))
+                return dict(json.loads(r.text))
 
             for headers in (legacy, modern):
                 for body in (

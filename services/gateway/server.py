@@ -18,12 +18,17 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
+from mcp.types import GetPromptResult, InputRequiredResult
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
+from starlette.applications import Starlette
 
 from services.gateway import arg_errors
+from services.gateway.client_log import serve_set_level
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
+from services.gateway.http_protocol import SSE_RETRY_MS, resumable
 from services.gateway.limits import argument_problem, shown
+from services.gateway.protocol import ProtocolErrors, params_error, serve_only_registered
 from services.gateway.stdio import stdio_transport
 
 log = logging.getLogger("mneme.gateway")
@@ -53,6 +58,16 @@ class MnemeMCPServer(MCPServer):
         super().__init__(version=version or package_version(), **kwargs)
         self.errors = errors  # the profile's error format, for the errors raised here as well
         self.listed = listed or {}  # tools listed exactly as a contract's own server lists them
+        # the protocol layer (protocol.py, client_log.py): JSON-RPC errors naming what is wrong, logging/setLevel,
+        # and prompts/resources advertised (and served) only while some are registered
+        low = self._lowlevel_server
+        low.middleware.append(ProtocolErrors())
+        serve_set_level(low)
+        serve_only_registered(
+            low,
+            prompts=lambda: bool(self._prompt_manager.list_prompts()),
+            resources=lambda: bool(self._resource_manager.list_resources() or self._resource_manager.list_templates()),
+        )
 
     async def list_tools(self) -> list[MCPTool]:
         tools = await super().list_tools()
@@ -63,6 +78,30 @@ class MnemeMCPServer(MCPServer):
         low = self._lowlevel_server
         async with stdio_transport() as (read_stream, write_stream):
             await low.run(read_stream, write_stream, low.create_initialization_options())
+
+    def streamable_http_app(self, **kwargs: Any) -> Starlette:
+        """The SDK's streamable HTTP app, its POST streams resumable: each opens with a priming event and the
+        `retry` field, and each session keeps its recent events for a client that reconnects (http_protocol.py)."""
+        kwargs.setdefault("retry_interval", SSE_RETRY_MS)
+        app = super().streamable_http_app(**kwargs)
+        resumable(self.session_manager)
+        return app
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Any = None
+    ) -> GetPromptResult | InputRequiredResult:
+        """An unknown prompt, or one missing a required argument, is -32602 (the SDK answers code 0)."""
+        prompt = self._prompt_manager.get_prompt(name)
+        if prompt is None:
+            names = sorted(p.name for p in self._prompt_manager.list_prompts())
+            known = f"known prompts: {', '.join(names)}" if names else "this server serves no prompts"
+            log.info("prompts/get: unknown prompt %r", shown(name))
+            raise params_error(("params.name", f"unknown prompt {shown(name)!r}; {known}"))
+        given = arguments or {}
+        missing = sorted(a.name for a in prompt.arguments or () if a.required and a.name not in given)
+        if missing:
+            raise params_error(("params.arguments", f"prompt {name!r} needs {', '.join(missing)}"))
+        return await super().get_prompt(name, arguments, context)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         tool = self._tool_manager.get_tool(name)
