@@ -27,7 +27,7 @@ from mneme import compose
 from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.settings import ProjectorSettings
+from mneme.settings import CoreSettings, ProjectorSettings
 from services.auditor.trail import Trail
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
@@ -65,7 +65,7 @@ async def start_nats(stack: AsyncExitStack, store_dir: Path, name: str) -> Nats:
 
 async def start_server(stack: AsyncExitStack, store_dir: Path) -> EmbeddedNats:
     """nats-server alone under `store_dir` (its URL in `.url`), stopped gracefully by `stack`."""
-    server = EmbeddedNats(store_dir)
+    server = EmbeddedNats(store_dir, sync=CoreSettings().nats_sync)  # MNEME_NATS_SYNC: as `mneme serve` would
     await server.start()
     stack.push_async_callback(server.stop)
     return server

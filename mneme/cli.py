@@ -266,9 +266,15 @@ def cluster_command(args: argparse.Namespace) -> int:
     from mneme import cluster
 
     if args.action == "up":
+        from mneme import durability
+        from mneme.settings import CoreSettings
+
         if cluster.read_state(args.dir) is not None:
             sys.stderr.write(f"mneme: a cluster is recorded in {args.dir}; run `mneme cluster down --dir {args.dir}`\n")
             return 1
+        sync = CoreSettings().nats_sync
+        if (warn := durability.warning(sync)) is not None:
+            sys.stderr.write(warn + "\n")
         c = cluster.LocalCluster(
             args.dir,
             nodes=args.nodes,
@@ -276,6 +282,7 @@ def cluster_command(args: argparse.Namespace) -> int:
             projectors=args.projectors,
             auditors=args.auditors,
             detach=True,
+            sync=sync,
         )
         asyncio.run(c.up())
         print(json.dumps(cluster.status_from_state(args.dir)))

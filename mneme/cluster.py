@@ -28,7 +28,7 @@ from typing import Any
 import nats
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from mneme import nats_auth
+from mneme import durability, nats_auth
 from mneme.embedded_nats import is_alive, nats_server_binary
 from mneme.eventlog import ensure_streams
 
@@ -103,6 +103,7 @@ class LocalCluster:
         detach: bool = False,
         env: dict[str, str] | None = None,
         auth: bool = True,
+        sync: str = durability.ALWAYS,
     ):
         if nodes < 1 or gateways < 0 or projectors < 0 or auditors < 0:
             raise ValueError("nodes must be at least 1, services at least 0")
@@ -110,6 +111,7 @@ class LocalCluster:
         self.counts = {"gateway": gateways, "projector": projectors, "auditor": auditors}
         self.detach = detach
         self.env = env or {}
+        self.sync = durability.check(sync)  # every node's JetStream sync (mneme/durability.py)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         # least privilege (mneme/nats_auth.py): a user per role, its password in <root>/secrets.json (0600)
         self.passwords = nats_auth.passwords() if auth else None
@@ -124,8 +126,7 @@ class LocalCluster:
         routes = ",".join(f"nats://127.0.0.1:{n.cluster_port}" for n in self.layout.nodes if n is not node)
         args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(node.client_port), "-js", "-sd", node.store,
                 "--server_name", node.name, "-l", str(Path(node.store) / "nats-server.log")]  # fmt: skip
-        if self.passwords is not None:
-            args += ["-c", str(self.root / "nats" / "accounts.conf")]
+        args += ["-c", str(self.root / "nats" / "accounts.conf")]  # (the sync setting, and the users if any)
         if len(self.layout.nodes) > 1:
             args += ["--cluster_name", CLUSTER_NAME, "--cluster", f"nats://127.0.0.1:{node.cluster_port}",
                      "--routes", routes]  # fmt: skip
@@ -148,11 +149,9 @@ class LocalCluster:
 
     async def start_nats(self, timeout: float = 60) -> str:
         """Every node started, JetStream ready (a meta leader elected) and the streams in place."""
+        accounts = json.loads(nats_auth.server_config(self.passwords)) if self.passwords is not None else {}
+        durability.write_config(self.root / "nats" / "accounts.conf", self.sync, accounts)  # (0600: passwords)
         if self.passwords is not None:
-            (self.root / "nats").mkdir(parents=True, exist_ok=True)
-            conf = self.root / "nats" / "accounts.conf"  # (it holds the passwords too)
-            conf.touch(mode=0o600)
-            conf.write_text(nats_auth.server_config(self.passwords))
             secrets_file = self.root / "secrets.json"
             secrets_file.touch(mode=0o600)
             secrets_file.write_text(json.dumps(self.passwords, indent=1) + "\n")
@@ -344,8 +343,8 @@ def write_accounts(root: Path) -> dict[str, str]:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     pw = nats_auth.passwords()
-    conf = root / "accounts.conf"
-    conf.write_text(nats_auth.server_config(pw))
+    conf = root / "accounts.conf"  # with sync_interval: always (mneme/durability.py)
+    durability.write_config(conf, durability.ALWAYS, json.loads(nats_auth.server_config(pw)))
     env = root / ".env"
     env.touch(mode=0o600)
     env.write_text("".join(f"MNEME_NATS_PASSWORD_{role.upper()}={pw[role]}\n" for role in nats_auth.ROLES))

@@ -21,6 +21,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
+from mneme import durability
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
@@ -105,7 +106,9 @@ async def nats_connection(core: CoreSettings, name: str, stack_embedded: bool | 
             if not stack_embedded:
                 raise Refused("--nats-url (or MNEME_NATS_URL) is required for this command")
             require_no_serve(core)  # (a second nats-server on one store: see preflight.require_no_serve)
-            server = EmbeddedNats(core.data_dir / "nats")
+            server = EmbeddedNats(core.data_dir / "nats", sync=core.nats_sync)
+            if (warn := durability.warning(core.nats_sync)) is not None:
+                log.warning("%s", warn)
             url = await server.start()
             server.supervise()
             stack.push_async_callback(server.stop)

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mneme import durability
+
 log = logging.getLogger("mneme.nats")
 
 
@@ -59,10 +61,13 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec: one 
 
 
 class EmbeddedNats:
-    def __init__(self, store_dir: Path, *, port: int = -1, host: str = "127.0.0.1"):
+    def __init__(self, store_dir: Path, *, port: int = -1, host: str = "127.0.0.1", sync: str = durability.ALWAYS):
+        """`sync`: when JetStream fsyncs the log (mneme/durability.py): `always`, before acknowledging a write
+        (the default), or a duration (a timer, as nats-server's own default of 2m)."""
         self.store_dir = Path(store_dir)
         self.port = port
         self.host = host
+        self.sync = durability.check(sync)
         self.proc: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
         self.restarts = 0  # times `supervise` brought the server back after it died on its own
@@ -79,8 +84,10 @@ class EmbeddedNats:
     async def _start(self, ports_dir: Path, timeout: float) -> str:
         log_file = self.store_dir / "nats-server.log"
         err_file = ports_dir / "stderr"  # what nats-server says when it cannot even open its log
-        args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir),
-                "--ports_file_dir", str(ports_dir), "-l", str(log_file), "-P", str(self.pid_file)]  # fmt: skip
+        conf = durability.write_config(self.store_dir / "nats-server.conf", self.sync)
+        args = [nats_server_binary(), "-c", str(conf), "-a", self.host, "-p", str(self.port), "-js",
+                "-sd", str(self.store_dir), "--ports_file_dir", str(ports_dir), "-l", str(log_file),
+                "-P", str(self.pid_file)]  # fmt: skip
         offset = log_file.stat().st_size if log_file.exists() else 0  # (what an earlier run wrote)
         with open(err_file, "wb") as err:
             self.proc = subprocess.Popen(

@@ -10,6 +10,8 @@ import platformdirs
 from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from mneme import durability
+
 
 def _file_name(value: str) -> str:
     if not value or value in (".", "..") or any(c in value for c in "/\\\x00") or len(value) > 255:
@@ -41,6 +43,16 @@ class CoreSettings(BaseSettings):
     nats_tls_ca: Path | None = Field(None, description="CA file to verify the NATS servers' TLS certificates.")
     nats_tls_cert: Path | None = Field(None, description="Client certificate, when the servers require one.")
     nats_tls_key: Path | None = Field(None, description="The client certificate's key.")
+    nats_sync: str = Field(
+        "always",
+        description="When every nats-server mneme starts fsyncs the log: 'always' (before acknowledging a write) "
+        "or a duration such as 1s or 2m (faster; an OS crash or power cut can lose that much acknowledged data).",
+    )
+
+    @field_validator("nats_sync")
+    @classmethod
+    def _sync(cls, value: str) -> str:
+        return durability.check(value)
 
     @field_validator("nats_url", "nats_user", mode="before")
     @classmethod

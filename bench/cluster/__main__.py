@@ -16,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from bench.common import emit_json, latency_summary, log, machine_info, print_table, ratio, rnd
 from bench.fixtures import run_dir
 from mneme.cluster import LocalCluster, Service
+from mneme.settings import CoreSettings
 from mneme.synthetic import history, publish
 from schemas import subjects as S
 
@@ -145,14 +146,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     env = {"MNEME_LOG_LEVEL": "INFO"}
     async with run_dir("cluster", args.keep) as root:
         log("single node: 1 NATS, 1 gateway, 1 projector")
-        single = LocalCluster(root / "single", nodes=1, gateways=1, projectors=1, auditors=0, env=env)
+        single = LocalCluster(
+            root / "single", nodes=1, gateways=1, projectors=1, auditors=0, env=env, sync=CoreSettings().nats_sync
+        )
         await single.up()
         try:
             out["single"] = await write_and_read(single, n, "single")
         finally:
             await single.down()
         log("cluster: 3 NATS nodes (replicas=3), 2 gateways, 2 projectors, 1 auditor")
-        c = LocalCluster(root / "cluster", nodes=3, gateways=2, projectors=2, auditors=1, env=env)
+        c = LocalCluster(
+            root / "cluster", nodes=3, gateways=2, projectors=2, auditors=1, env=env, sync=CoreSettings().nats_sync
+        )
         t = time.monotonic()
         await c.up()
         out["cluster_up_s"] = rnd(time.monotonic() - t, 2)
