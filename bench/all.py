@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHES = ("spine", "audit", "search", "replay", "locomo", "code", "graph", "cluster")
+BENCHES = ("spine", "durability", "audit", "search", "replay", "locomo", "code", "graph", "cluster")
 # the figures the table shows unless --all: targets, ratios to the floor, quality, lag and rates
 _HEADLINE = ("targets.", "vs_", "ratio", "recall@", "mrr", "lag", "events_per_s", "bytes")
 
@@ -53,6 +53,9 @@ HEADLINES: list[tuple[str, str, str, str, bool]] = [
      True),
     ("native tools/list, bytes", "spine", "surface.tool_lists.native.bytes", "<= 40000", True),
     ("10-result search over stdio, bytes", "spine", "surface.results.memory_search.bytes", "<= 3000", True),
+    ("memory_add over stdio lost to sync-always, share", "durability", "targets.memory_add_cost.value", "<= 0.15",
+     True),
+    ("add -> get p50 added by sync-always, share", "durability", "add_get_p50_ms.cost", "", True),
     ("auditor lag p99, own process, ms", "audit", "targets.auditor_lag_p99.p99_ms", "< 200", True),
     ("auditor lag p99, in serve, ms", "audit", "targets.serve_trail_lag_p99.p99_ms", "< 200", True),
     ("search p95 semantic, ms", "search", "targets.semantic_p95.p95_ms", "< 50", True),
@@ -86,6 +89,7 @@ HEADLINES: list[tuple[str, str, str, str, bool]] = [
     ("failed-publish window, stream leader killed, s", "cluster", "leader_kill.window_s", "", True),
     ("floor: awaited NATS publish, /s", "spine", "a_floor.a_floor_awaited.rate_per_s", "", False),
     ("floor: no-op MCP tool over stdio, /s", "spine", "c_stdio.noop.rate_per_s", "", False),
+    ("floor: awaited publish with sync always, /s", "durability", "publish_awaited_per_s.always", "", False),
     ("floor: raw Edge dense search, p50 ms", "search", "latency.raw_edge.dense.p50_ms", "", True),
     ("floor: replay receive-and-decode, events/s", "replay", "floor.events_per_s", "", False),
     ("floor: raw model on code chunks, texts/s", "code", "raw_per_s", "", False),
