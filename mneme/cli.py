@@ -16,6 +16,7 @@ from typing import Any
 from mneme import __version__
 from mneme.errors import MnemeError
 from mneme.preflight import Refused, bind, check_http, require_log, require_no_serve
+from mneme.settings import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -43,8 +44,8 @@ def _mcp(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tools",
         metavar="GROUPS",
-        help="the groups of native tools served, comma-separated: core, "
-        "time, governance, audit, graph (the default), code, system (MNEME_GATEWAY_TOOLS)",
+        help=f"the groups of native tools served, comma-separated: {', '.join(DEFAULT_TOOL_GROUPS)} (the default), "
+        f"{', '.join(g for g in TOOL_GROUPS if g not in DEFAULT_TOOL_GROUPS)} (MNEME_GATEWAY_TOOLS)",
     )
     p.add_argument(
         "--context",
@@ -180,15 +181,26 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "ProjectorSettings": "MNEME_PROJECTOR_",
             "AuditorSettings": "MNEME_AUDITOR_",
         }.get(exc.title, "")
-        raise Refused(
-            "; ".join(f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        ) from None
+        flags = {**core_over, **gw_over} if exc.title in ("CoreSettings", "GatewaySettings") else {}
+        raise Refused("; ".join(_setting_problem(e, prefix, flags) for e in exc.errors())) from None
     except SettingsError as exc:  # a list or mapping variable that is not JSON: name the variable
         found = re.search(r'field "(\w+)"', str(exc))
         field = found.group(1) if found else "?"
         names = [f"{p}{field.upper()}" for p in ("MNEME_GATEWAY_", "MNEME_PROJECTOR_", "MNEME_AUDITOR_", "MNEME_")]
         name = next((n for n in names if n in os.environ), names[0])
         raise Refused(f"{name}: not valid JSON ({os.environ.get(name, '')[:80]!r})") from None
+
+
+def _setting_problem(e: Any, prefix: str, flags: dict[str, Any]) -> str:
+    """One invalid setting, named as the operator gave it (the flag, else the variable; never the index of a
+    list item, `MNEME_GATEWAY_TOOLS_1`), with the value and what is allowed, in words."""
+    from services.gateway.arg_errors import problem
+
+    field = str(e["loc"][0]) if e["loc"] else "?"
+    name = f"--{field.replace('_', '-')}" if field in flags else f"{prefix}{field.upper()}"
+    value = e.get("input")
+    given = f"{value!r} " if isinstance(value, str | int | float) and len(e["loc"]) > 1 else ""
+    return f"{name}: {given}{problem(dict(e))}"
 
 
 def _stores(given: list[str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import platformdirs
 from pydantic import AfterValidator, Field, SecretStr, field_validator
@@ -60,6 +60,12 @@ class CoreSettings(BaseSettings):
         return None if isinstance(value, str) and not value.strip() else value
 
 
+# The groups of native tools (services/gateway/profiles/native.py serves them): every one, and the default set
+ToolGroup = Literal["core", "time", "governance", "audit", "graph", "code", "system", "debug"]
+TOOL_GROUPS: tuple[str, ...] = get_args(ToolGroup)
+DEFAULT_TOOL_GROUPS: tuple[str, ...] = ("core", "time", "governance", "audit", "graph")
+
+
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEME_GATEWAY_", extra="ignore")
 
@@ -92,12 +98,10 @@ class GatewaySettings(BaseSettings):
         "intent, request_id): never offered (default: the principal comes from the token or these settings), "
         "optional, or required.",
     )
-    tools: Annotated[
-        list[Literal["core", "time", "governance", "audit", "graph", "code", "system", "debug"]] | None, NoDecode
-    ] = Field(
+    tools: Annotated[list[ToolGroup] | None, NoDecode] = Field(
         None,
-        description="The groups of native tools served (default: core, time, governance, audit, graph; "
-        "also: code, system, debug).",
+        description=f"The groups of native tools served (default: {', '.join(DEFAULT_TOOL_GROUPS)}; also: "
+        f"{', '.join(g for g in TOOL_GROUPS if g not in DEFAULT_TOOL_GROUPS)}).",
     )
 
     @field_validator("tools", mode="before")

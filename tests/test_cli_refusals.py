@@ -14,7 +14,7 @@ from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
 from mneme.embedded_nats import EmbeddedNats, running_url
-from mneme.settings import CoreSettings
+from mneme.settings import TOOL_GROUPS, CoreSettings
 from tests.cli_checks import mneme, refused
 from tests.harness import serve_params
 
@@ -115,6 +115,20 @@ def test_a_bad_setting_is_named_on_one_line(tmp_path: Path) -> None:
         "MNEME_GATEWAY_PORT",
         "integer",
     )
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_bad_tool_group_names_the_flag_or_the_variable_and_every_group(tmp_path: Path) -> None:
+    """Issue 28, item 11: `--tools core,bogus` named MNEME_GATEWAY_TOOLS_1; the help left `debug` out."""
+    d = str(tmp_path / "d")
+    for cmd in (["serve", "--data-dir", d], ["gateway", "--nats-url", "nats://127.0.0.1:1"]):
+        line = refused(mneme(*cmd, "--tools", "core,bogus", stdin=""), "--tools: 'bogus'", "'debug'")
+        assert "MNEME_GATEWAY_TOOLS" not in line and "_1" not in line, line
+        line = refused(mneme(*cmd, env={"MNEME_GATEWAY_TOOLS": "core,bogus"}, stdin=""), "MNEME_GATEWAY_TOOLS: 'bogus'")
+        assert "TOOLS_1" not in line, line
+        helped = mneme(cmd[0], "--help").stdout
+        assert all(g in " ".join(helped.split()) for g in TOOL_GROUPS), helped
+    refused(mneme("serve", "--data-dir", d, "--transport", "http", "--port", "99999", stdin=""), "--port: must be")
     assert not (tmp_path / "d").exists()
 
 

@@ -12,6 +12,7 @@ comes from the bearer token or the stdio settings. Results leave null fields out
 
 from __future__ import annotations
 
+from mneme.settings import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 from services.gateway import (
     code_tools,
     debug_tools,
@@ -51,8 +52,8 @@ tools.specs = _all.pick(
 )  # fmt: skip
 assert len(tools.specs) == len(_all.specs), "a native tool is missing from the order above"
 
-GROUPS = ("core", "time", "governance", "audit", "graph", "code", "system", "debug")
-DEFAULT_GROUPS = ("core", "time", "governance", "audit", "graph")  # code, system, debug: when an operator asks
+GROUPS = TOOL_GROUPS  # (mneme/settings.py names them, for the settings and the command line's help)
+DEFAULT_GROUPS = DEFAULT_TOOL_GROUPS  # the rest (code, system, debug): when an operator asks
 
 PROFILE = Profile(
     name="native",
