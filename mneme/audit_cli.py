@@ -1,27 +1,39 @@
-"""`mneme audit verify|export`: the trail file read-only, beside nothing that holds it; `mneme audit
-reads|reread`: the debugger's view, asked of the running mneme.
+"""`mneme audit verify|export`: the trail, read-only; `mneme audit reads|reread`: the debugger's view, asked of
+the running mneme.
 
-The trail is opened read-only: a missing file is an error (nothing is created), and a trail a
-running `mneme serve` or `mneme auditor` holds is refused with one line (DuckDB allows one
-process per file; admins can ask the running server with the `audit_query` tool).
+The trail file is opened read-only: a missing file is an error (nothing is created). While a running `mneme
+serve` or `mneme auditor` holds it (DuckDB allows one process per file, even read-only), the records are
+fetched through that process's auditor instead, over its NATS (the serve's, found under the data directory, or
+`--nats-url`), into a copy of this command's own, and verified or exported by the same code
+(mneme/trail_copy.py); the output says `"live": true`.
 
 `reads` lists recorded reads (of `--agent`, between `--since` and `--until`) and `reread N` asks read N
 again as of the log position it was answered at (services/gateway/reread.py): both need the running
 system (its auditor, a projector and the access stream), through `--nats-url` or the `mneme serve` running
-on `--data-dir`, and act as the operator (every namespace).
+on `--data-dir`, and act as the operator (every namespace). `reread` exits 0 on a match, 1 on a mismatch,
+3 when the read cannot be asked again.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from mneme.preflight import Refused, held_message, holder, parse_time, serve_url
+from mneme.preflight import Refused, holder, parse_time, serve_url
 from mneme.settings import AuditorSettings, CoreSettings
+
+NOT_RERUNNABLE = 3  # `mneme audit reread`: the read cannot be asked again (0: the same answer, 1: another one)
+
+
+class TrailHeld(Refused):
+    """The trail file is held by a running process."""
 
 
 def open_trail(core: CoreSettings, aus: AuditorSettings) -> duckdb.DuckDBPyConnection:
@@ -35,7 +47,8 @@ def open_trail(core: CoreSettings, aus: AuditorSettings) -> duckdb.DuckDBPyConne
         who = holder(exc)
         if who is None:
             raise Refused(f"cannot open the audit trail {path}: {exc}") from None
-        raise Refused(held_message(path, who, core) + " (or ask it: the audit_query tool)") from None
+        raise TrailHeld(f"{path} is held by a running mneme process ({who})") from None
+    con.execute("SET TimeZone = 'UTC'")  # (times read as the auditor chained them, whatever this machine's zone)
     cols = {
         r[0]
         for r in con.execute(
@@ -66,20 +79,40 @@ def audit(args: argparse.Namespace, core: CoreSettings, aus: AuditorSettings) ->
             raise Refused("audit export needs --out FILE")
         if not args.out.parent.is_dir():
             raise Refused(f"--out {args.out}: the directory {args.out.parent} does not exist")
-    con = open_trail(core, aus)
-    try:
+    with contextlib.ExitStack() as stack:
+        con, live = _trail(stack, core, aus, filters if args.action == "export" else {})
+        stack.callback(con.close)
+        shown = {"live": True} if live else {}
         if args.action == "verify":
             checked, broken = verify_chain(con)
-            print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken}))
+            print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken} | shown))
             return 0 if broken is None else 1
         try:
             n = export(con, args.out, args.format, filters)
         except (duckdb.IOException, OSError) as exc:
             raise Refused(f"--out {args.out}: {exc}") from None
-        print(json.dumps({"records": n, "format": args.format, "path": str(args.out)}))
+        print(json.dumps({"records": n, "format": args.format, "path": str(args.out)} | shown))
         return 0
-    finally:
-        con.close()
+
+
+def _trail(
+    stack: contextlib.ExitStack, core: CoreSettings, aus: AuditorSettings, filters: dict[str, Any]
+) -> tuple[duckdb.DuckDBPyConnection, bool]:
+    """The trail file, read-only; or, while a running process holds it, a copy of its records (those matching
+    `filters`) fetched through that process's auditor (True: live)."""
+    try:
+        return open_trail(core, aus), False
+    except TrailHeld as held:
+        url = core.nats_url or serve_url(core)
+        if url is None:
+            raise Refused(
+                f"{held}: DuckDB allows one process per file; give --nats-url to ask its auditor, or stop it"
+            ) from None
+        from mneme.trail_copy import fetch_trail
+
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mneme-trail-")))
+        con, _ = asyncio.run(fetch_trail(core, url, tmp / aus.db_name, filters, held=str(held)))
+        return con, True
 
 
 def debug(args: argparse.Namespace, core: CoreSettings) -> int:
@@ -101,7 +134,9 @@ def debug(args: argparse.Namespace, core: CoreSettings) -> int:
         print(format_reads(out))
     else:
         print(format_reread(out))
-    return 0 if args.action == "reads" or out.match else 1
+    if args.action == "reads" or out.match:
+        return 0
+    return NOT_RERUNNABLE if out.match is None else 1
 
 
 async def _ask(args: argparse.Namespace, core: CoreSettings, since: Any, until: Any) -> Any:
@@ -156,7 +191,14 @@ def format_reread(x: Any) -> str:
     ]
     where = f"as of log position {x.as_of.seq}" if x.as_of is not None else "as asked"
     answered = f"answered at log position {r.seq}" if r.seq is not None else "answered at an unrecorded position"
-    lines.append(f"{answered}; re-run {where}: {'MATCH' if x.match else 'MISMATCH'}")
+    if not x.rerunnable:
+        verdict = "NOT RE-RUNNABLE" + ("; MISMATCH" if x.match is False else "")
+        lines.append(f"{answered}; {verdict}: {x.reason}")
+    else:
+        lines.append(f"{answered}; re-run {where}: {'MATCH' if x.match else 'MISMATCH'}")
+    if x.figures is not None:
+        shown = {k: v for k, v in x.figures.items() if v not in ({}, [], None)}
+        lines.append("figures: " + " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in shown.items()))
     if x.results:
         lines.append(
             f"{'rank':>9}  {'id':<36}  {'version':>9}  {'score':>15}  {'semantic':>8}  {'keyword':>8}  content"

@@ -16,6 +16,7 @@ from typing import Any
 from mneme import __version__
 from mneme.errors import MnemeError
 from mneme.preflight import Refused, bind, check_http, require_log, require_no_serve
+from mneme.progress import Progress
 from mneme.settings import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 
 
@@ -52,6 +53,14 @@ def _mcp(p: argparse.ArgumentParser) -> None:
         choices=["never", "optional", "required"],
         help="the native tools' context argument (default never; MNEME_GATEWAY_CONTEXT)",
     )
+
+
+AUDIT_EXIT_STATUS = """exit status:
+  verify   0 the chain holds; 1 it is broken (first_broken_seq names where)
+  reread   0 MATCH: the same ids, in the same order, with the same versions (stats: the same figures)
+           1 MISMATCH: the answer differs from the recorded one (or a refusal: one line on stderr)
+           3 NOT RE-RUNNABLE: the read cannot be asked again (a status, a record kept without its query)
+  others   0 done; 1 refused (one line on stderr)"""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -119,7 +128,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for NATS and each answer")
     p = sub.add_parser(
-        "audit", help="the compliance trail: verify the hash chain, export records, list reads, re-run one read"
+        "audit",
+        help="the compliance trail: verify the hash chain, export records, list reads, re-run one read",
+        description="verify, export: the trail file under --data-dir; while a mneme serve (or mneme auditor) "
+        "holds it, through that process's auditor, over its NATS. reads, reread: asked of the running mneme "
+        "(--nats-url, or the mneme serve on --data-dir), as the operator.",
+        epilog=AUDIT_EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(p)
     p.add_argument("action", choices=["verify", "export", "reads", "reread"])
@@ -229,25 +244,6 @@ def _check_profile(gs: Any) -> None:
 
     if gs.profile not in profiles.names():
         raise Refused(f"--profile {gs.profile!r}: unknown; known: {', '.join(profiles.names())}")
-
-
-_last_progress: list[tuple[int, int]] = []
-
-
-def _progress(done: int, total: int, seconds: float) -> None:
-    if _last_progress and _last_progress[-1] == (done, total) and done >= total:
-        return  # the final line is printed once
-    _last_progress[:] = [(done, total)]
-    rate = done / seconds if seconds > 0 else 0.0
-    eta = (total - done) / rate if rate > 0 else 0.0
-    width = 30
-    filled = int(width * done / total) if total else width
-    sys.stderr.write(
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} events  {rate:,.0f}/s  ETA {eta:,.0f}s"
-    )
-    sys.stderr.flush()
-    if done >= total:
-        sys.stderr.write("\n")
 
 
 def hash_token_command(token: str | None) -> int:
@@ -409,7 +405,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.command == "rebuild":
         from mneme.maintenance import rebuild
 
-        print(json.dumps(asyncio.run(rebuild(s["core"], s["ps"], output=args.output, progress=_progress))))
+        print(json.dumps(asyncio.run(rebuild(s["core"], s["ps"], output=args.output, progress=Progress()))))
     elif args.command == "replay":
         from mneme.replay import ReplayFailed, replay
 
@@ -422,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
                     output=args.output,
                     model=args.model,
                     use_snapshots=not args.no_snapshot,
-                    progress=_progress,
+                    progress=Progress(),
                 )
             )
         except ReplayFailed as exc:

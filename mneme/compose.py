@@ -140,8 +140,12 @@ def checked(ps: ProjectorSettings) -> ProjectorSettings:
 
 
 def control_id(core: CoreSettings) -> str:
-    """The name a projector listens on for operator requests: derived from its data directory."""
-    return hashlib.sha256(str(core.data_dir.resolve()).encode()).hexdigest()[:16]
+    """The name a projector (and an auditor) listens on for operator requests: derived from its data directory."""
+    return control_id_of(core.data_dir)
+
+
+def control_id_of(data_dir: Path) -> str:
+    return hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
 
 
 def open_view(
@@ -283,9 +287,17 @@ def trail(core: CoreSettings, aus: AuditorSettings | None = None) -> Trail:
 
 def auditor(nc: NATS, trail: Trail, aus: AuditorSettings | None = None) -> Auditor:
     """The auditor: its own followers of the event log and the access stream fold into `trail` (in
-    `mneme serve` too: a trail commit never waits for the projection's), and it answers audit queries."""
+    `mneme serve` too: a trail commit never waits for the projection's), and it answers audit queries, and the
+    operator's requests for the trail of its data directory (the trail file's: `mneme audit verify|export`)."""
     aus = aus or AuditorSettings()
-    return Auditor(nc, trail, batch_max=aus.batch_max, linger=aus.linger, access_linger=aus.access_linger)
+    return Auditor(
+        nc,
+        trail,
+        batch_max=aus.batch_max,
+        linger=aus.linger,
+        access_linger=aus.access_linger,
+        control_id=control_id_of(Path(trail.path).parent),
+    )
 
 
 def gateway(

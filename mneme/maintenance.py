@@ -1,8 +1,11 @@
 """`mneme rebuild` and `mneme snapshot`: operator commands on one data directory's read models.
 
-Both act on data that exists: neither creates a store in a directory that holds none, and
-`rebuild` refuses to replace a projection file another process holds (it holds the file
-itself while it folds, so no projector opens it meanwhile).
+Both act on data that exists: neither creates a store in a directory that holds none. `rebuild` never
+replaces a projection file another process holds: with nothing running it holds the file itself while it
+folds (so no projector opens it meanwhile) and moves the new one over it; beside a running `mneme serve` (or a
+`mneme projector` on the data directory, given its `--nats-url`), whose projector holds the file, it rebuilds
+every read model from the whole log into a new generation through that server's NATS (no second nats-server)
+and has the live projector swap it in, as `mneme replay` does (blue/green: reads and writes go on).
 """
 
 from __future__ import annotations
@@ -29,8 +32,12 @@ from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest
 
 
+class Held(Refused):
+    """The projection file is held by a running process."""
+
+
 def hold(path: Path, core: CoreSettings) -> duckdb.DuckDBPyConnection | None:
-    """A read-only connection on the projection file about to be replaced: Refused if a process holds it.
+    """A read-only connection on the projection file about to be replaced: Held if a process holds it.
     While it is open, no projector can open the file either. None if there is no (readable) file."""
     if not path.exists():
         return None
@@ -39,7 +46,7 @@ def hold(path: Path, core: CoreSettings) -> duckdb.DuckDBPyConnection | None:
     except duckdb.Error as exc:
         who = holder(exc)
         if who is not None:
-            raise Refused(held_message(path, who, core) + "; `mneme replay` rebuilds beside a running server") from None
+            raise Held(held_message(path, who, core)) from None
         return None  # damaged or not DuckDB at all: replacing it is what a rebuild is for
 
 
@@ -56,13 +63,24 @@ async def rebuild(
     serving files (or write the DuckDB file to `output`). `mneme rebuild`: the DuckDB file only;
     `vectors` (`mneme projector --rebuild`): the vector shard too. The build is mneme.build's, as a replay's.
 
-    Refused while a process holds the file (DuckDB allows one process per file). `nc`: a connection to the
-    log to use (else one is made, starting the embedded server if the data directory's log needs one).
+    While a process holds the serving file (DuckDB allows one process per file): beside a running serve (or
+    with `--nats-url`), the blue/green rebuild (`rebuild_beside`); else refused. `nc`: a connection to the log
+    to use (else one is made, starting the embedded server if the data directory's log needs one).
     """
     require_log(core)  # never start an embedded server (and create a store) in a directory without one
     serving = projection_dir(core)
     target_path = output or serving / ps.db_name
-    guard = hold(target_path, core)
+    try:
+        guard = hold(target_path, core)
+    except Held as held:
+        if output is None and nc is None and (core.nats_url is not None or serve_url(core) is not None):
+            return await rebuild_beside(core, ps, progress=progress)
+        why = (
+            "give --nats-url (its NATS) to rebuild beside it, or --output FILE"
+            if output is None
+            else "or another --output"
+        )
+        raise Refused(f"{held}; {why}") from None
     bps = ps if vectors and ps.vectors == "edge" else ps.model_copy(update={"vectors": "off"})
     work = target_path.parent / f".rebuild-{target_path.name}"
     try:
@@ -91,6 +109,29 @@ async def rebuild(
         "path": str(target_path),
         "digest": result["digest"],
         "installed": installed,
+    }
+
+
+async def rebuild_beside(
+    core: CoreSettings, ps: ProjectorSettings, *, progress: Callable[[int, int, float], None] | None = None
+) -> dict[str, object]:
+    """`mneme rebuild` beside the running projector that holds the serving file: every read model of the serving
+    generation's settings (its embedding model too; the embedding cache spares re-embedding unchanged content)
+    folded from the whole log, no snapshot, nothing resumed, into a new generation, verified, swapped in by the
+    live projector; the old generation is removed. The same report as at rest, with the swap."""
+    from mneme.replay import replay
+
+    out = await replay(core, serving_settings(core, ps), use_snapshots=False, fresh=True, progress=progress)
+    db = Path(out["path"]) / ps.db_name
+    return {
+        "events": out["events"],
+        "seconds": out["seconds"],
+        "events_per_s": out["events_per_s"],
+        "path": str(db),
+        "digest": out["digest"],
+        "installed": [Path(out["path"]).name],
+        "swap": out["swap"],
+        "removed": out["removed"],
     }
 
 

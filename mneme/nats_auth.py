@@ -5,7 +5,7 @@
 - projector: replies, and calls the JetStream API to follow the streams; subscribes to queries, the control
   plane (`mneme.ctl.>`) and its inboxes; publishes dead letters (`mneme.dlq.>`). It cannot publish an event.
 - every role puts its heartbeat in the MNEME_SERVICES bucket (`$KV.MNEME_SERVICES.>`).
-- auditor: as a projector, without the control plane.
+- auditor: as a projector; on the control plane it answers `mneme audit verify|export` (pages of its trail).
 - admin (`mneme replay`, `mneme snapshot`, operators): everything.
 
 No service role may create, update, purge or delete a stream, or delete a consumer other than through
@@ -50,7 +50,7 @@ def permissions(role: str) -> dict[str, Any] | None:
             "subscribe": {"allow": [_INBOX]},
         }
     if role in ("projector", "auditor"):
-        listens = ["mneme.qry.>", _INBOX] + (["mneme.ctl.>"] if role == "projector" else [])
+        listens = ["mneme.qry.>", "mneme.ctl.>", _INBOX]
         return {
             "publish": {
                 "allow": ["mneme.dlq.>", "$JS.API.>", "$JS.FC.>", "$JS.ACK.>", _HEARTBEAT, _INBOX],

@@ -105,8 +105,10 @@ async def replay(
     model: str | None = None,
     use_snapshots: bool = True,
     swap: bool = True,
+    fresh: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> dict[str, Any]:
+    """`fresh`: fold from the start, never resuming what a killed replay left (`mneme rebuild` beside a server)."""
     gps = ps.model_copy(update={"embedding_model": model}) if model else ps
     frozen = upto is not None or output is not None
     bound = check(core, gps, upto=upto, output=output, model=model)
@@ -124,7 +126,7 @@ async def replay(
                 out,
                 target=target,
                 frozen=frozen,
-                resumable=not output,
+                resumable=not output and not fresh,
                 use_snapshots=use_snapshots,
                 progress=progress,
             )

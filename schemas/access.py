@@ -37,11 +37,14 @@ class ReadRecorded(AccessRecord, frozen=True, kw_only=True, tag="read"):
     memory_ids: tuple[str, ...] = ()
     # (added later; records without them still decode)
     seq: Int64 | None = None  # the log position the answer reflects (a past read: the position it asked for)
-    versions: tuple[Int64, ...] = ()  # each returned memory's version, as memory_ids (0: not known)
+    # each returned memory's version, as memory_ids (0: not known); a memory's history: each version it listed
+    versions: tuple[Int64, ...] = ()
     scores: tuple[float, ...] = ()  # a search's score of each result, as memory_ids
-    # the query whose answer was exactly memory_ids (None: no such query, e.g. stats, or an answer the tool
-    # built from several): `audit_reread` asks it again as of `seq`
+    # the query whose answer was exactly memory_ids (for a stats read: whose figures `digest` fingerprints);
+    # None: no such query (an answer the tool built from several, a status): `audit_reread` asks it again as of
+    # `seq`
     query: AskedQuery | None = None
+    digest: str | None = None  # a stats read: SHA-256 of the figures the log fixes (services/gateway/access_log.py)
 
 
 class AccessDenied(AccessRecord, frozen=True, kw_only=True, tag="denied"):

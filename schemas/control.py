@@ -1,7 +1,10 @@
-"""The control plane: operator requests to one projector (subjects `mneme.ctl.<target>.<verb>`), JSON.
+"""The control plane: operator requests to the processes of one data directory (subjects
+`mneme.ctl.<target>.<verb>`), JSON.
 
-`mneme replay` asks the projector serving a data directory to swap to the generation it built;
-`mneme snapshot` asks it for a snapshot of its read models. Each answers once, `ok` or an `error`.
+`mneme replay` (and `mneme rebuild` beside a running server) asks the projector serving a data directory to
+swap to the generation it built; `mneme snapshot` asks it for a snapshot of its read models; `mneme audit
+verify|export` ask the auditor that holds the directory's trail for its records, page by page (the trail's
+DuckDB file is that process's alone). Each answers once, `ok` or an `error`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from typing import Any
 
 import msgspec
 from msgspec import Struct
+
+from schemas.events import UtcTime
 
 
 class SwapRequest(Struct, frozen=True, kw_only=True):
@@ -47,9 +52,53 @@ class SnapshotReply(Struct, frozen=True, kw_only=True):
     manifest: str | None = None  # its manifest.json (every file's SHA-256)
 
 
+class TrailRequest(Struct, frozen=True, kw_only=True):
+    """A page of the audit trail, oldest first: the records after trail sequence `after` up to `upto` (0: the
+    trail's last committed record), at most `limit` (fewer when they would not fit one NATS message), those
+    that match the filters (as `mneme audit export`'s: agent, memory, action prefix, time window)."""
+
+    after: int = 0
+    upto: int = 0
+    limit: int = 1000
+    agent_id: str | None = None
+    memory_id: str | None = None
+    action: str | None = None
+    since: UtcTime | None = None
+    until: UtcTime | None = None
+
+
+class TrailRecord(Struct, frozen=True, kw_only=True):
+    """One record of the trail as it is stored, with its hashes (services/auditor/trail.py)."""
+
+    trail_seq: int
+    source: str
+    source_seq: int
+    recorded_at: UtcTime
+    record_id: str
+    action: str
+    outcome: str
+    namespace: str
+    agent_id: str
+    role: str
+    request_id: str
+    memory_ids: list[str]
+    code: str | None
+    occurred_at: UtcTime
+    prev_hash: str
+    hash: str
+
+
+class TrailReply(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    ok: bool
+    error: str | None = None
+    head: int = 0  # the trail's last committed record when asked
+    records: list[TrailRecord] = []
+
+
 CONTROL_VERBS: dict[str, tuple[type[Struct], type[Struct]]] = {
     "swap": (SwapRequest, SwapReply),
     "snapshot": (SnapshotRequest, SnapshotReply),
+    "trail": (TrailRequest, TrailReply),
 }
 
 _encoder = msgspec.json.Encoder()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
 import shutil
 import signal
@@ -393,35 +394,48 @@ PROGRESS = re.compile(rb"(\d+)/(\d+) events")
 
 
 class Progress:
-    """Reads a `mneme replay` child's stderr on a thread: `done` is the most events its progress line reported."""
+    """Reads a `mneme replay` child's stderr (a terminal: `start_replay`) on a thread: `done` is the most events
+    its progress bar reported."""
 
     def __init__(self, proc: subprocess.Popen[bytes]):
         self.proc, self.done, self.text = proc, 0, b""
+        self.fd: int = proc.terminal  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
-        assert self.proc.stderr is not None
-        while chunk := self.proc.stderr.read1(4096):  # type: ignore[attr-defined]
+        while True:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # (the child is gone: EIO)
+                return
+            if not chunk:
+                return
             self.text += chunk
             for m in PROGRESS.finditer(chunk):
                 self.done = max(self.done, int(m.group(1)))
 
     def join(self) -> None:
         self._thread.join(10)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        os.close(self.fd)
 
 
 def start_replay(url: str, data: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    """A replay whose stderr is a pseudo-terminal: it draws its progress bar there as it goes (on a pipe or a file
+    it writes a line every few seconds: mneme/progress.py), by which the tests kill it part-way."""
+    terminal, child_end = pty.openpty()
+    proc = subprocess.Popen(
         [MNEME, "replay", "--data-dir", str(data), "--nats-url", url],
         env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=child_end,
     )
+    os.close(child_end)
+    proc.terminal = terminal  # type: ignore[attr-defined]
+    return proc
 
 
 def finish_replay(url: str, data: Path, env: dict[str, str]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """What did this agent see? An agent's recorded reads (get, list, search), each asked again as of the log
 position it was answered at after later updates, deletes and additions: the same ids and versions come back,
 with per-signal scores for the search; a record whose ids cannot be reproduced at its position is reported
-as a mismatch, by the tool (`audit_reread`) and by the command (`mneme audit reread`)."""
+as a mismatch, by the tool (`audit_reread`) and by the command (`mneme audit reread`); one kept without its
+query is not re-runnable (no verdict; tests/test_ops_reread.py)."""
 
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ async def test_recorded_reads_are_asked_again_as_they_were_answered(tmp_path: Pa
         tampered, before = page["results"][0]["trail_seq"], page["results"][1]
         assert before["memory_ids"] == [m1] and "seq" not in before and "arguments" not in before
         unknown = await as_(stack, DANA, "audit_reread", trail_seq=before["trail_seq"])
-        assert unknown["match"] is False and "kept no query" in unknown["differences"][0]
+        assert unknown["rerunnable"] is False and "match" not in unknown and "keeps no query" in unknown["reason"]
         bad = await as_(stack, DANA, "audit_reread", trail_seq=tampered)
         assert bad["match"] is False and bad["as_of"]["seq"] == head
         assert any(d.startswith(f"{m2}: recorded") for d in bad["differences"]), bad["differences"]

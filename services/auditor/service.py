@@ -1,6 +1,11 @@
 """The auditor process: follows the event log and the access stream into the hash-chained trail,
 and answers audit queries (who touched memory X, what did agent Y do) for admins, on a FastStream router
-served by its `Plane` (mneme/query_server.py: the same waiting, error mapping and draining as the projector's)."""
+served by its `Plane` (mneme/query_server.py: the same waiting, error mapping and draining as the projector's).
+
+With a `control_id` (its data directory's: mneme/compose.py) it also answers the operator's `trail` requests on
+the control plane: pages of the trail's records with their hashes, so that `mneme audit verify|export` work
+while this process holds the trail's DuckDB file (one process per file), without a second copy of the chain
+logic: the command walks and writes the records it fetched with the code it uses on the file at rest."""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ from nats.aio.client import Client as NATS
 
 from mneme.follow import LogFollower, access_follower
 from mneme.query_server import Plane, wait_applied
+from schemas import control
 from schemas import subjects as S
+from schemas.control import TrailReply, TrailRequest
 from schemas.queries import AuditQuery, Reply, encoder
 from services.auditor import trail_queries
 from services.auditor.trail import ACCESS, EVENTS, Trail
@@ -31,9 +38,12 @@ class Auditor:
         linger: float = 0.1,
         access_linger: float = 0.1,
         wait_timeout: float = 10.0,
+        control_id: str | None = None,
     ):
-        """`wait_timeout`: how long a query waits for the trail to reach its min_seq before PROJECTION_LAG."""
+        """`wait_timeout`: how long a query waits for the trail to reach its min_seq before PROJECTION_LAG.
+        `control_id`: answer the operator's trail requests for that data directory."""
         self.nc = nc
+        self.control_id = control_id
         self.trail = trail
         js = nc.jetstream()
         self.followers: list[LogFollower] = [
@@ -65,6 +75,8 @@ class Auditor:
         else:
             self._held = asyncio.create_task(self._follow_after(after, at_most), name="auditor-held")
         await self.plane.serve(self.query_router())
+        if self.control_id is not None:
+            await self.plane.serve(self.control_router(self.control_id))
 
     async def _follow(self) -> None:
         for f in self.followers:
@@ -91,6 +103,26 @@ class Auditor:
         )
         return router
 
+    def control_router(self, control_id: str) -> NatsRouter:
+        """The operator's requests for the trail of the data directory `control_id` names."""
+        router = self.plane.router()
+        self.plane.control(
+            router, S.control_subject(control_id, "trail"), TrailRequest, self._answer_trail, _trail_failed
+        )
+        return router
+
+    async def _answer_trail(self, req: TrailRequest) -> TrailReply:
+        if req.after == 0:  # what has arrived is committed before the first page
+            for f in self.followers:
+                await wait_applied([(f, "audit trail")], f.staged, self.wait_timeout)
+        head, records = await asyncio.to_thread(trail_queries.page, self.trail, req)
+        reply = TrailReply(ok=True, head=head, records=records)
+        budget = max(64 * 1024, (self.nc.max_payload or 1024 * 1024) - 4096)
+        while len(records) > 1 and len(control.encode(reply)) > budget:  # fewer records: one NATS message
+            records = records[: len(records) // 2]
+            reply = TrailReply(ok=True, head=head, records=records)
+        return reply
+
     async def stop(self) -> None:
         await self.plane.stop(self.wait_timeout)
         if self._held is not None and not self._held.done():
@@ -110,3 +142,7 @@ class Auditor:
             await wait_applied([(self.followers[0], "audit trail")], q.min_seq, self.wait_timeout)
         result = await asyncio.to_thread(trail_queries.query, self.trail, q)
         return Reply(applied_seq=self.trail.checkpoints[EVENTS], result=msgspec.Raw(encoder.encode(result)))
+
+
+def _trail_failed(exc: Exception) -> TrailReply:  # reported to the operator's command
+    return TrailReply(ok=False, error=f"{type(exc).__name__}: {exc}")

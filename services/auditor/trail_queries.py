@@ -1,4 +1,5 @@
-"""Questions to the trail: who touched memory X, what did agent Y do between T1 and T2, exports."""
+"""Questions to the trail: who touched memory X, what did agent Y do between T1 and T2, exports, and pages of
+its records with their hashes (`mneme audit verify|export` beside the process that holds the trail)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 import duckdb
 
 from mneme.duck import first_row
+from schemas.control import TrailRecord, TrailRequest
 from schemas.queries import AuditQuery, AuditResult, AuditRow
 from services.auditor.trail import COLUMNS, Trail
+
+PAGE_MAX = 10_000
 
 
 def _namespace_clause(patterns: tuple[str, ...]) -> tuple[str, list[Any]]:
@@ -90,13 +94,9 @@ def query(trail: Trail, q: AuditQuery) -> AuditResult:
     return AuditResult(records=records, total=total)
 
 
-def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[str, Any]) -> int:
-    """Write the matching records (with their hashes) as JSON Lines or Parquet. Returns the count.
-
-    `filters`: agent_id, memory_id, action (prefix), since, until (datetimes): the audit query's filters.
-    The file appears whole or not at all (written beside it, then renamed).
-    """
-    q = AuditQuery(
+def _filtered(filters: dict[str, Any]) -> AuditQuery:
+    """Every namespace's records, with the export's filters: agent_id, memory_id, action (prefix), since, until."""
+    return AuditQuery(
         namespace="*",
         now=datetime.now(UTC),
         namespaces=("*",),
@@ -106,7 +106,34 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[st
         since=filters.get("since"),
         until=filters.get("until"),
     )
-    where, args = _where(q)
+
+
+def page(trail: Trail, req: TrailRequest) -> tuple[int, list[TrailRecord]]:
+    """The trail's last committed record, and the records `req` asks for (after `after`, up to `upto` or that
+    last one, matching its filters), oldest first, with their hashes."""
+    head = trail.last_seq
+    where, args = _where(_filtered({k: getattr(req, k) for k in ("agent_id", "memory_id", "action", "since", "until")}))
+    upto = min(req.upto, head) if req.upto else head
+    rows = (
+        trail.con.cursor()
+        .execute(
+            f"SELECT {', '.join(COLUMNS)}, prev_hash, hash FROM audit_trail WHERE trail_seq > ? AND trail_seq <= ? "
+            f"AND {where} ORDER BY trail_seq LIMIT ?",
+            [req.after, upto, *args, max(1, min(req.limit, PAGE_MAX))],
+        )
+        .fetchall()
+    )
+    names = (*COLUMNS, "prev_hash", "hash")
+    return head, [TrailRecord(**dict(zip(names, r, strict=True))) for r in rows]
+
+
+def export(con: duckdb.DuckDBPyConnection, out: Path, fmt: str, filters: dict[str, Any]) -> int:
+    """Write the matching records (with their hashes) as JSON Lines or Parquet. Returns the count.
+
+    `filters`: agent_id, memory_id, action (prefix), since, until (datetimes): the audit query's filters.
+    The file appears whole or not at all (written beside it, then renamed).
+    """
+    where, args = _where(_filtered(filters))
     cur = con.cursor()
     n = _count(cur, where, args)
     option = "(FORMAT PARQUET)" if fmt == "parquet" else "(FORMAT JSON)"

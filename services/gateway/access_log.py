@@ -7,12 +7,15 @@ in the background; `flush` waits for what is in flight (at shutdown, and in test
 A read record says what the read saw, precisely enough to ask it again (`audit_reread`): the
 query client notes every projector answer of a call (`answers`), and `read_record` keeps the
 log position of the answer, each returned memory's version (and score, for a search) and the
-query whose answer was exactly what the tool returned.
+query whose answer was exactly what the tool returned: a get, list or search of memories, a read of
+graph entities (search_nodes, open_nodes, graph_get, ...), a memory's history (memory_history,
+memory_diff: the versions it listed) or its stats (memory_stats: a digest of the figures).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +29,21 @@ from nats.js import JetStreamContext
 
 from schemas import subjects as S
 from schemas.access import AccessDenied, AccessRecord, AskedQuery, ReadRecorded, encode_access
-from schemas.queries import GetMemory, GetResult, ListMemories, ListResult, SearchMemories, SearchResult
+from schemas.queries import (
+    GetMemory,
+    GetResult,
+    GraphEntities,
+    GraphResult,
+    GraphTraverse,
+    HistoryResult,
+    ListMemories,
+    ListResult,
+    MemoryHistory,
+    MemoryStats,
+    SearchMemories,
+    SearchResult,
+    StatsResult,
+)
 
 log = logging.getLogger("mneme.gateway")
 
@@ -70,24 +87,41 @@ def note_answer(query: Any, applied_seq: int, result: Any) -> None:
         got.append(Answered(query, applied_seq, result))
 
 
-READ_QUERIES = (GetMemory, ListMemories, SearchMemories)
+# the queries a read record can keep to be asked again (services/gateway/reread.py asks them)
+READ_QUERIES = (GetMemory, ListMemories, SearchMemories, GraphEntities, GraphTraverse, MemoryHistory, MemoryStats)
+# a stats answer's figures that the log fixes at a position: not the most read memories (access statistics are
+# kept only as they are now), nor the counts of stores and categories (their index keeps only current rows)
+UNPINNED_STATS = ("most_accessed", "stores", "categories", "as_of")
 
 
 def answer_items(result: Any) -> list[tuple[str, int, float | None]]:
-    """(id, version, score) of each memory a get, list or search answered, in order."""
+    """(id, version, score) of each memory (or graph entity) a get, list, search or graph read answered, in
+    order."""
     if isinstance(result, GetResult):
         return [(result.item.memory.id, result.item.memory.version, None)] if result.item is not None else []
     if isinstance(result, ListResult):
         return [(r.memory.id, r.memory.version, None) for r in result.items]
     if isinstance(result, SearchResult):
         return [(h.memory.id, h.memory.version, h.score) for h in result.hits]
+    if isinstance(result, GraphResult):
+        return [(e.id, e.version, None) for e in result.entities]
     return []
+
+
+def stats_digest(result: StatsResult) -> str:
+    """SHA-256 of a stats answer's figures that the log fixes at its position (the same figures asked again
+    as of that position give the same digest)."""
+    figures = {k: v for k, v in msgspec.structs.asdict(result).items() if k not in UNPINNED_STATS}
+    return hashlib.sha256(msgspec.json.encode(figures, order="sorted")).hexdigest()
 
 
 def position(a: Answered) -> int:
     """The log position an answer reflects: the past position it was asked for, else where the projector was."""
     at = getattr(a.result, "as_of", None)
-    return int(at.seq) if at is not None else a.applied_seq
+    if at is not None:
+        return int(at.seq)
+    asked = getattr(a.query, "as_of", None)  # (a graph answer does not repeat it)
+    return int(asked.seq) if asked is not None and asked.seq is not None else a.applied_seq
 
 
 def read_record(
@@ -106,17 +140,27 @@ def read_record(
     versions: tuple[int, ...] = ()
     scores: tuple[float, ...] = ()
     query: AskedQuery | None = None
+    digest: str | None = None
     reads = [a for a in answered if isinstance(a.query, READ_QUERIES)]
     if reads:
         last = reads[-1]
         seq = position(last)
-        seen: dict[str, tuple[int, float | None]] = {}
-        for a in reads:
-            seen.update({i: (ver, score) for i, ver, score in answer_items(a.result)})
-        versions = tuple(seen.get(i, (0, None))[0] for i in memory_ids)
-        if isinstance(last.query, SearchMemories):
-            scores = tuple(float(seen.get(i, (0, 0.0))[1] or 0.0) for i in memory_ids)
-        if [i for i, _, _ in answer_items(last.result)] == memory_ids:
+        kept = False
+        if isinstance(last.result, HistoryResult):  # one memory's versions: those it listed
+            kept = memory_ids == [last.query.memory_id]
+            versions = tuple(v.version for v in last.result.versions) if kept else ()
+        elif isinstance(last.result, StatsResult):  # figures, no memories
+            kept = not memory_ids
+            digest = stats_digest(last.result) if kept else None
+        else:
+            seen: dict[str, tuple[int, float | None]] = {}
+            for a in reads:
+                seen.update({i: (ver, score) for i, ver, score in answer_items(a.result)})
+            versions = tuple(seen.get(i, (0, None))[0] for i in memory_ids)
+            if isinstance(last.query, SearchMemories):
+                scores = tuple(float(seen.get(i, (0, 0.0))[1] or 0.0) for i in memory_ids)
+            kept = [i for i, _, _ in answer_items(last.result)] == memory_ids
+        if kept:
             query = AskedQuery(operation=last.query.OPERATION, arguments=msgspec.to_builtins(last.query))
     return ReadRecorded(
         record_id=record_id,
@@ -131,6 +175,7 @@ def read_record(
         versions=versions,
         scores=scores,
         query=query,
+        digest=digest,
     )
 
 

@@ -28,7 +28,7 @@ async def audit_reads(
     limit: Annotated[int, Field(ge=1, le=100)] = 20,
     offset: Annotated[int, Field(ge=0)] = 0,
 ) -> ReadsPage:
-    """Admins: recorded reads (get, list, search), oldest first, each with its trail_seq, query, log position
+    """Admins: recorded reads (every read tool's), oldest first, each with its trail_seq, query, log position
     and the ids and versions it returned."""
     if not call.principal.is_admin:
         raise PermissionDenied("read the audit trail")
@@ -51,7 +51,8 @@ async def audit_reads(
 @tools.tool(intent="read", hints=READ)
 async def audit_reread(call: Call, trail_seq: Annotated[int, Field(ge=1)]) -> Reread:
     """Admins: ask a recorded read again as of the log position it was answered at: its results (versions,
-    per-signal scores) beside the recorded ones, `match` and the differences."""
+    per-signal scores) beside the recorded ones, `match` and the differences. A read that cannot be asked
+    again (a status, one recorded without its query) answers `rerunnable: false` and the reason instead."""
     if not call.principal.is_admin:
         raise PermissionDenied("read the audit trail")
     gw = call.gw

@@ -6,10 +6,14 @@ holds the log position the answer reflected, each returned memory's version (and
 the projector query whose answer was exactly what the tool returned (services/gateway/access_log.py).
 
 `reread` asks that query again as of that position (`as_of` = the sequence, with expiry judged at the time
-the read judged it), and sets its results beside the recorded ones: ids, ranks, versions, scores with each
-signal (semantic cosine, raw BM25, graph), and the content as it was then. Any difference is listed, and
-`match` is true only when the ids, their order and their versions are the same; the access record is also
-checked against the trail row that chains it. Used by the `audit_reads` / `audit_reread` tools and by
+the read judged it), and sets its results beside the recorded ones (services/gateway/reread_answers.py):
+ids, ranks, versions, scores with each signal (semantic cosine, raw BM25, graph), and the content as it was
+then. Any difference is listed, and `match` is true only when the ids, their order and their versions are
+the same; the access record is also checked against the trail row that chains it. A read that cannot be
+asked again (it kept no query: a status, an answer built from several queries, a record older than the
+query; its access record is gone) says so: `rerunnable` false with the `reason`, and no `match` (unless the
+access record contradicts the trail row: that is a difference whatever the read). A mismatch means only
+that what was recorded differs. Used by the `audit_reads` / `audit_reread` tools and by
 `mneme audit reads|reread`, over the same NATS queries.
 """
 
@@ -31,23 +35,29 @@ from schemas import subjects as S
 from schemas.access import ReadRecorded, decode_access
 from schemas.queries import (
     QUERY_TYPES,
-    AsOf,
     AuditQuery,
     AuditResult,
     AuditRow,
-    GetMemory,
-    GetResult,
+    HistoryResult,
     ListMemories,
-    ListResult,
+    MemoryHistory,
     SearchMemories,
     SearchResult,
+    StatsResult,
 )
 from services.gateway.access_log import unnoted
 from services.gateway.models import AsOfInfo
 from services.gateway.queries import QueryClient
-
-RERUNNABLE = {q.OPERATION: q for q in (GetMemory, ListMemories, SearchMemories)}
-SCORE_TOLERANCE = 1e-4
+from services.gateway.reread_answers import (
+    RerunResult,
+    again,
+    answer,
+    compare,
+    compare_history,
+    compare_stats,
+    decoded,
+    not_rerunnable,
+)
 
 
 class RecordedRead(BaseModel):
@@ -70,28 +80,23 @@ class ReadsPage(BaseModel):
     has_more: bool
 
 
-class RerunResult(BaseModel):
-    id: str
-    rank: int | None = Field(None, description="In the re-run (absent: not in it).")
-    recorded_rank: int | None = None
-    version: int | None = None
-    recorded_version: int | None = None
-    score: float | None = None
-    recorded_score: float | None = None
-    semantic_score: float | None = None
-    keyword_score: float | None = None
-    graph_score: float | None = None
-    content: str | None = None
-
-
 class Reread(BaseModel):
     read: RecordedRead
+    rerunnable: bool = Field(
+        True, description="False: this read cannot be asked again (`reason` says why); it is then not judged."
+    )
+    reason: str | None = Field(None, description="Why it cannot be asked again.")
     as_of: AsOfInfo | None = None
     results: list[RerunResult]
-    match: bool = Field(description="The same ids, in the same order, with the same versions.")
+    match: bool | None = Field(
+        None,
+        description="The same ids, in the same order, with the same versions (stats: the same figures). "
+        "Absent when the read is not re-run; false also when its access record contradicts the trail.",
+    )
     differences: list[str]
     score_drift: float | None = None
     model: str | None = None
+    figures: dict[str, Any] | None = Field(None, description="A stats read: the figures, asked again as of then.")
     note: str | None = None
 
 
@@ -195,71 +200,6 @@ def _trail_differs(row: AuditRow, rec: ReadRecorded) -> list[str]:
     return [name for name, (a, b) in pairs.items() if a != b]
 
 
-def _answer(result: Any) -> list[RerunResult]:
-    if isinstance(result, GetResult):
-        rows = [result.item.memory] if result.item is not None else []
-        return [RerunResult(id=m.id, rank=1, version=m.version, content=m.content) for m in rows]
-    if isinstance(result, ListResult):
-        return [
-            RerunResult(id=r.memory.id, rank=n, version=r.memory.version, content=r.memory.content)
-            for n, r in enumerate(result.items, 1)
-        ]
-    assert isinstance(result, SearchResult)
-    return [
-        RerunResult(
-            id=h.memory.id,
-            rank=n,
-            version=h.memory.version,
-            score=h.score,
-            semantic_score=h.semantic,
-            keyword_score=h.keyword,
-            graph_score=h.graph,
-            content=h.memory.content,
-        )
-        for n, h in enumerate(result.hits, 1)
-    ]
-
-
-def compare(
-    ids: list[str], versions: tuple[int, ...], scores: tuple[float, ...], rerun: list[RerunResult]
-) -> tuple[list[RerunResult], list[str], float | None]:
-    """The re-run's results with the recorded rank, version and score of each beside its own (then the recorded
-    ones it lacks), the differences that break the match, and the largest change of a score."""
-    recorded = {
-        i: (
-            n,
-            versions[n - 1] if len(versions) == len(ids) else None,
-            scores[n - 1] if len(scores) == len(ids) else None,
-        )
-        for n, i in enumerate(ids, 1)
-    }
-    differences: list[str] = []
-    drift: float | None = None
-    out = []
-    for r in rerun:
-        if r.id in recorded:
-            rank, version, score = recorded[r.id]
-            r.recorded_rank, r.recorded_version = rank, version or None
-            if score is not None:
-                r.recorded_score = score
-                if r.score is not None:
-                    drift = max(drift or 0.0, abs(r.score - score))
-            if r.recorded_version is not None and r.recorded_version != r.version:
-                differences.append(f"{r.id}: version {r.recorded_version} recorded, {r.version} in the re-run")
-        else:
-            differences.append(f"{r.id}: in the re-run (rank {r.rank}, version {r.version}), not recorded")
-        out.append(r)
-    again = {r.id for r in rerun}
-    for i, (rank, version, score) in recorded.items():
-        if i not in again:
-            out.append(RerunResult(id=i, recorded_rank=rank, recorded_version=version or None, recorded_score=score))
-            differences.append(f"{i}: recorded (rank {rank}, version {version or '?'}), not in the re-run")
-    common = [r.id for r in rerun if r.id in recorded]
-    if common != [i for i in ids if i in again]:
-        differences.append("another order: recorded " + ", ".join(ids) + "; re-run " + ", ".join(r.id for r in rerun))
-    return out, differences, (round(drift, 6) if drift is not None else None)
-
-
 async def reread(
     queries: QueryClient,
     js: JetStreamContext,
@@ -289,50 +229,55 @@ async def reread(
     row = got.records[0]
     rec = await access_record(js, row)
     read = summary(row, rec)
+    differs = _trail_differs(row, rec) if rec is not None else []
+    trail = [f"the access record differs from the trail row that chains it: {', '.join(differs)}"] if differs else []
 
-    def unanswered(why: str) -> Reread:
-        return Reread(read=read, results=[], match=False, differences=[why])
+    def cannot(why: str) -> Reread:
+        return Reread(read=read, rerunnable=False, reason=why, results=[], match=False if trail else None,
+                      differences=trail)  # fmt: skip
 
     if rec is None:
-        return unanswered(f"its access record ({S.ACCESS_STREAM} sequence {row.source_seq}) is gone or unreadable")
-    differs = _trail_differs(row, rec)
-    if rec.query is None or rec.seq is None:
-        return unanswered(
-            "kept no query to ask again (recorded before reads kept one, or an answer built from several queries)"
-        )
-    query_type = RERUNNABLE.get(rec.query.operation)
-    if query_type is None or QUERY_TYPES.get(rec.query.operation) is not query_type:
-        return unanswered(f"a {rec.query.operation} query is not asked again (only get, list and search)")
+        return cannot(f"its access record ({S.ACCESS_STREAM} sequence {row.source_seq}) is gone or unreadable")
+    if (why := not_rerunnable(rec)) is not None:
+        return cannot(why)
+    assert rec.seq is not None
     try:
-        q: Any = msgspec.convert(rec.query.arguments, query_type)
+        q: Any = decoded(rec)
     except msgspec.ValidationError as exc:
-        return unanswered(f"its query no longer decodes: {exc}")
+        return cannot(f"its query no longer decodes: {exc}")
     for ns in (q.namespace, *getattr(q, "rule_namespaces", ())):
         if not can_read(ns):
             raise PermissionDenied(f"re-run a read of namespace {ns!r}")
     note = None
-    if isinstance(q, GetMemory) and q.version is not None:
-        again = msgspec.structs.replace(q, min_seq=0)  # a version never changes: asked as it was
-    elif q.as_of is not None:
-        again = msgspec.structs.replace(q, min_seq=0)  # it asked for a past moment: the same one again
-    else:
-        again = msgspec.structs.replace(q, min_seq=0, as_of=AsOf(seq=rec.seq, time=q.now))
     if isinstance(q, ListMemories) and q.sort_by in ("accessed_at", "access_count"):
         note = f"sorted by {q.sort_by}: access statistics are kept only as they are now, so the order may differ"
     elif isinstance(q, SearchMemories) and q.mode != "semantic":
         note = "keyword scores use the word statistics of the index as it is now: they may drift from the recorded"
+    asked = again(q, rec.seq)
     with unnoted():
-        result = await queries.ask(again)
-    results, differences, drift = compare(list(row.memory_ids), rec.versions, rec.scores, _answer(result))
-    if differs:
-        differences.insert(0, f"the access record differs from the trail row that chains it: {', '.join(differs)}")
+        result = await queries.ask(asked)
+    drift, figures = None, None
+    at: AsOfInfo | None
+    if isinstance(result, HistoryResult):
+        assert isinstance(q, MemoryHistory)
+        results, differences = compare_history(q.memory_id, rec.versions, result, rec.seq)
+        at = AsOfInfo(seq=rec.seq)
+    elif isinstance(result, StatsResult):
+        results, (figures, differences) = [], compare_stats(rec.digest, result)
+        at = AsOfInfo.of(result.as_of)
+    else:
+        results, differences, drift = compare(list(row.memory_ids), rec.versions, rec.scores, answer(result))
+        at = AsOfInfo.of(getattr(result, "as_of", None))
+        if at is None and asked.as_of is not None and asked.as_of.seq is not None:  # (a graph answer says none)
+            at = AsOfInfo(seq=asked.as_of.seq, time=asked.as_of.time)
     return Reread(
         read=read,
-        as_of=AsOfInfo.of(result.as_of),
+        as_of=at,
         results=results,
-        match=not differences,
-        differences=differences,
+        match=not (trail or differences),
+        differences=trail + differences,
         score_drift=drift,
         model=result.model if isinstance(result, SearchResult) else None,
+        figures=figures,
         note=note,
     )

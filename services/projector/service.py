@@ -40,7 +40,10 @@ from schemas.queries import (
     QUERY_TYPES,
     GetMemory,
     GetResult,
+    GraphEntities,
+    GraphTraverse,
     ListMemories,
+    MemoryHistory,
     MemoryStats,
     ProjectorStatus,
     Query,
@@ -470,7 +473,9 @@ class Projector:
         if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
             async with gen.follower.paused():
                 result = await asyncio.to_thread(run_query, gen, query)
-        elif isinstance(query, ListMemories | SearchMemories):
+        elif isinstance(
+            query, ListMemories | SearchMemories | MemoryStats | MemoryHistory | GraphEntities | GraphTraverse
+        ):
             for _ in range(3):  # a commit that lands while the query runs moves the position the answer
                 result = await asyncio.to_thread(run_query, gen, query)  # reflects: ask again, so the recorded
                 if (now := reflected()) == applied:  # position is the answer's own (at most twice; commits
