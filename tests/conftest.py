@@ -11,6 +11,7 @@ import pytest
 
 from mneme.embedded_nats import EmbeddedNats
 from tests.harness import Stack, start_stack
+from tests.powercut.fixtures import powercut_fs, powercut_fs_posix  # noqa: F401 - the power-cut filesystem
 
 # A test whose setup, call and teardown together run 2 minutes past pytest-timeout's limit (300 s by default) is
 # hung beyond it: its signal fires once, and a teardown that then hangs, or a worker thread that never returns,
