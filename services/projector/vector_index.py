@@ -274,6 +274,13 @@ class EdgeIndex:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.checkpoint_file)
+        # the rename is durable only once its directory is synced: without it a power cut could bring back
+        # the previous position (or none), and a start would rebuild the whole index (the power-cut harness)
+        fd = os.open(self.checkpoint_file.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         try:
