@@ -43,28 +43,30 @@ class GatedLoad:
         return real.get()
 
 
-async def _stack(tmp_path: Path, nats: EmbeddedNats, model_wait: float) -> tuple[Stack, GatedLoad]:
+async def _stack(tmp_path: Path, nats: EmbeddedNats, model_wait: float) -> AsyncIterator[tuple[Stack, GatedLoad]]:
     load = GatedLoad()
     handle = ModelHandle(DEFAULT_MODEL, factory=load).start()
     vectors = open_vectors(tmp_path / "data", handle)
     stack = await start_stack(tmp_path / "data", nats, GatewaySettings(model_wait=model_wait), vectors=vectors)
-    return stack, load
+    try:
+        yield stack, load
+    finally:
+        load.gate.set()  # (the loading thread must end)
+        await stack.close()
 
 
 @pytest.fixture
 async def loading(tmp_path: Path, nats_server: EmbeddedNats) -> AsyncIterator[tuple[Stack, GatedLoad]]:
-    stack, load = await _stack(tmp_path, nats_server, model_wait=20.0)
-    yield stack, load
-    load.gate.set()
-    await stack.close()
+    """A stack whose model loads once the test opens its gate; searches wait up to 20 s for it."""
+    async for got in _stack(tmp_path, nats_server, model_wait=20.0):
+        yield got
 
 
 @pytest.fixture
 async def never_loads(tmp_path: Path, nats_server: EmbeddedNats) -> AsyncIterator[tuple[Stack, GatedLoad]]:
-    stack, load = await _stack(tmp_path, nats_server, model_wait=0.6)
-    yield stack, load
-    load.gate.set()
-    await stack.close()
+    """The same, with a gate the test never opens and a wait of 0.6 s."""
+    async for got in _stack(tmp_path, nats_server, model_wait=0.6):
+        yield got
 
 
 def _open_gate_after(load: GatedLoad, seconds: float) -> None:

@@ -5,7 +5,6 @@ reread` prints NOT RE-RUNNABLE and exits 3), so that a MISMATCH (exit 1) means o
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -15,33 +14,16 @@ from mcp import Client
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.ids import new_id
-from mneme.principals import Principal
 from mneme.settings import GatewaySettings
 from schemas import subjects as S
 from schemas.access import ReadRecorded, decode_access, encode_access
 from services.gateway.server import build_server
-from tests.cli_checks import ENV
-from tests.harness import MNEME, Stack, start_stack
+from tests.harness import Stack, start_stack
+from tests.test_reread import BOT, DANA, as_, mneme  # (the same principals and helpers)
 
 pytestmark = pytest.mark.anyio
 
 GROUPS = ["core", "time", "governance", "audit", "graph", "system", "debug"]
-BOT = Principal(agent_id="bot", role="agent", namespaces=("acme/*",), default_namespace="acme/web")
-DANA = Principal(agent_id="dana", role="admin", namespaces=("acme/*",), default_namespace="acme/web")
-
-
-async def as_(stack: Stack, who: Principal, tool: str, **args: object) -> dict:
-    stack.gateway.principal = who
-    return await stack.call(tool, **args)
-
-
-async def mneme(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        MNEME, *args, env=ENV, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_history_diff_stats_and_graph_reads_are_asked_again_and_match(
