@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ def open_trail(core: CoreSettings, aus: AuditorSettings) -> duckdb.DuckDBPyConne
 
 
 def audit(args: argparse.Namespace, core: CoreSettings, aus: AuditorSettings) -> int:
-    from services.auditor.trail import verify_chain
+    from services.auditor.trail import lost_from_log, verify_chain
     from services.auditor.trail_queries import export
 
     if args.action in ("reads", "reread"):
@@ -85,7 +86,13 @@ def audit(args: argparse.Namespace, core: CoreSettings, aus: AuditorSettings) ->
         shown = {"live": True} if live else {}
         if args.action == "verify":
             checked, broken = verify_chain(con)
-            print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken} | shown))
+            # records kept as evidence of events the log lost (services/auditor/realign.py): the chain holds
+            lost = lost_from_log(con)
+            gone = {"first_lost_record": lost[0]["first_record"], "lost_from_log": lost} if lost else {}
+            for x in lost:
+                print(f"trail records #{x['first_record']}..#{x['last_record']} hold events the log no longer has "
+                      f"(noted in record #{x['noted_in_record']} at {x['noted_at']})", file=sys.stderr)  # fmt: skip
+            print(json.dumps({"records": checked, "ok": broken is None, "first_broken_seq": broken} | gone | shown))
             return 0 if broken is None else 1
         try:
             n = export(con, args.out, args.format, filters)

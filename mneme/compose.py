@@ -333,7 +333,7 @@ def gateway(
         default_namespace=gs.namespace,
     )
     directory = Directory.load(gs.principals_file) if gs.principals_file else None
-    return Gateway(
+    gw = Gateway(
         commands=commands,
         queries=queries,
         log=elog,
@@ -349,3 +349,5 @@ def gateway(
         code_roots=tuple(gs.code_roots) if gs.code_roots is not None else None,
         limits=Limits(rate=gs.rate_limit, burst=gs.rate_burst, max_in_flight=gs.max_in_flight),
     )
+    queries.log_head, queries.log_behind = elog.last_seq, gw.log_went_back  # (the log lost what it wrote)
+    return gw

@@ -146,6 +146,14 @@ class Indexing(MnemeError):
     retryable = True
 
 
+class Rebuilding(MnemeError):
+    """A projector found its read models ahead of the log (the log lost events they hold) and rebuilds them:
+    it answers nothing from that state meanwhile."""
+
+    code = "REBUILDING"
+    retryable = True
+
+
 class Unavailable(MnemeError):
     code = "UNAVAILABLE"
     retryable = True

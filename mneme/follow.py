@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -63,6 +64,65 @@ class Positioned:
 # and hand back messages that decoded but that its fold refused (a create of an id the log already has, a
 # change published under another store than its memory's): the follower dead-letters each of them:
 #     def take_refused(self) -> list[tuple[Positioned, str]]  # (the message, why), emptied by the call
+
+
+# And keep the log's word for where it stands (no read model ahead of the log, DESIGN.md invariant 1):
+#     def mark(self, seq: int, mark: str) -> None  # the identity of the message at `seq` (the last one staged)
+#     def positions(self) -> list[tuple[str, int, str | None]]  # (what, committed seq, the mark saved with it)
+# A sink writes the mark of its checkpoint in the transaction that writes the checkpoint; a follower compares
+# it with the log when it starts and when its connection comes back (LogFollower.check_log).
+
+
+def mark_of(data: bytes | None) -> str:
+    """A message's identity for a checkpoint: 8 bytes of BLAKE2b of its data (an event's data holds its id)."""
+    return hashlib.blake2b(data or b"", digest_size=8).hexdigest()
+
+
+class Marks:
+    """The marks of the last positions a sink staged (seq -> mark, oldest first), for its commits to write beside
+    the checkpoint they save. A sink whose saved position lags what it staged (the vectors: the dense filler)
+    saves the latest marked position at or below it."""
+
+    def __init__(self, keep: int = 4096):
+        self._at: dict[int, str] = {}
+        self.keep = keep
+        self.fed = False  # marks arrive (a follower feeds the sink; a fold fed by hand has none)
+
+    def add(self, seq: int, mark: str) -> None:
+        self.fed = True
+        self._at[seq] = mark
+        if len(self._at) > self.keep:
+            del self._at[next(iter(self._at))]
+
+    def at(self, seq: int) -> str | None:
+        return self._at.get(seq)
+
+    def upto(self, seq: int) -> tuple[int, str] | None:
+        """The latest marked position at or below `seq` (and forget those before it)."""
+        best = None
+        for s in list(self._at):
+            if s > seq:
+                break
+            if best is not None:
+                del self._at[best[0]]
+            best = (s, self._at[s])
+        return best
+
+
+def positions_of(sink: Any, name: str) -> list[tuple[str, int, str | None]]:
+    if (own := getattr(sink, "positions", None)) is not None:
+        return list(own())
+    return [(name, sink.checkpoint, None)]
+
+
+class LogAhead(Exception):
+    """A read model's committed state is not a prefix of the log: it holds a position past the log's last
+    sequence, or the event at its checkpoint is not the one it applied (the log lost events in a power cut and
+    took new ones under the same sequences, or an older copy of the log's store was put back)."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
 
 
 class Sink(Protocol):
@@ -136,6 +196,9 @@ class LogFollower:
         self.stalled: str | None = None  # why commits fail (the disk is full...): None while they succeed
         self.fold_failed = False  # a sink could not fold a decodable message: stopped until a restart
         self._retry_in = 0.5
+        self.diverged: str | None = None  # why its state is ahead of the log (LogAhead): it folds no more
+        self.on_diverged: Callable[[str], None] | None = None  # told once, when that is found while running
+        self._reconnects = self._reconnects_now()
 
     @property
     def applied(self) -> int:
@@ -147,8 +210,68 @@ class LogFollower:
         return self._last_seen
 
     async def start(self) -> None:
+        """Follow the log from the sink's checkpoint; LogAhead (nothing started) if that state is not the log's."""
+        if self.committed > 0 and (why := await self.check_log()) is not None:
+            self.diverged = why
+            raise LogAhead(why)
+        self._reconnects = self._reconnects_now()
         self._task = asyncio.create_task(self._loop(), name="log-follower")
         await self._subscribe(self.committed + 1)
+
+    async def check_log(self, positions: list[tuple[str, int, str | None]] | None = None) -> str | None:
+        """Why the sink's committed state is not a prefix of the log, or None: each committed position must be at
+        or below the stream's last sequence, and the message at it must be the one the sink applied there (its
+        mark). A position saved without a mark (before marks existed) is checked against the length only; one
+        whose message the stream no longer holds (deleted) cannot be compared and passes."""
+        last = (await self.js.stream_info(self.stream)).state.last_seq
+        if positions is None:
+            positions = positions_of(self.sink, self.consumer or self.stream)
+        for what, seq, mark in positions:
+            if seq > last:
+                return f"{what} is at {self.stream} #{seq}, past the log's last sequence #{last}"
+            if seq == 0 or mark is None:
+                continue
+            try:
+                msg = await self.js.get_msg(self.stream, seq=seq)
+            except NotFoundError:
+                continue
+            if mark_of(msg.data) != mark:
+                return f"{what} applied another event at {self.stream} #{seq} than the log holds there now"
+        return None
+
+    def _reconnects_now(self) -> int:
+        nc = getattr(self.js, "_nc", None)
+        return int(getattr(nc, "stats", {}).get("reconnects", 0)) if nc is not None else 0
+
+    async def _recheck_after_reconnect(self) -> bool:
+        """The connection came back (the server may have restarted on another store): True if the state is
+        ahead of the log, and then the follower has stopped folding."""
+        now = self._reconnects_now()
+        if now == self._reconnects:
+            return False
+        try:
+            why = await self.check_log()
+        except Exception:  # noqa: BLE001 - not reachable yet: check again at the next turn
+            return False
+        self._reconnects = now
+        if why is None:
+            return False
+        await self._diverge(why)
+        return True
+
+    async def _diverge(self, why: str) -> None:
+        """Stop folding for good (a restart or a rebuild takes over), say so once, and tell the owner."""
+        self.diverged = why
+        self.stalled = f"ahead of the log: {why}"[:500]
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+        log.error("%s: %s; it folds no more and is rebuilt from the log", self.consumer or self.stream, why)
+        self._ended = True
+        if self.on_diverged is not None:
+            self.on_diverged(why)
+        async with self.advanced:
+            self.advanced.notify_all()
 
     async def _subscribe(self, start: int) -> None:
         cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
@@ -224,6 +347,10 @@ class LogFollower:
         try:
             head = (await self.js.stream_info(self.stream)).state.last_seq
         except Exception:  # noqa: BLE001 - NATS unreachable: the ordered consumer reconnects by itself
+            return
+        if head < self.committed and self.stop_at is None:  # the log is shorter than what is folded
+            await self._diverge(f"{self.consumer or self.stream} is at {self.stream} #{self.committed}, "
+                                f"past the log's last sequence #{head}")  # fmt: skip
             return
         if self.stop_at is not None:
             head = min(head, self.stop_at)
@@ -328,6 +455,8 @@ class LogFollower:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._ended:
+            if await self._recheck_after_reconnect():
+                return
             self._wake.clear()
             if self._queue.empty() and (not self._commit_asked or self._paused):
                 timeout = self.idle_check
@@ -341,6 +470,8 @@ class LogFollower:
                         pass
                 if self._queue.empty() and loop.time() - self._last_arrival >= self.idle_check:
                     await self._check_tail()
+                    if self.diverged is not None:
+                        return
             if self.stalled is not None:  # the last commit failed: take nothing new (the queue fills, NATS
                 await asyncio.sleep(self._retry_in)  # waits), try the commit again after a backoff
                 self._commit_asked = True
@@ -440,6 +571,8 @@ class LogFollower:
                 record(letter)
             start = at
         await self._fold(positioned[start:], upto)
+        if (mark := getattr(self.sink, "mark", None)) is not None:
+            mark(upto, mark_of(batch[-1].data))
         self.staged = max(self.staged, upto)
         self._take_refused()
 
@@ -552,6 +685,14 @@ class FanOut:
     def commit(self) -> int:
         self.checkpoint = min(s.commit() for s in self.sinks)
         return self.checkpoint
+
+    def mark(self, seq: int, mark: str) -> None:
+        for s in self.sinks:
+            if (own := getattr(s, "mark", None)) is not None:
+                own(seq, mark)
+
+    def positions(self) -> list[tuple[str, int, str | None]]:
+        return [p for s in self.sinks for p in positions_of(s, type(s).__name__)]
 
     def dead_letter(self, letter: DeadLetter) -> None:
         for s in self.sinks:

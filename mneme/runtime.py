@@ -19,6 +19,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from mneme import compose
+from mneme.ahead import start_checked
 from mneme.follow import LogFollower
 from mneme.generations import serving_settings
 from mneme.heartbeat import Heartbeat
@@ -27,7 +28,7 @@ from mneme.preflight import bind, check_http
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
 from services.gateway.gateway import Gateway
-from services.projector.service import Projector, close_generation
+from services.projector.service import Projector
 
 log = logging.getLogger("mneme")
 Figures = Callable[[], dict[str, Any]]
@@ -121,17 +122,9 @@ async def start_projector(
     log_nc: NATS | None = None,
 ) -> Projector:
     """Open the serving generation's read models and start a live projector on them (stopped, then closed,
-    when `stack` unwinds: the generation it serves then, since a replay may have swapped it)."""
-    view = compose.open_view(core, ps)
-    vectors = compose.open_vectors(core, ps, background=True)
-    code = compose.open_code(core, vectors)
-    if code is not None:
-        stack.callback(code.close)
-    proj = compose.projector(nc, view, ps, vectors=vectors, live=core, log_nc=log_nc, code=code)
-    stack.callback(lambda: close_generation(proj.gen))
-    await proj.start()
-    stack.push_async_callback(proj.stop)
-    return proj
+    when `stack` unwinds: the generation it serves then, since a replay may have swapped it). Read models
+    ahead of the log are rebuilt first, or when that is found while it runs (mneme/ahead.py)."""
+    return await start_checked(stack, core, ps, nc, log_nc)
 
 
 async def beat(stack: AsyncExitStack, nc: NATS, role: str, core: CoreSettings, figures: Figures) -> None:
@@ -147,11 +140,18 @@ def _follower(f: LogFollower) -> dict[str, Any]:
 
 
 def projector_figures(p: Projector) -> dict[str, Any]:
-    return {"projector": {f.consumer or "?": _follower(f) for f in p.gen.followers}}
+    own: dict[str, Any] = {f.consumer or "?": _follower(f) for f in p.gen.followers}
+    if p.rebuilding is not None:
+        own["rebuilding"] = p.rebuilding
+    if p.rebuilds:  # read models found ahead of the log and rebuilt (mneme/ahead.py)
+        own["rebuilds"] = p.rebuilds[-5:]
+    return {"projector": own}
 
 
 def auditor_figures(a: Auditor) -> dict[str, Any]:
-    own = {f.consumer or "?": _follower(f) for f in a.followers}
+    own: dict[str, Any] = {f.consumer or "?": _follower(f) for f in a.followers}
+    if a.realigned:  # the trail found ahead of the log: records kept as evidence (services/auditor/realign.py)
+        own["realigned"] = a.realigned[-5:]
     return {"auditor": own | {"trail_records": a.trail.last_seq}}
 
 

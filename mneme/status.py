@@ -188,6 +188,8 @@ async def gather(nc: NATS, data_dir: Path | None, *, timeout: float = 3.0) -> di
                     problems.append(f"{svc['key']} {consumer}: stalled, {f['stalled']}")
                 if f["lag_seconds"] > LAG_ALARM_S:
                     problems.append(f"{svc['key']} {consumer}: {f['lag_seconds']} s behind {f['stream']}")
+        if isinstance(why := (svc.get("projector") or {}).get("rebuilding"), str):
+            problems.append(f"{svc['key']}: read models ahead of the log, rebuilding them ({why})")
     if projector is None or "error" in projector:
         problems.append("no projector answered a status query")
     elif projector["model_status"] == "error":
@@ -248,6 +250,13 @@ def render(d: dict[str, Any]) -> str:
                         f"    {consumer}: applied {f['applied']} of {f['stream']}, lag {f['lag_events']} events / "
                         f"{f['lag_seconds']} s, dead letters {f['dead_letters']}"
                     )
+        for r in (svc.get("projector") or {}).get("rebuilds", []):
+            lines.append(f"    read models rebuilt at {r['at']} ({r['events']} events, {r['seconds']} s): {r['why']}")
+        for r in (svc.get("auditor") or {}).get("realigned", []):
+            lines.append(
+                f"    audit trail ahead of the log ({r['source']}): {r['records']} record(s) kept as evidence, "
+                f"recording again from #{r['rewound_to'] + 1}"
+            )
         if gw := svc.get("gateway"):
             paced = f", {gw['paced_writes']} writes paced by the index" if gw.get("paced_writes") else ""
             lines.append(

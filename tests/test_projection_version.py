@@ -31,7 +31,7 @@ def test_an_older_projection_file_is_dropped_and_starts_from_sequence_zero(tmp_p
         view.close()
     again = MemoriesView(path)  # the current version is kept as it is
     try:
-        again.con.execute("INSERT INTO checkpoints VALUES ('other', 7)")
+        again.con.execute("INSERT INTO checkpoints (name, seq) VALUES ('other', 7)")
     finally:
         again.close()
     kept = MemoriesView(path)

@@ -10,19 +10,21 @@ logic: the command walks and writes the records it fetched with the code it uses
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import msgspec
 from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
-from mneme.follow import LogFollower, access_follower
+from mneme.follow import LogAhead, LogFollower, access_follower
 from mneme.query_server import Plane, wait_applied
 from schemas import control
 from schemas import subjects as S
 from schemas.control import TrailReply, TrailRequest
 from schemas.queries import AuditQuery, Reply, encoder
 from services.auditor import trail_queries
+from services.auditor.realign import realign
 from services.auditor.trail import ACCESS, EVENTS, Trail
 
 log = logging.getLogger("mneme.auditor")
@@ -45,16 +47,54 @@ class Auditor:
         self.nc = nc
         self.control_id = control_id
         self.trail = trail
-        js = nc.jetstream()
-        self.followers: list[LogFollower] = [
-            LogFollower(js, trail.source(EVENTS), batch_max=batch_max, linger=linger, consumer="auditor-events"),
-            access_follower(
-                js, trail.source(ACCESS), batch_max=batch_max, linger=access_linger, consumer="auditor-access"
-            ),
-        ]
+        self.js = nc.jetstream()
+        self.batch_max, self.linger, self.access_linger = batch_max, linger, access_linger
+        self.followers: list[LogFollower] = [self._follower(EVENTS), self._follower(ACCESS)]
+        self.realigned: list[dict[str, object]] = []  # each time the trail was found ahead of the log (status)
+        self._realigning: set[asyncio.Task[None]] = set()
         self.wait_timeout = wait_timeout
         self.plane = Plane(nc, log)
         self._held: asyncio.Task[None] | None = None  # followers waiting to start (see start)
+
+    def _follower(self, source: str) -> LogFollower:
+        if source == EVENTS:
+            f = LogFollower(
+                self.js, self.trail.source(EVENTS), batch_max=self.batch_max, linger=self.linger,
+                consumer="auditor-events",
+            )  # fmt: skip
+        else:
+            f = access_follower(
+                self.js, self.trail.source(ACCESS), batch_max=self.batch_max, linger=self.access_linger,
+                consumer="auditor-access",
+            )  # fmt: skip
+        f.on_diverged = lambda why: self._spawn_realign(source, why)
+        return f
+
+    async def _start_follower(self, source: str) -> None:
+        """Start `source`'s follower; if the trail is ahead of the log, realign it first (services/auditor/realign)."""
+        i = 0 if source == EVENTS else 1
+        try:
+            await self.followers[i].start()
+        except LogAhead as ahead:
+            self.realigned.append(await realign(self.js, self.trail, source, ahead.why))
+            self.followers[i] = self._follower(source)
+            await self.followers[i].start()
+
+    def _spawn_realign(self, source: str, why: str) -> None:
+        """A follower found the trail ahead of the log while running (its connection came back to a server that
+        lost events): commit what was staged, realign, and follow again from where the trail and the log agree."""
+
+        async def again() -> None:
+            i = 0 if source == EVENTS else 1
+            await self.followers[i].stop(catch_up=0)
+            await asyncio.to_thread(self.trail.commit)
+            self.realigned.append(await realign(self.js, self.trail, source, why))
+            self.followers[i] = self._follower(source)
+            await self._start_follower(source)
+
+        task = asyncio.create_task(again(), name=f"auditor-realign-{source}")
+        self._realigning.add(task)
+        task.add_done_callback(self._realigning.discard)
 
     @property
     def follower(self) -> LogFollower:
@@ -79,8 +119,8 @@ class Auditor:
             await self.plane.serve(self.control_router(self.control_id))
 
     async def _follow(self) -> None:
-        for f in self.followers:
-            await f.start()
+        for source in (EVENTS, ACCESS):
+            await self._start_follower(source)
 
     async def _follow_after(self, after: asyncio.Event, at_most: float) -> None:
         try:
@@ -125,6 +165,10 @@ class Auditor:
 
     async def stop(self) -> None:
         await self.plane.stop(self.wait_timeout)
+        for task in list(self._realigning):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._held is not None and not self._held.done():
             self._held.cancel()
             try:

@@ -17,12 +17,13 @@ import hashlib
 import logging
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 
 from mneme.duck import first_row, rollback
-from mneme.follow import Positioned
+from mneme.follow import Marks, Positioned
 from schemas.access import AccessDenied, AnyAccess
 from schemas.dead_letter import DeadLetter
 from schemas.events import Envelope, event_name
@@ -30,6 +31,7 @@ from schemas.events import Envelope, event_name
 log = logging.getLogger("mneme.auditor")
 GENESIS = "0" * 64
 EVENTS, ACCESS = "events", "access"
+LOST = "log_lost"  # the action of the record that declares earlier records' events gone from the log
 
 SCHEMA = """
 SET TimeZone = 'UTC';
@@ -40,7 +42,7 @@ CREATE TABLE IF NOT EXISTS audit_trail (
     memory_ids VARCHAR[] NOT NULL, code VARCHAR, occurred_at TIMESTAMPTZ NOT NULL,
     prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL
 );
-CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL, mark VARCHAR);
 """
 COLUMNS = (
     "trail_seq",
@@ -132,12 +134,18 @@ class Trail:
         self.con = duckdb.connect(path)
         self._migrate()
         self.con.execute(SCHEMA)
+        self.con.execute("ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS mark VARCHAR")  # (trails before marks)
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()
         # both rows exist from the start: a commit updates them (an upsert costs DuckDB about 2 ms more)
-        self.con.execute("INSERT INTO checkpoints VALUES (?, 0), (?, 0) ON CONFLICT DO NOTHING", [EVENTS, ACCESS])
-        cps = dict(self.con.execute("SELECT name, seq FROM checkpoints").fetchall())
-        self.checkpoints: dict[str, int] = {EVENTS: cps.get(EVENTS, 0), ACCESS: cps.get(ACCESS, 0)}
+        self.con.execute(
+            "INSERT INTO checkpoints VALUES (?, 0, NULL), (?, 0, NULL) ON CONFLICT DO NOTHING", [EVENTS, ACCESS]
+        )
+        cps = {r[0]: (r[1], r[2]) for r in self.con.execute("SELECT name, seq, mark FROM checkpoints").fetchall()}
+        self.checkpoints: dict[str, int] = {n: cps.get(n, (0, None))[0] for n in (EVENTS, ACCESS)}
+        # the identity of the log's message at each checkpoint (mneme.follow: no read model ahead of the log)
+        self.checkpoint_marks: dict[str, str | None] = {n: cps.get(n, (0, None))[1] for n in (EVENTS, ACCESS)}
+        self.marks = {EVENTS: Marks(), ACCESS: Marks()}
         last = first_row(self.con.execute("SELECT trail_seq, hash FROM audit_trail ORDER BY trail_seq DESC LIMIT 1"))
         self.last_seq: int
         self.last_hash: str
@@ -216,21 +224,92 @@ class Trail:
                     ap = c.appender("audit_trail")
                     ap.append_rows(rows)
                     ap.flush()
+                marks = dict(self.checkpoint_marks)
                 for name, seq in staged.items():
                     if seq != self.checkpoints[name]:
-                        c.execute("UPDATE checkpoints SET seq = ? WHERE name = ?", [seq, name])
+                        marks[name] = self.marks[name].at(seq)
+                        c.execute("UPDATE checkpoints SET seq = ?, mark = ? WHERE name = ?", [seq, marks[name], name])
                 c.execute("COMMIT")
             except BaseException:
                 rollback(c)
                 with self._lock:
                     self._rows = rows + self._rows
                 raise
-            self.checkpoints = staged
+            self.checkpoints, self.checkpoint_marks = staged, marks
             self.last_seq, self.last_hash = last_seq, last_hash
+
+    def recorded_back(self, source: str, at_most: int) -> list[tuple[int, int, str]]:
+        """`source`'s records at or below its sequence `at_most`, latest first, as (trail_seq, source_seq,
+        record_id): those a log's record can be compared with (no dead letter, no record already declared lost)."""
+        cur = self.con.cursor()
+        rows = cur.execute(
+            "SELECT trail_seq, source_seq, record_id FROM audit_trail WHERE source = ? AND source_seq <= ? "
+            "AND action NOT IN ('dead_letter', ?) ORDER BY trail_seq DESC", [source, at_most, LOST]
+        ).fetchall()  # fmt: skip
+        gone = lost_ranges(cur, source)
+        return [r for r in rows if not any(a <= r[0] <= b for a, b in gone)]
+
+    def record_lost(self, source: str, agreed: int, agreed_mark: str | None, after_trail_seq: int, why: str) -> dict:
+        """The log no longer holds `source`'s events past `agreed` that this trail recorded (after trail record
+        `after_trail_seq`): keep those records as evidence, append one record that says so (action LOST, its
+        record_id `lost:<source>:<first>:<last>` naming the trail records), and move the source's checkpoint
+        back to `agreed`, so what the log holds there now is recorded next. Returns what was declared lost."""
+        with self._commit_lock:
+            cur = self.con.cursor()
+            gone = lost_ranges(cur, source)
+            rows = [r for r in cur.execute(
+                "SELECT trail_seq, source_seq FROM audit_trail WHERE source = ? AND trail_seq > ? AND action <> ? "
+                "ORDER BY trail_seq", [source, after_trail_seq, LOST]
+            ).fetchall() if not any(a <= r[0] <= b for a, b in gone)]  # fmt: skip
+        with self._lock:
+            if rows:
+                first, last = rows[0][0], rows[-1][0]
+                at = datetime.now(UTC)
+                seq = self._staged_seq + 1
+                span = f"{source} #{rows[0][1]}..#{rows[-1][1]}"
+                code = f"{len(rows)} record(s) from trail #{first} to #{last} ({span}) hold events the log lost"
+                code = f"{code}: {why}"[:1000]
+                fields: tuple[Any, ...] = (seq, source, agreed, at, f"lost:{source}:{first}:{last}", LOST, "lost",
+                                           "", "", "", "", [], code, at)  # fmt: skip
+                h = record_hash(self._staged_hash, fields)
+                self._rows.append((*fields, self._staged_hash, h))
+                self._staged_hash, self._staged_seq = h, seq
+            self.staged[source] = agreed
+            if agreed_mark is not None:
+                self.marks[source].add(agreed, agreed_mark)
+        self.commit()
+        if not rows:
+            return {"source": source, "rewound_to": agreed, "records": 0}
+        return {"source": source, "rewound_to": agreed, "records": len(rows), "first_record": rows[0][0],
+                "last_record": rows[-1][0], "first_source_seq": rows[0][1]}  # fmt: skip
 
     def verify(self) -> tuple[int, int | None]:
         """Walk the chain. Returns (records checked, trail sequence of the first broken record or None)."""
         return verify_chain(self.con)
+
+
+def lost_ranges(con: duckdb.DuckDBPyConnection, source: str | None = None) -> list[tuple[int, int]]:
+    """The trail records declared lost (their events gone from the log), as (first, last) trail sequences."""
+    sql = "SELECT record_id FROM audit_trail WHERE action = ?" + (" AND source = ?" if source else "")
+    out = []
+    for (rid,) in con.execute(sql, [LOST, source] if source else [LOST]).fetchall():
+        _, _, first, last = rid.split(":")
+        out.append((int(first), int(last)))
+    return out
+
+
+def lost_from_log(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """What `mneme audit verify` names: each time records were found to hold events the log no longer has."""
+    rows = con.execute(
+        "SELECT trail_seq, source, source_seq, record_id, code, recorded_at FROM audit_trail WHERE action = ? "
+        "ORDER BY trail_seq", [LOST]
+    ).fetchall()  # fmt: skip
+    out = []
+    for trail_seq, source, agreed, rid, code, at in rows:
+        _, _, first, last = rid.split(":")
+        out.append({"first_record": int(first), "last_record": int(last), "source": source, "log_agrees_upto": agreed,
+                    "noted_in_record": trail_seq, "noted_at": at.isoformat(), "why": code})  # fmt: skip
+    return out
 
 
 def verify_chain(con: duckdb.DuckDBPyConnection) -> tuple[int, int | None]:
@@ -266,6 +345,12 @@ class TrailSource:
 
     def dead_letter(self, letter: DeadLetter) -> None:
         self.trail.dead_letter(self.name, letter)
+
+    def mark(self, seq: int, mark: str) -> None:
+        self.trail.marks[self.name].add(seq, mark)
+
+    def positions(self) -> list[tuple[str, int, str | None]]:
+        return [(f"the audit trail ({self.name})", self.checkpoint, self.trail.checkpoint_marks[self.name])]
 
     def commit(self) -> int:
         self.trail.commit()

@@ -103,6 +103,10 @@ class Gateway:
     def noted(self, seq: int) -> None:
         self._high_water = max(self._high_water, seq)
 
+    def log_went_back(self, head: int) -> None:
+        """The log ends before this gateway's mark (it lost events: QueryClient.ask): wait for what it holds."""
+        self._high_water = min(self._high_water, head)
+
     async def min_seq(self) -> int:
         if self.consistency == "linearizable":
             return await self.log.last_seq()

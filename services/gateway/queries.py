@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ _PROJECTOR_QUERIES = frozenset(QUERY_TYPES.values())
 Local = Callable[[Query], Awaitable[Reply | None]]
 Progress = Callable[[], dict[str, Any] | None]
 MODEL_LOADING = "EMBEDDING_MODEL_LOADING"
+log = logging.getLogger("mneme.gateway")
 RETRY_AFTER_S = 2.0  # the hint a search still refused after the wait carries
 
 
@@ -51,11 +53,33 @@ class QueryClient:
         self.local = local
         self.catching_up = catching_up
         self.model_wait = model_wait
+        # the log's last sequence, and who to tell when it is below what this gateway waits for (the log lost
+        # acknowledged events: a power cut under a lazy sync, an older store put back): set by compose.gateway
+        self.log_head: Callable[[], Awaitable[int]] | None = None
+        self.log_behind: Callable[[int], None] | None = None
 
     async def ask(self, query: Query, *, wait_model: bool = True) -> Any:
-        """The projector's answer to `query`. A search that needs the embedding model while it still loads (the
-        first seconds after a start) is asked again until the model is ready, for `model_wait` seconds at most,
-        and only then refused, with a retry hint; `wait_model=False` refuses at once (a status probe)."""
+        """The projector's answer to `query` (see `_ask_waiting`). A query that waited in vain for a position
+        past the log's last sequence (the log lost events this gateway wrote) is asked again for what the log
+        holds, once, and the gateway's read-your-writes mark comes down to it."""
+        try:
+            return await self._ask_waiting(query, wait_model)
+        except MnemeError as exc:
+            if exc.code != ProjectionLag.code or query.min_seq <= 0 or self.log_head is None:
+                raise
+            head = await self.log_head()
+            if head >= query.min_seq:
+                raise
+        log.warning("the log ends at %d, before %d this gateway wrote: reads wait for the log as it is", head,
+                    query.min_seq)  # fmt: skip
+        if self.log_behind is not None:
+            self.log_behind(head)
+        return await self._ask_waiting(msgspec.structs.replace(query, min_seq=head), wait_model)
+
+    async def _ask_waiting(self, query: Query, wait_model: bool) -> Any:
+        """A search that needs the embedding model while it still loads (the first seconds after a start) is
+        asked again until the model is ready, for `model_wait` seconds at most, and only then refused, with a
+        retry hint; `wait_model=False` refuses at once (a status probe)."""
         try:
             return await self._ask(query)
         except MnemeError as exc:

@@ -10,7 +10,7 @@ import threading
 from datetime import datetime
 
 from mneme.duck import rollback
-from mneme.follow import Positioned
+from mneme.follow import Marks, Positioned
 from schemas.access import ReadRecorded
 from services.projector.memories_view import MemoriesView
 
@@ -22,10 +22,12 @@ class AccessView:
         self._cur = view.con.cursor()
         self._cur.execute("SET TimeZone = 'UTC'")
         # the row exists from the start: a commit updates it (an upsert costs DuckDB about 2 ms more)
-        self._cur.execute("INSERT INTO checkpoints VALUES (?, 0) ON CONFLICT DO NOTHING", [CHECKPOINT])
+        self._cur.execute("INSERT INTO checkpoints VALUES (?, 0, NULL) ON CONFLICT DO NOTHING", [CHECKPOINT])
         # (fetchall: a result left open keeps this cursor's transaction, which then blocks a CHECKPOINT)
-        rows = self._cur.execute("SELECT seq FROM checkpoints WHERE name = ?", [CHECKPOINT]).fetchall()
+        rows = self._cur.execute("SELECT seq, mark FROM checkpoints WHERE name = ?", [CHECKPOINT]).fetchall()
         self.checkpoint: int = rows[0][0] if rows else 0
+        self.checkpoint_mark: str | None = rows[0][1] if rows else None  # the access record's identity there
+        self.marks = Marks()
         self.staged = self.checkpoint
         self._lock = threading.Lock()
         self._acc: dict[str, tuple[datetime, int]] = {}
@@ -61,7 +63,8 @@ class AccessView:
                     "access_count = access_stats.access_count + excluded.access_count",
                     [ids, [acc[i][0] for i in ids], [acc[i][1] for i in ids]],
                 )
-            c.execute("UPDATE checkpoints SET seq = ? WHERE name = ?", [staged, CHECKPOINT])
+            mark = self.marks.at(staged)
+            c.execute("UPDATE checkpoints SET seq = ?, mark = ? WHERE name = ?", [staged, mark, CHECKPOINT])
             c.execute("COMMIT")
         except BaseException:
             rollback(c)
@@ -72,5 +75,11 @@ class AccessView:
                     self._acc[mid] = (max(at, at2), n + n2)
             raise
         self._known.end(acc)
-        self.checkpoint = staged
+        self.checkpoint, self.checkpoint_mark = staged, mark
         return staged
+
+    def mark(self, seq: int, mark: str) -> None:
+        self.marks.add(seq, mark)
+
+    def positions(self) -> list[tuple[str, int, str | None]]:
+        return [("the access statistics", self.checkpoint, self.checkpoint_mark)]

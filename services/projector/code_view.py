@@ -25,7 +25,7 @@ import numpy as np
 from mneme.duck import first_row, rollback
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, background_priority
-from mneme.follow import Positioned
+from mneme.follow import Marks, Positioned
 from schemas.code_events import (
     CodeEvent,
     CodeFileIndexed,
@@ -61,7 +61,7 @@ CREATE TABLE IF NOT EXISTS code_chunks (
     language VARCHAR NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, chunk_type VARCHAR NOT NULL,
     name VARCHAR, header VARCHAR NOT NULL, code VARCHAR NOT NULL, seq BIGINT NOT NULL, embedding FLOAT[]
 );
-CREATE TABLE IF NOT EXISTS code_checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS code_checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL, mark VARCHAR);
 CREATE TABLE IF NOT EXISTS code_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 CREATE INDEX IF NOT EXISTS code_chunks_project ON code_chunks (namespace, project_id, path);
 """
@@ -102,12 +102,15 @@ class CodeView:
                 for t in ("code_projects", "code_files", "code_chunks", "code_checkpoints", "code_meta"):
                     self.con.execute(f"DROP TABLE IF EXISTS {t}")
         self.con.execute(SCHEMA)
+        self.con.execute("ALTER TABLE code_checkpoints ADD COLUMN IF NOT EXISTS mark VARCHAR")  # (before marks)
         self.con.execute("INSERT INTO code_meta VALUES ('version', ?) ON CONFLICT DO NOTHING", [str(VERSION)])
-        row = first_row(self.con.execute("SELECT seq FROM code_checkpoints WHERE name = ?", [CHECKPOINT]))
+        row = first_row(self.con.execute("SELECT seq, mark FROM code_checkpoints WHERE name = ?", [CHECKPOINT]))
         if row is None:
-            self.con.execute("INSERT INTO code_checkpoints VALUES (?, 0)", [CHECKPOINT])
+            self.con.execute("INSERT INTO code_checkpoints VALUES (?, 0, NULL)", [CHECKPOINT])
         self._checkpoint: int = row[0] if row else 0  # covered: every event up to here is folded
         self._persisted = self._checkpoint  # saved in code_checkpoints
+        self._persisted_mark: str | None = row[1] if row else None  # the identity of the log's event there
+        self.marks = Marks()
         self.staged = self._checkpoint
         self._write = self.con.cursor()
         self._write.execute("SET TimeZone = 'UTC'")
@@ -130,6 +133,14 @@ class CodeView:
 
     def stage_reads_disk(self, batch: list[Positioned]) -> bool:
         return any(isinstance(p.envelope.event, CodeEvent) for p in batch)
+
+    def mark(self, seq: int, mark: str) -> None:
+        self.marks.add(seq, mark)
+
+    def positions(self) -> list[tuple[str, int, str | None]]:
+        # (what it covers: close() saves that position, with its mark)
+        at = self._checkpoint
+        return [("the code index", at, self._persisted_mark if at == self._persisted else self.marks.at(at))]
 
     def stage(self, batch: list[Positioned], upto: int | None = None) -> None:
         for p in batch:
@@ -155,13 +166,15 @@ class CodeView:
             try:
                 for ns, ev, seq, at in ops:
                     self._apply(w, ns, ev, seq, at)
-                w.execute("UPDATE code_checkpoints SET seq = ? WHERE name = ?", [last, CHECKPOINT])
+                mark = self.marks.at(last)
+                w.execute("UPDATE code_checkpoints SET seq = ?, mark = ? WHERE name = ?", [last, mark, CHECKPOINT])
                 w.execute("COMMIT")
             except BaseException:
                 rollback(w)
                 self._ops = ops + self._ops
                 raise
         self._checkpoint = self._persisted = last
+        self._persisted_mark = mark
         if ops:
             self.version += 1
             self._wake.set()
@@ -328,6 +341,7 @@ class CodeView:
         if self._checkpoint > self._persisted and not self._ops:
             with self._db:
                 self._write.execute(
-                    "UPDATE code_checkpoints SET seq = ? WHERE name = ?", [self._checkpoint, CHECKPOINT]
+                    "UPDATE code_checkpoints SET seq = ?, mark = ? WHERE name = ?",
+                    [self._checkpoint, self.marks.at(self._checkpoint), CHECKPOINT],
                 )
         self.con.close()

@@ -27,7 +27,7 @@ from msgspec import UNSET
 from mneme.domain.state import MemoryState, evolve, stale
 from mneme.domain.validation import categories_of
 from mneme.duck import first_row, rollback
-from mneme.follow import Positioned
+from mneme.follow import Marks, Positioned
 from schemas.events import Event, MemoryCreated, event_name
 from schemas.placement import on_memory_subject
 from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold
@@ -76,7 +76,7 @@ CREATE TABLE IF NOT EXISTS categories (
 CREATE TABLE IF NOT EXISTS access_stats (
     id VARCHAR PRIMARY KEY, accessed_at TIMESTAMPTZ, access_count BIGINT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (name VARCHAR PRIMARY KEY, seq BIGINT NOT NULL, mark VARCHAR);
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 CREATE INDEX IF NOT EXISTS memories_ns_path ON memories (namespace, store, path);
 CREATE INDEX IF NOT EXISTS memory_versions_id ON memory_versions (id);
@@ -111,9 +111,11 @@ CANONICAL_TABLES = {  # table -> (order, rows): what a rebuild from the event lo
     "memory_versions": ("id, version", "TRUE"),
     "stores": ("namespace, name", "TRUE"),
     "categories": ("namespace, store, path", "TRUE"),
-    "checkpoints": ("name", f"name = '{CHECKPOINT}'"),
+    "checkpoints": ("name", f"name = '{CHECKPOINT}'"),  # (name and seq: the mark is the log's, not a fold's)
     **GRAPH_CANONICAL,
 }
+
+CANONICAL_SOURCE = {"checkpoints": "(SELECT name, seq FROM checkpoints)"}
 
 _json = msgspec.json.Encoder(order="sorted")
 MEMORY_COLUMNS = [c.strip() for c in STATE_COLUMNS.split(",")]
@@ -245,6 +247,7 @@ class MemoriesView:
         self.con = duckdb.connect(path)
         self._migrate()
         self.con.execute(SCHEMA)
+        self.con.execute("ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS mark VARCHAR")  # (files before marks)
         self.con.execute(
             "INSERT INTO meta VALUES ('projection_version', ?) ON CONFLICT (key) DO NOTHING", [str(PROJECTION_VERSION)]
         )
@@ -254,10 +257,12 @@ class MemoriesView:
         self._catching_up = False
         self._local = threading.local()
         self._lock = threading.Lock()
-        row = first_row(self.con.execute("SELECT seq FROM checkpoints WHERE name = ?", [CHECKPOINT]))
+        row = first_row(self.con.execute("SELECT seq, mark FROM checkpoints WHERE name = ?", [CHECKPOINT]))
         if row is None:
-            self.con.execute("INSERT INTO checkpoints VALUES (?, 0)", [CHECKPOINT])
+            self.con.execute("INSERT INTO checkpoints VALUES (?, 0, NULL)", [CHECKPOINT])
         self.checkpoint: int = row[0] if row else 0
+        self.checkpoint_mark: str | None = row[1] if row else None  # the identity of the log's event there
+        self.marks = Marks()
         self.staged: int = self.checkpoint
         self._st = _Staged()
         # recent version summaries per memory (a point read's history without another DuckDB statement)
@@ -635,7 +640,8 @@ class MemoriesView:
                     [[k[0] for k in ks3], [k[1] for k in ks3], [k[2] for k in ks3], [st.categories[k] for k in ks3]],
                 )
             self.graph.write(w)
-            w.execute("UPDATE checkpoints SET seq = ? WHERE name = ?", [last, CHECKPOINT])
+            mark = self.marks.at(last)
+            w.execute("UPDATE checkpoints SET seq = ?, mark = ? WHERE name = ?", [last, mark, CHECKPOINT])
             w.execute("COMMIT")
         except BaseException:
             rollback(w)
@@ -645,8 +651,14 @@ class MemoriesView:
             self._st = _Staged()
             self.graph.committed(last)
             self.graph.reset()
-            self.checkpoint = last
+            self.checkpoint, self.checkpoint_mark = last, mark
         return last
+
+    def mark(self, seq: int, mark: str) -> None:
+        self.marks.add(seq, mark)
+
+    def positions(self) -> list[tuple[str, int, str | None]]:
+        return [("the rows", self.checkpoint, self.checkpoint_mark)]
 
     def canonical_digest(self) -> dict[str, str]:
         """Per table, the SHA-256 of its rows' MD5s (each row as JSON, every column) in key order: equal digests,
@@ -658,6 +670,6 @@ class MemoriesView:
             out[table] = one_row(
                 cur,
                 f"SELECT sha256(coalesce(string_agg(md5(CAST(to_json(t) AS VARCHAR)), '' ORDER BY {order}), '')) "
-                f"FROM {table} t WHERE {rows}",
+                f"FROM {CANONICAL_SOURCE.get(table, table)} t WHERE {rows}",
             )[0]
         return out

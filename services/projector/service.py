@@ -29,7 +29,7 @@ from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
 from mneme.embedding import MODELS
-from mneme.errors import Indexing, MnemeError
+from mneme.errors import Indexing, MnemeError, Rebuilding
 from mneme.eventlog import dead_letter_count
 from mneme.follow import FanOut, LogFollower, Sink, StallWatch, access_follower
 from mneme.query_server import Plane, Tasks, answered, wait_applied
@@ -155,6 +155,11 @@ class Projector:
         self._vector_start: asyncio.Task[None] | None = None
         self._vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
         self._rows_clock: tuple[float, int] | None = None  # (when, position) the rows' follower started at
+        # no read model ahead of the log: why the read models are being rebuilt (reads are refused meanwhile),
+        # what the owner does about it (mneme/ahead.py), and each rebuild so far (mneme status)
+        self.rebuilding: str | None = None
+        self.on_ahead: Callable[[str], None] | None = None
+        self.rebuilds: list[dict[str, Any]] = []
 
     def generation(
         self,
@@ -198,7 +203,24 @@ class Projector:
             )
             gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25, GraphSignal(view))
         gen.code = self.code
+        for f in gen.followers:
+            f.on_diverged = self._ahead
         return gen
+
+    def _ahead(self, why: str) -> None:
+        """A follower found its read model ahead of the log while running: refuse reads from now on, and let the
+        owner rebuild (mneme/ahead.py); without one, the reads stay refused until a restart rebuilds."""
+        if self.rebuilding is None:
+            self.rebuilding = why
+            if self.on_ahead is not None:
+                self.on_ahead(why)
+
+    async def check_log(self) -> str | None:
+        """Why the serving generation's read models are not a prefix of the log (LogFollower.check_log), or None."""
+        for f in self.gen.followers:
+            if (why := await f.check_log()) is not None:
+                return why
+        return None
 
     # the serving generation's parts (what callers and tests use)
     @property
@@ -230,6 +252,16 @@ class Projector:
         return self.follower.applied
 
     async def start(self, *, serve_queries: bool = True) -> None:
+        target = await self.start_generation()
+        if serve_queries:
+            self._spawn(self._join_when_caught_up(target))
+        if self.control_id and (self.opener or self.snapshots):
+            await self.plane.serve(self.control_router(self.control_id))
+        if self.snapshots and self.snapshot_every:
+            self._spawn(self._snapshot_periodically())
+
+    async def start_generation(self) -> int:
+        """Start the serving generation's followers (and fillers); returns the log's head found at start."""
         target = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
         self.start_target = target  # semantic search answers INDEXING until the dense vectors reach it
         gen = self.gen
@@ -248,12 +280,36 @@ class Projector:
                 self.gen.vectors.start_filler()
             else:
                 self._spawn(self._fill_when_model_ready(self.gen.vectors))
-        if serve_queries:
-            self._spawn(self._join_when_caught_up(target))
-        if self.control_id and (self.opener or self.snapshots):
-            await self.plane.serve(self.control_router(self.control_id))
-        if self.snapshots and self.snapshot_every:
-            self._spawn(self._snapshot_periodically())
+        return target
+
+    async def stop_generation(self) -> Generation:
+        """Stop the serving generation's followers and fillers (a rebuild replaces its files); returns it, for
+        the caller to close. Nothing is saved: its positions may be ahead of the log."""
+        gen = self.gen
+        if self._vector_start is not None and not self._vector_start.done():
+            self._vector_start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._vector_start
+        if gen.vectors is not None:
+            gen.vectors.stop_embedding()
+        for f in gen.followers:
+            await f.stop(catch_up=0)
+        while gen.inflight:
+            await asyncio.sleep(0.01)
+        return gen
+
+    def reopen(self, view: MemoriesView, vectors: VectorView | None, code: CodeView | None) -> None:
+        """Serve from freshly opened read models (after a rebuild in place); `start_generation` starts them."""
+        self.also = tuple(s for s in self.also if s is not self.code) + ((code,) if code is not None else ())
+        self.code = code
+        self.gen = self.generation(view, vectors, also=self.also, also_access=self.also_access)
+
+    async def serve_again_when_caught_up(self, target: int) -> None:
+        """After a rebuild in place: reads are answered again once the rows have folded the log to `target`."""
+        while not await self.gen.follower.wait_for(target, 3600):
+            pass
+        self.rebuilding = None
+        log.info("projector serving queries again at sequence %d after the rebuild", self.applied)
 
     async def _start_vectors(self, gen: Generation, target: int) -> None:
         while not await gen.follower.wait_for(target, 3600):
@@ -440,6 +496,11 @@ class Projector:
     async def _reply(self, gen: Generation, query: Query) -> Reply:
         """Wait for what the query reads to have applied its min_seq, then run it on a worker thread (a failure
         raises: the query plane maps it to the reply)."""
+        if self.rebuilding is not None:  # never an answer from read models ahead of the log
+            raise Rebuilding(
+                f"the read models are being rebuilt from the log ({self.rebuilding}); ask again in a moment",
+                details={"why": self.rebuilding, "retry_after_s": 2},
+            )
         as_of = getattr(query, "as_of", None)
         # point reads are answered from staged state; the rest, and any read of the past, need committed rows
         committed = type(query) not in STAGED_READS or as_of is not None

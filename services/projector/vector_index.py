@@ -117,7 +117,9 @@ class VectorIndex(Protocol):
 
     def load_checkpoint(self) -> int: ...
 
-    def save_checkpoint(self, seq: int) -> None: ...
+    def load_mark(self) -> str | None: ...  # the identity of the log's event at the saved position
+
+    def save_checkpoint(self, seq: int, mark: str | None = None) -> None: ...
 
     def close(self) -> None: ...
 
@@ -266,11 +268,18 @@ class EdgeIndex:
         except (FileNotFoundError, ValueError, KeyError):
             return 0
 
-    def save_checkpoint(self, seq: int) -> None:
+    def load_mark(self) -> str | None:
+        try:
+            mark = json.loads(self.checkpoint_file.read_text()).get("mark")
+        except (FileNotFoundError, ValueError):
+            return None
+        return mark if isinstance(mark, str) else None
+
+    def save_checkpoint(self, seq: int, mark: str | None = None) -> None:
         self.shard.flush()
         tmp = self.checkpoint_file.with_suffix(".tmp")
         with tmp.open("w") as f:
-            f.write(json.dumps({"seq": seq, "version": self.version}))
+            f.write(json.dumps({"seq": seq, "version": self.version} | ({"mark": mark} if mark else {})))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.checkpoint_file)
@@ -420,10 +429,14 @@ class ClientIndex:
         recs = self.client.retrieve(self.collection, [META_ID], with_payload=True)
         return int(recs[0].payload.get("checkpoint", 0)) if recs and recs[0].payload else 0
 
-    def save_checkpoint(self, seq: int) -> None:
-        self.client.upsert(
-            self.collection, [self.m.PointStruct(id=META_ID, vector={}, payload={"checkpoint": seq})], wait=True
-        )
+    def load_mark(self) -> str | None:
+        recs = self.client.retrieve(self.collection, [META_ID], with_payload=True)
+        mark = recs[0].payload.get("mark") if recs and recs[0].payload else None
+        return mark if isinstance(mark, str) else None
+
+    def save_checkpoint(self, seq: int, mark: str | None = None) -> None:
+        payload = {"checkpoint": seq, "mark": mark}
+        self.client.upsert(self.collection, [self.m.PointStruct(id=META_ID, vector={}, payload=payload)], wait=True)
 
     def close(self) -> None:
         self.client.close()

@@ -44,7 +44,7 @@ import msgspec
 from mneme.domain.state import MemoryState, evolve, stale
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable, background_priority
-from mneme.follow import Positioned
+from mneme.follow import Marks, Positioned
 from schemas.events import Event, MemoryCreated
 from schemas.placement import on_memory_subject
 from services.projector.known_states import KnownStates
@@ -189,6 +189,8 @@ class VectorView:
         self.bm25 = bm25 or BM25()
         self.background = background
         self.checkpoint = index.load_checkpoint()  # the saved position
+        self.checkpoint_mark = index.load_mark() if self.checkpoint else None  # the log's event there
+        self.marks = Marks()  # (a position is saved only where its event's mark is known)
         self.staged = self.checkpoint
         self.committed = self.checkpoint
         self._lock = threading.RLock()  # reentrant: a snapshot holds it around save() and the copy
@@ -379,12 +381,21 @@ class VectorView:
         since are folded again, idempotently."""
         target = self.dense_applied
         if target > self.checkpoint and (force or time.monotonic() - self._saved_at >= self.save_every):
-            self._save(target)
+            # the latest position whose event's mark is known (a batch's last; a fold fed by hand has none)
+            at = self.marks.upto(target) if self.marks.fed else (target, None)
+            if at is not None and at[0] > self.checkpoint:
+                self._save(*at)
 
-    def _save(self, seq: int) -> None:
-        self.index.save_checkpoint(seq)
-        self.checkpoint = seq
+    def _save(self, seq: int, mark: str | None) -> None:
+        self.index.save_checkpoint(seq, mark)
+        self.checkpoint, self.checkpoint_mark = seq, mark
         self._saved_at = time.monotonic()
+
+    def mark(self, seq: int, mark: str) -> None:
+        self.marks.add(seq, mark)
+
+    def positions(self) -> list[tuple[str, int, str | None]]:
+        return [("the vector index", self.checkpoint, self.checkpoint_mark)]
 
     def save(self) -> int:
         """Save the position now (at stop, before a snapshot)."""
