@@ -211,7 +211,9 @@ class LogFollower:
 
     async def start(self) -> None:
         """Follow the log from the sink's checkpoint; LogAhead (nothing started) if that state is not the log's."""
-        if self.committed > 0 and (why := await self.check_log()) is not None:
+        # (every position of the sink: a FanOut starts from its lowest, which may be 0 while another is ahead)
+        held = any(seq > 0 for _, seq, _ in positions_of(self.sink, ""))
+        if held and (why := await self.check_log()) is not None:
             self.diverged = why
             raise LogAhead(why)
         self._reconnects = self._reconnects_now()
@@ -228,7 +230,7 @@ class LogFollower:
             positions = positions_of(self.sink, self.consumer or self.stream)
         for what, seq, mark in positions:
             if seq > last:
-                return f"{what} is at {self.stream} #{seq}, past the log's last sequence #{last}"
+                return f"{what}: checkpoint at {self.stream} #{seq}, past the log's last sequence #{last}"
             if seq == 0 or mark is None:
                 continue
             try:
@@ -236,7 +238,7 @@ class LogFollower:
             except NotFoundError:
                 continue
             if mark_of(msg.data) != mark:
-                return f"{what} applied another event at {self.stream} #{seq} than the log holds there now"
+                return f"{what}: applied another event at {self.stream} #{seq} than the log holds there now"
         return None
 
     def _reconnects_now(self) -> int:
@@ -349,7 +351,7 @@ class LogFollower:
         except Exception:  # noqa: BLE001 - NATS unreachable: the ordered consumer reconnects by itself
             return
         if head < self.committed and self.stop_at is None:  # the log is shorter than what is folded
-            await self._diverge(f"{self.consumer or self.stream} is at {self.stream} #{self.committed}, "
+            await self._diverge(f"{self.consumer or self.stream}: checkpoint at {self.stream} #{self.committed}, "
                                 f"past the log's last sequence #{head}")  # fmt: skip
             return
         if self.stop_at is not None:

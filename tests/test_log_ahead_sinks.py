@@ -129,3 +129,19 @@ async def test_a_vector_position_is_saved_only_where_its_event_is_known(tmp_path
         reopened = vectors(tmp_path)
         assert reopened.positions() == [("the vector index", 30, mark)]
         reopened.close()
+
+
+async def test_one_sink_ahead_is_enough_when_another_starts_from_nothing(tmp_path: Path) -> None:
+    """The rows' follower starts from its lowest sink's position: a code index folded anew (position 0) beside
+    rows that are ahead must not hide them."""
+    shared_model()
+    async with log_of(tmp_path / "log", 20, seed=4) as js:
+        view = rows(tmp_path)
+        await fold(js, view, 20)
+        view.close()
+    async with log_of(tmp_path / "shorter", 5, seed=4) as js:
+        sink = FanOut(rows(tmp_path), code(tmp_path))  # the code index is new: at 0
+        assert sink.checkpoint == 0
+        with pytest.raises(LogAhead, match="the rows: checkpoint at MNEME_EVENTS #20"):
+            await LogFollower(js, sink).start()
+        close(sink)
