@@ -11,8 +11,8 @@ from typing import Any, ClassVar, Literal
 import msgspec
 from msgspec import Struct
 
-from mneme.domain.state import MemoryState
 from schemas.events import UtcTime
+from schemas.state import MemoryState
 
 SortBy = Literal["created_at", "updated_at", "accessed_at", "importance", "access_count"]
 StatusFilter = Literal["live", "active", "deprecated", "archived", "any"]

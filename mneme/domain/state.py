@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
 import msgspec
-from msgspec import UNSET, Struct
+from msgspec import UNSET
 
 from schemas.events import (
     UPDATABLE_FIELDS,
@@ -25,46 +22,8 @@ from schemas.events import (
     MemoryVerified,
 )
 
-ACTIVE = "active"
-ARCHIVED = "archived"
-DEPRECATED = "deprecated"
-UNVERIFIED = "unverified"
-VERIFIED = "verified"
-
-
-class MemoryState(Struct, frozen=True, kw_only=True):
-    id: str
-    namespace: str
-    store: str | None
-    path: str | None
-    content: str
-    kind: str
-    category: str | None
-    subject: str | None
-    tags: tuple[str, ...]
-    importance: float
-    confidence: float
-    citations: tuple[str, ...]
-    metadata: dict[str, Any]
-    status: str
-    version: int
-    created_at: datetime
-    updated_at: datetime
-    created_by: str
-    updated_by: str
-    expires_at: datetime | None = None
-    valid_from: datetime | None = None
-    valid_until: datetime | None = None
-    last_seq: int = 0
-    verification: str = UNVERIFIED
-    locked: bool = False
-    status_reason: str | None = None  # why it was deprecated or archived
-    lock_reason: str | None = None
-    invalid_reason: str | None = None  # why its valid time was ended (invalidate / mark outdated)
-    superseded_by: str | None = None
-
-    def is_expired(self, now: datetime) -> bool:
-        return self.expires_at is not None and self.expires_at <= now
+# the state itself is a wire type (queries answer it): schemas/state.py; re-exported for the domain's users
+from schemas.state import ACTIVE, ARCHIVED, DEPRECATED, UNVERIFIED, VERIFIED, MemoryState  # noqa: F401
 
 
 def stale(state: MemoryState | None, env: Envelope) -> bool:

@@ -564,8 +564,3 @@ HANDLERS: dict[type[msgspec.Struct], Callable[[MemoriesView, Any], Any]] = {
     StoreCategories: categories,
     ReindexCategories: reindex_categories,
 }
-
-# the knowledge graph's queries (services/projector/graph_queries.py, which uses resolve_as_of from here)
-from services.projector.graph_queries import HANDLERS as _GRAPH_HANDLERS  # noqa: E402
-
-HANDLERS.update(_GRAPH_HANDLERS)

@@ -56,8 +56,10 @@ from schemas.queries import (
 from services.projector.access_view import AccessView
 from services.projector.code_queries import CODE_HANDLERS
 from services.projector.code_view import CodeView
+from services.projector.graph_queries import HANDLERS as GRAPH_HANDLERS
 from services.projector.graph_signal import GraphSignal
-from services.projector.memories_queries import HANDLERS, STAGED_READS, get_known, resolve_as_of
+from services.projector.memories_queries import HANDLERS as MEMORY_HANDLERS
+from services.projector.memories_queries import STAGED_READS, get_known, resolve_as_of
 from services.projector.memories_view import MemoriesView
 from services.projector.search import Searcher
 from services.projector.snapshot import held, write_snapshot
@@ -678,6 +680,9 @@ def run_query(gen: Generation, query: Any) -> Any:
         assert gen.searcher is not None
         return gen.searcher.search(query, resolve_as_of(gen.view, query.as_of))
     return HANDLERS[type(query)](gen.view, query)
+
+
+HANDLERS: dict[type, Any] = {**MEMORY_HANDLERS, **GRAPH_HANDLERS}  # the rows' and the graph's, on one DuckDB file
 
 
 def fold_progress(stage: str, clock: tuple[float, int] | None, done: int, total: int) -> dict[str, Any]:
