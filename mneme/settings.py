@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from mneme import durability
+from services.gateway.tool_groups import DEFAULT_TOOL_GROUPS, TOOL_GROUPS, ToolGroup  # (re-exported: the CLI)
 
 
 def _file_name(value: str) -> str:
@@ -58,12 +59,6 @@ class CoreSettings(BaseSettings):
     @classmethod
     def _unset_when_empty(cls, value: Any) -> Any:  # MNEME_NATS_URL= (set, empty) is unset, as `status` took it
         return None if isinstance(value, str) and not value.strip() else value
-
-
-# The groups of native tools (services/gateway/profiles/native.py serves them): every one, and the default set
-ToolGroup = Literal["core", "time", "governance", "audit", "graph", "code", "system", "debug"]
-TOOL_GROUPS: tuple[str, ...] = get_args(ToolGroup)
-DEFAULT_TOOL_GROUPS: tuple[str, ...] = ("core", "time", "governance", "audit", "graph")
 
 
 class GatewaySettings(BaseSettings):

@@ -12,7 +12,6 @@ comes from the bearer token or the stdio settings. Results leave null fields out
 
 from __future__ import annotations
 
-from mneme.settings import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 from services.gateway import (
     code_tools,
     debug_tools,
@@ -24,6 +23,7 @@ from services.gateway import (
     time_tools,
     write_tools,
 )
+from services.gateway.tool_groups import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 from services.gateway.toolkit import Profile, Toolset
 
 tools = Toolset()
@@ -52,7 +52,7 @@ tools.specs = _all.pick(
 )  # fmt: skip
 assert len(tools.specs) == len(_all.specs), "a native tool is missing from the order above"
 
-GROUPS = TOOL_GROUPS  # (mneme/settings.py names them, for the settings and the command line's help)
+GROUPS = TOOL_GROUPS  # (services/gateway/tool_groups.py names them, for the settings and the command line)
 DEFAULT_GROUPS = DEFAULT_TOOL_GROUPS  # the rest (code, system, debug): when an operator asks
 
 PROFILE = Profile(
