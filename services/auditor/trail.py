@@ -249,7 +249,9 @@ class Trail:
         gone = lost_ranges(cur, source)
         return [r for r in rows if not any(a <= r[0] <= b for a, b in gone)]
 
-    def record_lost(self, source: str, agreed: int, agreed_mark: str | None, after_trail_seq: int, why: str) -> dict:
+    def record_lost(
+        self, source: str, agreed: int, agreed_mark: str | None, after_trail_seq: int, why: str
+    ) -> dict[str, Any]:
         """The log no longer holds `source`'s events past `agreed` that this trail recorded (after trail record
         `after_trail_seq`): keep those records as evidence, append one record that says so (action LOST, its
         record_id `lost:<source>:<first>:<last>` naming the trail records), and move the source's checkpoint
