@@ -24,7 +24,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from mneme import compose
-from mneme.follow import StallWatch
+from mneme.catch_up import StallWatch
 from mneme.generations import read_meta, write_meta
 from mneme.settings import CoreSettings, ProjectorSettings
 from mneme.vector_build import VectorBuild

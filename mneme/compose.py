@@ -26,11 +26,11 @@ from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
-from mneme.follow import Sink
 from mneme.generations import projection_dir, with_model_of
 from mneme.preflight import Refused, check_model, require_no_serve
 from mneme.principals import Directory, Principal
 from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+from mneme.sink import Sink
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
 from services.gateway.access_log import AccessLog

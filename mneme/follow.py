@@ -27,13 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 from nats.aio.msg import Msg
@@ -41,99 +37,14 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from mneme.dead_letters import DeadLetters
+from mneme.sink import LogAhead, Positioned, Sink, ahead_of_log, mark_of, positions_of
 from schemas import subjects as S
-from schemas.dead_letter import DeadLetter, encode_dead_letter
+from schemas.dead_letter import DeadLetter
 from schemas.events import decode_envelope
 from schemas.placement import misplaced
 
 log = logging.getLogger("mneme.follow")
-
-
-@dataclass(frozen=True, slots=True)
-class Positioned:
-    """A decoded message with where and when its stream recorded it (an Envelope for the event log)."""
-
-    seq: int
-    recorded_at: datetime
-    envelope: Any
-    subject: str = ""  # where the stream holds it ("" when a fold is fed by hand: taken as placed)
-
-
-# A sink may also record the messages its follower skipped, in log order (the audit trail does):
-#     def dead_letter(self, letter: DeadLetter) -> None
-# and hand back messages that decoded but that its fold refused (a create of an id the log already has, a
-# change published under another store than its memory's): the follower dead-letters each of them:
-#     def take_refused(self) -> list[tuple[Positioned, str]]  # (the message, why), emptied by the call
-
-
-# And keep the log's word for where it stands (no read model ahead of the log, DESIGN.md invariant 1):
-#     def mark(self, seq: int, mark: str) -> None  # the identity of the message at `seq` (the last one staged)
-#     def positions(self) -> list[tuple[str, int, str | None]]  # (what, committed seq, the mark saved with it)
-# A sink writes the mark of its checkpoint in the transaction that writes the checkpoint; a follower compares
-# it with the log when it starts and when its connection comes back (LogFollower.check_log).
-
-
-def mark_of(data: bytes | None) -> str:
-    """A message's identity for a checkpoint: 8 bytes of BLAKE2b of its data (an event's data holds its id)."""
-    return hashlib.blake2b(data or b"", digest_size=8).hexdigest()
-
-
-class Marks:
-    """The marks of the last positions a sink staged (seq -> mark, oldest first), for its commits to write beside
-    the checkpoint they save. A sink whose saved position lags what it staged (the vectors: the dense filler)
-    saves the latest marked position at or below it."""
-
-    def __init__(self, keep: int = 4096):
-        self._at: dict[int, str] = {}
-        self.keep = keep
-        self.fed = False  # marks arrive (a follower feeds the sink; a fold fed by hand has none)
-
-    def add(self, seq: int, mark: str) -> None:
-        self.fed = True
-        self._at[seq] = mark
-        if len(self._at) > self.keep:
-            del self._at[next(iter(self._at))]
-
-    def at(self, seq: int) -> str | None:
-        return self._at.get(seq)
-
-    def upto(self, seq: int) -> tuple[int, str] | None:
-        """The latest marked position at or below `seq` (and forget those before it)."""
-        best = None
-        for s in list(self._at):
-            if s > seq:
-                break
-            if best is not None:
-                del self._at[best[0]]
-            best = (s, self._at[s])
-        return best
-
-
-def positions_of(sink: Any, name: str) -> list[tuple[str, int, str | None]]:
-    if (own := getattr(sink, "positions", None)) is not None:
-        return list(own())
-    return [(name, sink.checkpoint, None)]
-
-
-class LogAhead(Exception):
-    """A read model's committed state is not a prefix of the log: it holds a position past the log's last
-    sequence, or the event at its checkpoint is not the one it applied (the log lost events in a power cut and
-    took new ones under the same sequences, or an older copy of the log's store was put back)."""
-
-    def __init__(self, why: str):
-        super().__init__(why)
-        self.why = why
-
-
-class Sink(Protocol):
-    @property
-    def checkpoint(self) -> int: ...  # the committed position, read once at start (a sink may compute it)
-
-    def stage(self, batch: list[Positioned], upto: int) -> None: ...  # fold in memory; `upto` >= last seq
-
-    def stage_reads_disk(self, batch: list[Positioned]) -> bool: ...  # False: cheap enough for the event loop
-
-    def commit(self) -> int: ...  # write what is staged with the checkpoint; returns the checkpoint
 
 
 class LogFollower:
@@ -190,15 +101,21 @@ class LogFollower:
         self._in_flight: asyncio.Future[object] | None = None
         self._sub: JetStreamContext.PushSubscription | None = None
         self.consumer = consumer
-        self.dead_letters = 0  # messages skipped since start (the MNEME_DLQ stream keeps every one)
-        self.last_dead_letter: DeadLetter | None = None
-        self._publishing: set[asyncio.Task[None]] = set()
+        self.letters = DeadLetters(js, stream, consumer)
         self.stalled: str | None = None  # why commits fail (the disk is full...): None while they succeed
         self.fold_failed = False  # a sink could not fold a decodable message: stopped until a restart
         self._retry_in = 0.5
         self.diverged: str | None = None  # why its state is ahead of the log (LogAhead): it folds no more
         self.on_diverged: Callable[[str], None] | None = None  # told once, when that is found while running
         self._reconnects = self._reconnects_now()
+
+    @property
+    def dead_letters(self) -> int:
+        return self.letters.count  # messages skipped since start (the MNEME_DLQ stream keeps every one)
+
+    @property
+    def last_dead_letter(self) -> DeadLetter | None:
+        return self.letters.last
 
     @property
     def applied(self) -> int:
@@ -221,25 +138,10 @@ class LogFollower:
         await self._subscribe(self.committed + 1)
 
     async def check_log(self, positions: list[tuple[str, int, str | None]] | None = None) -> str | None:
-        """Why the sink's committed state is not a prefix of the log, or None: each committed position must be at
-        or below the stream's last sequence, and the message at it must be the one the sink applied there (its
-        mark). A position saved without a mark (before marks existed) is checked against the length only; one
-        whose message the stream no longer holds (deleted) cannot be compared and passes."""
-        last = (await self.js.stream_info(self.stream)).state.last_seq
+        """Why the sink's committed state (or `positions`) is not a prefix of the log, or None (ahead_of_log)."""
         if positions is None:
             positions = positions_of(self.sink, self.consumer or self.stream)
-        for what, seq, mark in positions:
-            if seq > last:
-                return f"{what}: checkpoint at {self.stream} #{seq}, past the log's last sequence #{last}"
-            if seq == 0 or mark is None:
-                continue
-            try:
-                msg = await self.js.get_msg(self.stream, seq=seq)
-            except NotFoundError:
-                continue
-            if mark_of(msg.data) != mark:
-                return f"{what}: applied another event at {self.stream} #{seq} than the log holds there now"
-        return None
+        return await ahead_of_log(self.js, self.stream, positions)
 
     def _reconnects_now(self) -> int:
         nc = getattr(self.js, "_nc", None)
@@ -417,8 +319,7 @@ class LogFollower:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        if self._publishing:  # dead letters on their way out
-            await asyncio.wait(set(self._publishing), timeout=5.0)
+        await self.letters.drain()  # dead letters on their way out
         if self._in_flight is not None:
             # work already handed to a worker thread finishes before we return, so whoever
             # closes the database next never closes it under a running transaction
@@ -555,10 +456,10 @@ class LogFollower:
             try:
                 decoded = self.decode(m.data)
             except Exception as exc:  # noqa: BLE001 - a poison message must not stop the consumer
-                dead.append((len(positioned), self._dead_letter(m, f"undecodable: {type(exc).__name__}: {exc}")))
+                dead.append((len(positioned), self.letters.of(m, f"undecodable: {type(exc).__name__}: {exc}")))
                 continue
             if self.check is not None and (why := self.check(m.subject, decoded)) is not None:
-                dead.append((len(positioned), self._dead_letter(m, why)))
+                dead.append((len(positioned), self.letters.of(m, why)))
                 continue
             positioned.append(Positioned(md.sequence.stream, md.timestamp, decoded, m.subject))
         upto = batch[-1].metadata.sequence.stream
@@ -584,7 +485,7 @@ class LogFollower:
             return
         for p, why in take():
             data = msgspec.json.encode(p.envelope)  # (the message as decoded: the stream keeps the original)
-            self._dead_letter_at(p.seq, p.subject, data, p.recorded_at, why)
+            self.letters.at(p.seq, p.subject, data, p.recorded_at, why)
 
     async def _fold(self, positioned: list[Positioned], upto: int) -> None:
         if len(positioned) > self.batch_max or self.sink.stage_reads_disk(positioned):  # (a catch-up's batch:
@@ -592,126 +493,6 @@ class LogFollower:
             await self._run(self.sink.stage, positioned, upto)
         else:  # pure folding in memory: a thread hop would cost more than the work
             self.sink.stage(positioned, upto)
-
-    def _dead_letter(self, m: Msg, reason: str) -> DeadLetter:
-        """Count, log and (a named consumer) publish a message that cannot be folded; the caller skips it."""
-        md = m.metadata
-        return self._dead_letter_at(md.sequence.stream, m.subject, m.data or b"", md.timestamp, reason)
-
-    def _dead_letter_at(self, seq: int, subject: str, data: bytes, recorded_at: datetime, reason: str) -> DeadLetter:
-        letter = DeadLetter(
-            consumer=self.consumer or "unnamed",
-            stream=self.stream,
-            seq=seq,
-            subject=subject,
-            reason=reason[:500],
-            size=len(data),
-            head_b64=DeadLetter.head(data),
-            recorded_at=recorded_at,
-            skipped_at=datetime.now(UTC),
-        )
-        self.dead_letters += 1
-        self.last_dead_letter = letter
-        log.error("%s: dead-lettered %s sequence %d (%s)", letter.consumer, self.stream, letter.seq, letter.reason)
-        if self.consumer is not None:
-            task = asyncio.create_task(self._publish_dead_letter(letter))
-            self._publishing.add(task)
-            task.add_done_callback(self._publishing.discard)
-        return letter
-
-    async def _publish_dead_letter(self, letter: DeadLetter) -> None:
-        """On `mneme.dlq.<consumer>`, once per (consumer, stream, sequence) within the stream's duplicate
-        window: a restart that meets the same message again within it does not count it twice."""
-        msg_id = f"{letter.consumer}:{letter.stream}:{letter.seq}"
-        try:
-            await self.js.publish(
-                S.dead_letter_subject(letter.consumer),
-                encode_dead_letter(letter),
-                stream=S.DEAD_LETTER_STREAM,
-                timeout=5.0,
-                headers={S.HDR_MSG_ID: msg_id},
-            )
-        except Exception as exc:  # noqa: BLE001 - still counted and logged; the stream keeps the message
-            log.warning("could not publish the dead letter for %s sequence %d: %s", letter.stream, letter.seq, exc)
-
-
-class CatchUpStalled(Exception):
-    """A catch-up (a replay's, a rebuild's) that cannot finish: a fold failed, or nothing moved for too long (a
-    commit that keeps failing, delivery that stopped). Raised instead of waiting for ever."""
-
-
-class StallWatch:
-    """Tells when followers catching up have stopped: a fold failed, or no position (staged or committed) of
-    any of them moved for `after` seconds. `check(target)` raises CatchUpStalled with their reasons."""
-
-    def __init__(self, followers: list[LogFollower], after: float | None):
-        self.followers, self.after = followers, after
-        self._where: list[tuple[int, int]] = []
-        self._moved = time.monotonic()
-
-    def check(self, target: int) -> None:
-        now = time.monotonic()
-        where = [(f.staged, f.committed) for f in self.followers]
-        if where != self._where:
-            self._where, self._moved = where, now
-        failed = any(f.fold_failed for f in self.followers)
-        if not failed and (self.after is None or now - self._moved <= self.after):
-            return
-        at = min(f.committed for f in self.followers)
-        why = "; ".join(f"{f.consumer or f.stream}: {f.stalled}" for f in self.followers if f.stalled)
-        raise CatchUpStalled(
-            f"folding stopped at sequence {at} of {target}"
-            + ("" if failed else f" (nothing moved for {now - self._moved:.0f} s)")
-            + f": {why or 'no events arrived'}"
-        )
-
-
-class FanOut:
-    """Several sinks behind one follower (one delivery, one decode): what `mneme serve` runs.
-
-    It starts from the lowest checkpoint; each sink skips positions it already has, so
-    sinks that committed at different points converge after a crash.
-    """
-
-    def __init__(self, *sinks: Sink):
-        self.sinks = sinks
-        self.checkpoint = min(s.checkpoint for s in sinks)
-
-    def stage_reads_disk(self, batch: list[Positioned]) -> bool:
-        return any(s.stage_reads_disk(batch) for s in self.sinks)
-
-    def stage(self, batch: list[Positioned], upto: int) -> None:
-        for s in self.sinks:
-            s.stage(batch, upto)
-
-    def commit(self) -> int:
-        self.checkpoint = min(s.commit() for s in self.sinks)
-        return self.checkpoint
-
-    def mark(self, seq: int, mark: str) -> None:
-        for s in self.sinks:
-            if (own := getattr(s, "mark", None)) is not None:
-                own(seq, mark)
-
-    def positions(self) -> list[tuple[str, int, str | None]]:
-        return [p for s in self.sinks for p in positions_of(s, type(s).__name__)]
-
-    def dead_letter(self, letter: DeadLetter) -> None:
-        for s in self.sinks:
-            if (record := getattr(s, "dead_letter", None)) is not None:
-                record(letter)
-
-    def take_refused(self) -> list[tuple[Positioned, str]]:
-        refused: dict[int, tuple[Positioned, str]] = {}  # (two sinks refusing one message: one dead letter)
-        for s in self.sinks:
-            if (take := getattr(s, "take_refused", None)) is not None:
-                for p, why in take():
-                    refused.setdefault(p.seq, (p, why))
-        return [refused[k] for k in sorted(refused)]
-
-    def remove(self, sink: Sink) -> None:
-        """Stop feeding `sink` (a projection swapped out); the others go on. Takes effect at the next stage."""
-        self.sinks = tuple(s for s in self.sinks if s is not sink)
 
 
 def access_follower(

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mneme.catch_up import StallWatch
 from mneme.child_process import die_with_parent, settings_for_child
 from mneme.compose import close_nats, connect, open_vectors
-from mneme.follow import LogFollower, StallWatch
+from mneme.follow import LogFollower
 from mneme.settings import CoreSettings, ProjectorSettings
 from services.projector.snapshot import vector_facts
 from services.projector.vector_view import VectorView

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mneme.embed_cache import EmbeddingCache
-from mneme.follow import Positioned
+from mneme.sink import Positioned
 from schemas.events import (
     Actor,
     Envelope,

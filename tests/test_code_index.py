@@ -172,7 +172,7 @@ def test_pieces_of_one_long_line_are_each_kept(tmp_path: Path) -> None:
     """A line over the token budget is cut into pieces with the same line range: each piece is its own chunk."""
     from datetime import UTC, datetime
 
-    from mneme.follow import Positioned
+    from mneme.sink import Positioned
     from schemas.code_events import CodeChunk, CodeFileIndexed
     from schemas.events import Actor, Envelope
 
@@ -194,7 +194,7 @@ def test_status_pending_indexing_completed_and_failed(tmp_path: Path) -> None:
     their vectors, completed when every chunk has one, failed (with the error) when the run says so."""
     from datetime import UTC, datetime
 
-    from mneme.follow import Positioned
+    from mneme.sink import Positioned
     from schemas.code_events import CodeChunk, CodeFileIndexed, CodeIndexFinished, CodeIndexStarted
     from schemas.events import Actor, Envelope
     from schemas.queries import CodeIndexStatus
@@ -251,7 +251,7 @@ def test_events_without_code_move_the_checkpoint_without_a_write(tmp_path: Path)
 
     import duckdb
 
-    from mneme.follow import Positioned
+    from mneme.sink import Positioned
     from schemas.code_events import CodeIndexFinished, CodeIndexStarted
     from schemas.events import Actor, Envelope, MemoryArchived
     from services.projector import code_view

@@ -12,7 +12,8 @@ from nats.js import JetStreamContext
 
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.follow import LogFollower, Positioned
+from mneme.follow import LogFollower
+from mneme.sink import Positioned
 from schemas import subjects as S
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,8 @@ import pytest
 
 from mneme import gc_policy
 from mneme.embedded_nats import EmbeddedNats
-from mneme.follow import LogFollower, Positioned
+from mneme.follow import LogFollower
+from mneme.sink import Positioned
 from mneme.synthetic import history, publish
 from tests.harness import log_writer
 

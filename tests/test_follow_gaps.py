@@ -13,7 +13,8 @@ import pytest
 from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.follow import LogFollower, Positioned
+from mneme.follow import LogFollower
+from mneme.sink import Positioned
 from mneme.synthetic import history, publish
 
 pytestmark = pytest.mark.anyio

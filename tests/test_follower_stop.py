@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from mneme.embedded_nats import EmbeddedNats
-from mneme.follow import LogFollower, Positioned
+from mneme.follow import LogFollower
+from mneme.sink import Positioned
 from mneme.synthetic import history, publish
 from tests.harness import log_writer
 

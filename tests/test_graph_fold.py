@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mneme.domain.graph import mentions, name_key
-from mneme.follow import Positioned
 from mneme.ids import entity_id_for, relation_id_for
+from mneme.sink import Positioned
 from schemas.events import Actor, Envelope, MemoryCreated, MemoryDeleted, MemoryUpdated
 from schemas.graph_events import EntityChanged, EntityCreated, EntityDeleted, RelationCreated, RelationDeleted
 from services.projector.memories_view import MemoriesView

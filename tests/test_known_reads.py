@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mneme.follow import Positioned
+from mneme.sink import Positioned
 from mneme.synthetic import history
 from schemas.access import ReadRecorded
 from schemas.queries import GetMemory

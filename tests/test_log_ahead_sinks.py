@@ -15,7 +15,8 @@ import pytest
 from nats.js import JetStreamContext
 
 from mneme.embedded_nats import EmbeddedNats
-from mneme.follow import FanOut, LogAhead, LogFollower, mark_of
+from mneme.follow import LogFollower
+from mneme.sink import FanOut, LogAhead, mark_of
 from mneme.synthetic import history, publish
 from services.auditor.trail import EVENTS, Trail
 from services.projector.code_view import CodeView

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from mneme.embed_cache import EmbeddingCache
-from mneme.follow import Positioned
+from mneme.sink import Positioned
 from services.projector import vector_view
 from services.projector.vector_index import EdgeIndex, point_id
 from services.projector.vector_view import VectorView, index_text, state_of

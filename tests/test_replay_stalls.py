@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from mneme.catch_up import CatchUpStalled, StallWatch
 from mneme.embedded_nats import EmbeddedNats
-from mneme.follow import CatchUpStalled, StallWatch
 from schemas import subjects as S
 from schemas.events import MemoryCreated, encode_envelope
 from tests.harness import MNEME, forged_envelope, log_writer
@@ -77,7 +77,7 @@ def test_the_watch_waits_while_positions_move_and_stops_at_once_on_a_failed_fold
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr("mneme.follow.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("mneme.catch_up.time.monotonic", lambda: now[0])
     f = follower(10, 5)
     watch = StallWatch([f], after=30)
     for step in range(10):  # moving a little every 20 s: never stalled

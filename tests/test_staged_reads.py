@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mneme.domain.state import MemoryState, evolve
-from mneme.follow import Positioned
+from mneme.sink import Positioned
 from mneme.synthetic import history
 from schemas.events import Event
 from schemas.queries import GetMemory, PathOwner

@@ -153,7 +153,7 @@ def serve_variant(data_dir: Path, variant: str) -> None:
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
-    from mneme.follow import Positioned
+    from mneme.sink import Positioned
     from services.auditor.trail import Trail
 
     # Trail's own signatures (its sources call trail.stage(name, batch, upto), then trail.commit()): no record

@@ -14,7 +14,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from mneme.follow import mark_of
+from mneme.sink import mark_of
 from schemas import subjects as S
 from schemas.access import decode_access
 from schemas.events import decode_envelope

@@ -17,8 +17,9 @@ import msgspec
 from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
-from mneme.follow import LogAhead, LogFollower, access_follower
+from mneme.follow import LogFollower, access_follower
 from mneme.query_server import Plane, wait_applied
+from mneme.sink import LogAhead
 from schemas import control
 from schemas import subjects as S
 from schemas.control import TrailReply, TrailRequest

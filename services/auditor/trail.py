@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 from mneme.duck import first_row, rollback
-from mneme.follow import Marks, Positioned
+from mneme.sink import Marks, Positioned
 from schemas.access import AccessDenied, AnyAccess
 from schemas.dead_letter import DeadLetter
 from schemas.events import Envelope, event_name

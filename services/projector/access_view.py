@@ -10,7 +10,7 @@ import threading
 from datetime import datetime
 
 from mneme.duck import rollback
-from mneme.follow import Marks, Positioned
+from mneme.sink import Marks, Positioned
 from schemas.access import ReadRecorded
 from services.projector.memories_view import MemoriesView
 

@@ -25,7 +25,7 @@ import numpy as np
 from mneme.duck import first_row, rollback
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, background_priority
-from mneme.follow import Marks, Positioned
+from mneme.sink import Marks, Positioned
 from schemas.code_events import (
     CodeEvent,
     CodeFileIndexed,

@@ -27,7 +27,7 @@ from msgspec import UNSET
 from mneme.domain.state import MemoryState, evolve, stale
 from mneme.domain.validation import categories_of
 from mneme.duck import first_row, rollback
-from mneme.follow import Marks, Positioned
+from mneme.sink import Marks, Positioned
 from schemas.events import Event, MemoryCreated, event_name
 from schemas.placement import on_memory_subject
 from services.projector.graph_fold import GRAPH_CANONICAL, GRAPH_SCHEMA, GRAPH_TABLES, GraphFold

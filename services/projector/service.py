@@ -28,11 +28,13 @@ import msgspec
 from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
+from mneme.catch_up import StallWatch
 from mneme.embedding import MODELS
 from mneme.errors import Indexing, MnemeError, Rebuilding
 from mneme.eventlog import dead_letter_count
-from mneme.follow import FanOut, LogFollower, Sink, StallWatch, access_follower
+from mneme.follow import LogFollower, access_follower
 from mneme.query_server import Plane, Tasks, answered, wait_applied
+from mneme.sink import FanOut, Sink
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
 from schemas.events import decode_envelope

@@ -44,7 +44,7 @@ import msgspec
 from mneme.domain.state import MemoryState, evolve, stale
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle, ModelLoading, ModelUnavailable, background_priority
-from mneme.follow import Marks, Positioned
+from mneme.sink import Marks, Positioned
 from schemas.events import Event, MemoryCreated
 from schemas.placement import on_memory_subject
 from services.projector.known_states import KnownStates
