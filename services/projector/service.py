@@ -34,7 +34,7 @@ from mneme.errors import Indexing, MnemeError, Rebuilding
 from mneme.eventlog import dead_letter_count
 from mneme.follow import LogFollower, access_follower
 from mneme.query_server import Plane, Tasks, answered, wait_applied
-from mneme.sink import FanOut, Sink
+from mneme.sink import FanOut, Sink, positions_of
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
 from schemas.events import decode_envelope
@@ -222,8 +222,9 @@ class Projector:
     async def check_log(self) -> str | None:
         """Why the serving generation's read models are not a prefix of the log (LogFollower.check_log), or None."""
         for f in self.gen.followers:
-            if (why := await f.check_log()) is not None:
-                return why
+            positions = positions_of(f.sink, f.consumer or f.stream)
+            if any(seq > 0 for _, seq, _ in positions) and (why := await f.check_log(positions)) is not None:
+                return why  # (a read model at 0 cannot be ahead: a fresh one asks nothing of the log)
         return None
 
     # the serving generation's parts (what callers and tests use)
