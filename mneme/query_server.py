@@ -19,13 +19,12 @@ connection. What the handlers share lives here:
   then let the running ones finish, for at most the given time (the rest are cancelled), then stop the broker.
 
 The log followers are not here: they stay on nats-py's ordered consumer (mneme/follow.py; see
-docs/architecture.md). What is cheapest on FastStream 0.7.8, measured per request on two busy cores against a
-bare nats-py responder (≈270 µs round trip): FastStream's dependency injection off (`apply_types=False`;
-MEASURED.md: a Context parameter costs ~7×) and its per-message logging off; the handler gets FastStream's
-message (body and reply subject, no decoding by FastStream) and sends the reply itself, as bytes without
-headers (FastStream's own reply adds content-type and correlation-id headers that both sides then parse:
-+~50 µs); no acknowledgement middleware (core request/reply has nothing to ack). All told ≈+120 µs a request.
-"""
+docs/decisions/0015-faststream-for-request-reply-only.md). What is cheapest on FastStream 0.7.8, measured per
+request on two busy cores against a bare nats-py responder (≈270 µs round trip): FastStream's dependency injection
+off (`apply_types=False`; MEASURED.md: a Context parameter costs ~7×) and its per-message logging off; the handler
+gets FastStream's message (body and reply subject, no decoding by FastStream) and sends the reply itself, as bytes
+without headers (FastStream's own reply adds content-type and correlation-id headers that both sides then parse:
++~50 µs); no acknowledgement middleware (core request/reply has nothing to ack). All told ≈+120 µs a request. """
 
 from __future__ import annotations
 

@@ -191,7 +191,9 @@ class ProjectorSettings(BaseSettings):
     qdrant_url: str | None = Field(None, description="Qdrant server URL (vectors=qdrant).")
     qdrant_api_key: str | None = None
     qdrant_collection: str = Field("mneme", description="Collection prefix on a Qdrant server; the model is appended.")
-    embedding_model: str = Field("paraphrase-minilm-l3", description="Embedding model (see docs/architecture.md).")
+    embedding_model: str = Field(
+        "paraphrase-minilm-l3", description="Embedding model (see docs/decisions/0011-embedding-model.md)."
+    )
     embedding_threads: int | None = Field(None, ge=1, le=64, description="onnxruntime threads; unset = up to 2.")
     embedding_nice: int = Field(
         10,

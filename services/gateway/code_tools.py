@@ -1,7 +1,7 @@
 """Code-index tools (group "code", served when an operator asks: `--tools core,...,code`): index a project
 directory (validated; gitignore and default ignores honoured; a dry run counts files and bytes first), search
 its chunks by meaning, follow the indexing's status, forget a project. Chunks come from files but live in the
-log, so a replay rebuilds the index without the files (docs/architecture.md)."""
+log, so a replay rebuilds the index without the files (docs/graph-and-code.md)."""
 
 from __future__ import annotations
 
