@@ -31,8 +31,9 @@ from nats.aio.client import Client as NATS
 from mneme import compose
 from mneme.settings import CoreSettings, ProjectorSettings
 from services.projector.code_view import CodeView
+from services.projector.generation import close_generation
 from services.projector.memories_view import MemoriesView
-from services.projector.service import Projector, close_generation
+from services.projector.service import Projector
 from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme")

@@ -40,8 +40,9 @@ from services.auditor.service import Auditor
 from services.auditor.trail import Trail
 from services.gateway.gateway import Gateway
 from services.gateway.server import build_server
+from services.projector.generation import close_generation
 from services.projector.memories_view import MemoriesView
-from services.projector.service import Projector, close_generation
+from services.projector.service import Projector
 from services.projector.vector_index import EdgeIndex
 from services.projector.vector_view import VectorView
 

@@ -26,7 +26,7 @@ from mneme.embed_cache import EmbeddingCache
 from mneme.settings import CoreSettings, ProjectorSettings
 from schemas.queries import AsOf, GetMemory, SearchMemories
 from services.gateway.queries import QueryClient
-from services.projector.service import close_generation
+from services.projector.generation import close_generation
 
 # -- as_of latency -----------------------------------------------------------------------------------------------
 

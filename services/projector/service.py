@@ -20,7 +20,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,64 +41,27 @@ from schemas.queries import (
     QUERY_TYPES,
     GetMemory,
     GetResult,
-    GraphEntities,
-    GraphTraverse,
     ListMemories,
-    MemoryHistory,
     MemoryStats,
     ProjectorStatus,
     Query,
-    ReindexCategories,
     Reply,
     SearchMemories,
     StatusResult,
     encoder,
 )
 from services.projector.access_view import AccessView
-from services.projector.code_queries import CODE_HANDLERS
 from services.projector.code_view import CodeView
-from services.projector.graph_queries import HANDLERS as GRAPH_HANDLERS
+from services.projector.generation import Generation, close_generation, embedding_in_background
 from services.projector.graph_signal import GraphSignal
-from services.projector.memories_queries import HANDLERS as MEMORY_HANDLERS
-from services.projector.memories_queries import STAGED_READS, get_known, resolve_as_of
+from services.projector.memories_queries import get_known
 from services.projector.memories_view import MemoriesView
+from services.projector.read_models import route_of, run_query
 from services.projector.search import Searcher
 from services.projector.snapshot import held, write_snapshot
 from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme.projector")
-
-
-@dataclass
-class Generation:
-    """One set of read models and the followers that fold into them. Blue/green: a projector serves
-    from one generation; a replay builds the next, which is caught up and then swapped in."""
-
-    view: MemoriesView
-    follower: LogFollower
-    access_follower: LogFollower
-    vectors: VectorView | None = None
-    vector_follower: LogFollower | None = None
-    searcher: Searcher | None = None
-    code: CodeView | None = None  # the code index (one per data directory, fed as an extra sink)
-    inflight: int = 0
-    followers_own: bool = True  # False: the followers also feed other sinks (the code index)
-    fold_access: bool = True
-
-    @property
-    def followers(self) -> list[LogFollower]:
-        acc = self.access_follower if self.fold_access else None
-        return [f for f in (self.follower, acc, self.vector_follower) if f is not None]
-
-    async def start(self) -> None:
-        for f in self.followers:
-            await f.start()
-
-    async def caught_up(self, target: int, timeout: float = 3600) -> bool:
-        for f in (self.follower, self.vector_follower):
-            if f is not None and not await f.wait_for(target, timeout):
-                return False
-        return True
 
 
 class Projector:
@@ -460,7 +422,7 @@ class Projector:
         0 when there is nothing to pace against: no background index, the model not ready, the log found at
         start still being embedded (a cold start answers INDEXING rather than slow the writes), or a filler
         whose last model call failed (it retries; writes go on)."""
-        vectors = _embedding_in_background(self.gen)
+        vectors = embedding_in_background(self.gen)
         follower = self.gen.vector_follower
         if vectors is None or follower is None or not self.serving.is_set():
             return 0
@@ -507,11 +469,13 @@ class Projector:
                 details={"why": self.rebuilding, "retry_after_s": 2},
             )
         as_of = getattr(query, "as_of", None)
+        route = route_of(query)
         # point reads are answered from staged state; the rest, and any read of the past, need committed rows
-        committed = type(query) not in STAGED_READS or as_of is not None
+        committed = not route.staged or as_of is not None
         need = max(query.min_seq, as_of.seq or 0) if as_of is not None else query.min_seq
         waits = [(gen.follower, "projection")]
-        if isinstance(query, SearchMemories):
+        if route.follows == "vectors":
+            assert isinstance(query, SearchMemories)
             if gen.vector_follower is None:
                 raise MnemeError("this projector keeps no vector index", details={"op": query.OPERATION})
             waits = [(gen.vector_follower, "vector index")]
@@ -530,19 +494,17 @@ class Projector:
         def reflected() -> int:
             """The position the answer reflects (an audited read is asked again as of it): the committed vectors
             for a search, the committed rows for a list or stats, the staged ones for a point read."""
-            if isinstance(query, SearchMemories) and gen.vector_follower is not None:
+            if route.follows == "vectors" and gen.vector_follower is not None:
                 return gen.vector_follower.committed
             return gen.follower.committed if committed else gen.follower.applied
 
         applied = reflected()
         if isinstance(query, ProjectorStatus):
             return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(await self._status(gen, query))))
-        if isinstance(query, ReindexCategories):  # it writes rows: no commit of the follower runs meanwhile
+        if route.writes:  # no commit of the follower runs meanwhile
             async with gen.follower.paused():
                 result = await asyncio.to_thread(run_query, gen, query)
-        elif isinstance(
-            query, ListMemories | SearchMemories | MemoryStats | MemoryHistory | GraphEntities | GraphTraverse
-        ):
+        elif route.repeat:
             for _ in range(3):  # a commit that lands while the query runs moves the position the answer
                 result = await asyncio.to_thread(run_query, gen, query)  # reflects: ask again, so the recorded
                 if (now := reflected()) == applied:  # position is the answer's own (at most twice; commits
@@ -612,7 +574,7 @@ class Projector:
         projector is still embedding the log it found at start (a new replica, a rebuild) it answers INDEXING
         at once, with progress, rather than hold the caller; after that it waits up to wait_timeout for the
         writes it must see, then answers INDEXING."""
-        vectors = _embedding_in_background(gen)
+        vectors = embedding_in_background(gen)
         if vectors is None:
             return  # without a model the search itself answers EMBEDDING_MODEL_LOADING
         floor = self.start_target
@@ -673,21 +635,6 @@ def status_counts(gen: Generation, ns: str) -> tuple[int, int, int, int]:
     return int(row[0]), int(row[1]), int(row[2]), chunks
 
 
-def run_query(gen: Generation, query: Any) -> Any:
-    code_handler = CODE_HANDLERS.get(type(query))
-    if code_handler is not None:
-        if gen.code is None:
-            raise MnemeError("this projector keeps no code index (it runs without vectors)")
-        return code_handler(gen.code, query)
-    if isinstance(query, SearchMemories):
-        assert gen.searcher is not None
-        return gen.searcher.search(query, resolve_as_of(gen.view, query.as_of))
-    return HANDLERS[type(query)](gen.view, query)
-
-
-HANDLERS: dict[type, Any] = {**MEMORY_HANDLERS, **GRAPH_HANDLERS}  # the rows' and the graph's, on one DuckDB file
-
-
 def fold_progress(stage: str, clock: tuple[float, int] | None, done: int, total: int) -> dict[str, Any]:
     """How far a follower is through the log found at start: `clock` is (when, position) it started at; the
     rate is what it has made since (none in its first half second), the eta the rest at that rate."""
@@ -713,19 +660,6 @@ def _swap_failed(exc: Exception) -> SwapReply:  # reported to the replay command
 
 def _snapshot_failed(exc: Exception) -> SnapshotReply:  # reported to the snapshot command
     return SnapshotReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-
-
-def _embedding_in_background(gen: Generation) -> VectorView | None:
-    """The generation's vector index when a filler embeds for it in the background with a model that is ready
-    (what a semantic search waits for, and what writes in serve are paced against); else None."""
-    v = gen.vectors
-    return v if v is not None and v.background and v.model.ready else None
-
-
-def close_generation(gen: Generation) -> None:
-    gen.view.close()
-    if gen.vectors is not None:
-        gen.vectors.close()
 
 
 async def catch_up(
