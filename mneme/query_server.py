@@ -24,13 +24,14 @@ request on two busy cores against a bare nats-py responder (≈270 µs round tri
 off (`apply_types=False`; MEASURED.md: a Context parameter costs ~7×) and its per-message logging off; the handler
 gets FastStream's message (body and reply subject, no decoding by FastStream) and sends the reply itself, as bytes
 without headers (FastStream's own reply adds content-type and correlation-id headers that both sides then parse:
-+~50 µs); no acknowledgement middleware (core request/reply has nothing to ack). All told ≈+120 µs a request. """
++~50 µs); no acknowledgement middleware (core request/reply has nothing to ack). All told ≈+120 µs a request."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -46,6 +47,7 @@ from schemas import control
 from schemas.queries import Reply, encoder
 
 Q = TypeVar("Q")
+A = TypeVar("A")
 R = TypeVar("R", bound=msgspec.Struct)
 
 
@@ -63,8 +65,20 @@ async def wait_applied(waits: list[tuple[LogFollower, str]], need: int, timeout:
         )
 
 
-async def answered(answer: Callable[[Q], Awaitable[Reply]], query: Q, applied: Callable[[], int],
-                   log: logging.Logger, what: str) -> Reply:  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A query's answer handed over in process (a gateway beside its projector: `mneme serve`): the result as
+    the read model made it, with no codec on either side; over NATS the same answer travels as a Reply."""
+
+    applied_seq: int
+    result: Any
+
+    def reply(self) -> Reply:
+        return Reply(applied_seq=self.applied_seq, result=msgspec.Raw(encoder.encode(self.result)))
+
+
+async def answered(answer: Callable[[Q], Awaitable[A]], query: Q, applied: Callable[[], int],
+                   log: logging.Logger, what: str) -> A | Reply:  # fmt: skip
     """`answer`'s reply to a decoded query, or the reply its failure maps to (over NATS, or asked in process)."""
     try:
         return await answer(query)

@@ -14,6 +14,7 @@ from nats.aio.client import Client as NATS
 
 from mneme.errors import MnemeError, ProjectionLag, Unavailable, from_dict
 from mneme.logs import HEADER, request_id
+from mneme.query_server import Answer
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, RESULT_TYPES, Query, Reply, encoder
 from services.gateway.access_log import note_answer
@@ -25,7 +26,7 @@ _results: dict[str, msgspec.msgpack.Decoder[Any]] = {op: msgspec.msgpack.Decoder
 
 
 _PROJECTOR_QUERIES = frozenset(QUERY_TYPES.values())
-Local = Callable[[Query], Awaitable[Reply | None]]
+Local = Callable[[Query], Awaitable[Answer | Reply | None]]
 Progress = Callable[[], dict[str, Any] | None]
 MODEL_LOADING = "EMBEDDING_MODEL_LOADING"
 log = logging.getLogger("mneme.gateway")
@@ -159,7 +160,7 @@ class QueryClient:
             details=progress,
         )
 
-    async def _here(self, query: Query, deadline: float) -> Reply | None:
+    async def _here(self, query: Query, deadline: float) -> Answer | Reply | None:
         assert self.local is not None
         try:
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.05)):
@@ -168,10 +169,13 @@ class QueryClient:
             raise ProjectionLag(f"no projector answered {query.OPERATION} within {self.timeout:.0f} s") from None
 
     @staticmethod
-    def _result(op: str, query: Query, reply: Reply) -> Any:
-        if reply.error is not None:
-            raise from_dict(reply.error)
-        result = _results[op].decode(reply.result)
+    def _result(op: str, query: Query, reply: Answer | Reply) -> Any:
+        if isinstance(reply, Answer):  # from the projector in this process: no codec
+            result = reply.result
+        else:
+            if reply.error is not None:
+                raise from_dict(reply.error)
+            result = _results[op].decode(reply.result)
         note_answer(query, reply.applied_seq, result)  # (the call's read record says what it saw)
         return result
 

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
 from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
@@ -32,7 +31,7 @@ from mneme.embedding import MODELS
 from mneme.errors import Indexing, MnemeError, Rebuilding
 from mneme.eventlog import dead_letter_count
 from mneme.follow import LogFollower, access_follower
-from mneme.query_server import Plane, Tasks, answered, wait_applied
+from mneme.query_server import Answer, Plane, Tasks, answered, wait_applied
 from mneme.sink import FanOut, Sink, positions_of
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
@@ -48,7 +47,6 @@ from schemas.queries import (
     Reply,
     SearchMemories,
     StatusResult,
-    encoder,
 )
 from services.projector.access_view import AccessView
 from services.projector.code_view import CodeView
@@ -445,14 +443,18 @@ class Projector:
             return None
         return fold_progress("catching_up", self._rows_clock, self.follower.committed, self.start_target)
 
-    async def answer_here(self, query: Query) -> Reply | None:
+    async def answer_here(self, query: Query) -> Answer | Reply | None:
         """A query from a gateway in this process (`mneme serve`), answered as the query plane answers it,
-        without the NATS round trip; None while this projector does not serve queries (ask over NATS)."""
+        without the NATS round trip and without the codec (the result as the read model made it); a failure is
+        the Reply the plane would send; None while this projector does not serve queries (ask over NATS)."""
         if not self.serving.is_set():
             return None
-        return await answered(self._answer, query, lambda: self.applied, log, query.OPERATION)
+        return await answered(self._answer_object, query, lambda: self.applied, log, query.OPERATION)
 
     async def _answer(self, query: Query) -> Reply:
+        return (await self._answer_object(query)).reply()
+
+    async def _answer_object(self, query: Query) -> Answer:
         gen = self.gen  # the whole query runs on one generation, even if a swap happens meanwhile
         gen.inflight += 1
         try:
@@ -460,7 +462,7 @@ class Projector:
         finally:
             gen.inflight -= 1
 
-    async def _reply(self, gen: Generation, query: Query) -> Reply:
+    async def _reply(self, gen: Generation, query: Query) -> Answer:
         """Wait for what the query reads to have applied its min_seq, then run it on a worker thread (a failure
         raises: the query plane maps it to the reply)."""
         if self.rebuilding is not None:  # never an answer from read models ahead of the log
@@ -500,7 +502,7 @@ class Projector:
 
         applied = reflected()
         if isinstance(query, ProjectorStatus):
-            return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(await self._status(gen, query))))
+            return Answer(applied, await self._status(gen, query))
         if route.writes:  # no commit of the follower runs meanwhile
             async with gen.follower.paused():
                 result = await asyncio.to_thread(run_query, gen, query)
@@ -516,7 +518,7 @@ class Projector:
             if isinstance(result, GetResult) and result.item is not None and as_of is None:
                 # staged while it ran: the answer reflects at least the position of the version it returned
                 applied = max(applied, result.item.memory.last_seq)
-        return Reply(applied_seq=applied, result=msgspec.Raw(encoder.encode(result)))
+        return Answer(applied, result)
 
     async def _status(self, gen: Generation, q: ProjectorStatus) -> StatusResult:
         """Counts from the read models, the model and its cache, and the lag behind the head of the log."""
