@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mneme.follow import LogFollower
@@ -38,3 +38,22 @@ class StallWatch:
             + ("" if failed else f" (nothing moved for {now - self._moved:.0f} s)")
             + f": {why or 'no events arrived'}"
         )
+
+
+def fold_progress(stage: str, clock: tuple[float, int] | None, done: int, total: int) -> dict[str, Any]:
+    """How far a follower is through the log found at start: `clock` is (when, position) it started at; the
+    rate is what it has made since (none in its first half second), the eta the rest at that rate."""
+    rate = 0.0
+    if clock is not None:
+        t0, c0 = clock
+        elapsed = time.monotonic() - t0
+        rate = (done - c0) / elapsed if elapsed > 0.5 and done > c0 else 0.0
+    pending = max(0, total - done)
+    return {
+        "stage": stage,
+        "done": done,
+        "total": total,
+        "pending": pending,
+        "events_per_s": round(rate, 1),
+        "eta_s": round(pending / rate, 1) if rate > 0 else None,
+    }

@@ -88,7 +88,7 @@ async def test_local_errors_are_the_query_planes(local_stack: Stack, monkeypatch
     def broken(*_: Any) -> Any:
         raise RuntimeError("a bug in a query")
 
-    monkeypatch.setattr("services.projector.service.run_query", broken)
+    monkeypatch.setattr("services.projector.answers.run_query", broken)
     listing = ListMemories(namespace="default", now=utc_now())
     e1, e2 = await error_of(remote, listing), await error_of(here, listing)
     assert e1 == e2 and e1["code"] == "INTERNAL" and "a bug" not in str(e1)  # no internals leak, either way

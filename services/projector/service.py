@@ -21,40 +21,29 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
-from mneme.catch_up import StallWatch
-from mneme.embedding import MODELS
-from mneme.errors import Indexing, MnemeError, Rebuilding
-from mneme.eventlog import dead_letter_count
+from mneme.catch_up import StallWatch, fold_progress
 from mneme.follow import LogFollower, access_follower
-from mneme.query_server import Answer, Plane, Tasks, answered, wait_applied
+from mneme.query_server import Answer, Plane, Tasks, answered
 from mneme.sink import FanOut, Sink, positions_of
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
-from schemas.events import decode_envelope
 from schemas.queries import (
     QUERY_TYPES,
-    GetMemory,
-    GetResult,
-    ListMemories,
-    MemoryStats,
-    ProjectorStatus,
     Query,
     Reply,
-    SearchMemories,
-    StatusResult,
 )
 from services.projector.access_view import AccessView
+from services.projector.answers import Answers
 from services.projector.code_view import CodeView
 from services.projector.generation import Generation, close_generation, embedding_in_background
 from services.projector.graph_signal import GraphSignal
-from services.projector.memories_queries import get_known
 from services.projector.memories_view import MemoriesView
-from services.projector.read_models import route_of, run_query
+from services.projector.read_models import run_query
 from services.projector.search import Searcher
 from services.projector.snapshot import held, write_snapshot
 from services.projector.vector_view import VectorView
@@ -110,6 +99,7 @@ class Projector:
             also = (*also, code)
             self.also = also
         self.gen = self.generation(view, vectors, also=also, also_access=also_access)
+        self.answers = Answers(self)
         self.serving = asyncio.Event()
         self.plane = Plane(nc, log)  # the query and control planes (drained at stop)
         self.tasks = Tasks()  # the projector's other tasks (drained at stop too)
@@ -117,7 +107,7 @@ class Projector:
         self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
         self.start_target = 0  # the log head at start: semantic search answers INDEXING until dense reaches it
         self._vector_start: asyncio.Task[None] | None = None
-        self._vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
+        self.vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
         self._rows_clock: tuple[float, int] | None = None  # (when, position) the rows' follower started at
         # no read model ahead of the log: why the read models are being rebuilt (reads are refused meanwhile),
         # what the owner does about it (mneme/ahead.py), and each rebuild so far (mneme status)
@@ -280,7 +270,7 @@ class Projector:
         while not await gen.follower.wait_for(target, 3600):
             pass
         assert gen.vector_follower is not None
-        self._vector_clock = (time.monotonic(), gen.vector_follower.committed)
+        self.vector_clock = (time.monotonic(), gen.vector_follower.committed)
         await gen.vector_follower.start()
 
     async def _fill_when_model_ready(self, vectors: VectorView) -> None:
@@ -458,202 +448,12 @@ class Projector:
         gen = self.gen  # the whole query runs on one generation, even if a swap happens meanwhile
         gen.inflight += 1
         try:
-            return await self._reply(gen, query)
+            return await self.answers.reply(gen, query)
         finally:
             gen.inflight -= 1
 
-    async def _reply(self, gen: Generation, query: Query) -> Answer:
-        """Wait for what the query reads to have applied its min_seq, then run it on a worker thread (a failure
-        raises: the query plane maps it to the reply)."""
-        if self.rebuilding is not None:  # never an answer from read models ahead of the log
-            raise Rebuilding(
-                f"the read models are being rebuilt from the log ({self.rebuilding}); ask again in a moment",
-                details={"why": self.rebuilding, "retry_after_s": 2},
-            )
-        as_of = getattr(query, "as_of", None)
-        route = route_of(query)
-        # point reads are answered from staged state; the rest, and any read of the past, need committed rows
-        committed = not route.staged or as_of is not None
-        need = max(query.min_seq, as_of.seq or 0) if as_of is not None else query.min_seq
-        waits = [(gen.follower, "projection")]
-        if route.follows == "vectors":
-            assert isinstance(query, SearchMemories)
-            if gen.vector_follower is None:
-                raise MnemeError("this projector keeps no vector index", details={"op": query.OPERATION})
-            waits = [(gen.vector_follower, "vector index")]
-            if as_of is not None or query.graph_weight > 0:  # the rows resolve as_of and hold the graph
-                waits.append((gen.follower, "projection"))
-            await self._vectors_folded(gen)
-        await wait_applied(waits, need, self.wait_timeout, committed=committed)
-        # read-your-reads: the access statistics include the reads the asking gateway recorded. Statistics a
-        # moment old are still an answer: a backlog of read records delays it, never refuses it
-        reads = query.min_access_seq if isinstance(query, ListMemories | MemoryStats) and gen.fold_access else 0
-        if reads and not await gen.access_follower.wait_for(reads, self.wait_timeout, committed=True):
-            log.info("access statistics behind %d after %.0f s: answered as they are", reads, self.wait_timeout)
-        if isinstance(query, SearchMemories) and query.mode != "keyword":
-            await self._dense_ready(gen, need)
-
-        def reflected() -> int:
-            """The position the answer reflects (an audited read is asked again as of it): the committed vectors
-            for a search, the committed rows for a list or stats, the staged ones for a point read."""
-            if route.follows == "vectors" and gen.vector_follower is not None:
-                return gen.vector_follower.committed
-            return gen.follower.committed if committed else gen.follower.applied
-
-        applied = reflected()
-        if isinstance(query, ProjectorStatus):
-            return Answer(applied, await self._status(gen, query))
-        if route.writes:  # no commit of the follower runs meanwhile
-            async with gen.follower.paused():
-                result = await asyncio.to_thread(run_query, gen, query)
-        elif route.repeat:
-            for _ in range(3):  # a commit that lands while the query runs moves the position the answer
-                result = await asyncio.to_thread(run_query, gen, query)  # reflects: ask again, so the recorded
-                if (now := reflected()) == applied:  # position is the answer's own (at most twice; commits
-                    break  # come a few times a second)
-                applied = now
-        else:
-            known = get_known(gen.view, query) if isinstance(query, GetMemory) else None  # no thread hop when
-            result = known if known is not None else await asyncio.to_thread(run_query, gen, query)  # it is known
-            if isinstance(result, GetResult) and result.item is not None and as_of is None:
-                # staged while it ran: the answer reflects at least the position of the version it returned
-                applied = max(applied, result.item.memory.last_seq)
-        return Answer(applied, result)
-
-    async def _status(self, gen: Generation, q: ProjectorStatus) -> StatusResult:
-        """Counts from the read models, the model and its cache, and the lag behind the head of the log."""
-        info = await self.js.stream_info(S.EVENTS_STREAM)
-        head, applied = info.state.last_seq, gen.follower.applied
-        lag_seconds = 0.0
-        if head > applied:
-            try:
-                oldest = await self.js.get_msg(S.EVENTS_STREAM, seq=applied + 1, direct=True)
-                at = decode_envelope(oldest.data or b"").occurred_at  # (the writer's clock: close to record time)
-                lag_seconds = max(0.0, time.time() - at.timestamp())
-            except Exception:  # noqa: BLE001 - a purged sequence or an undecodable one: no age to report
-                lag_seconds = 0.0
-        counts = await asyncio.to_thread(status_counts, gen, q.namespace)
-        vectors = gen.vectors
-        model_status: Literal["loading", "ready", "error", "off"] = "off"
-        model_id, error, dim = None, None, 0
-        hits = misses = size = 0
-        if vectors is not None:
-            model = vectors.model
-            model_id = MODELS[model.name].id if model.name in MODELS else model.name
-            dim = MODELS[model.name].dim if model.name in MODELS else int(model.dim or 0)
-            try:
-                model.get()
-                model_status = "ready"
-            except MnemeError as exc:
-                model_status = "loading" if exc.code == "EMBEDDING_MODEL_LOADING" else "error"
-                error = exc.message if model_status == "error" else None
-            hits, misses = vectors.cache.hits, vectors.cache.misses
-            size = await asyncio.to_thread(vectors.cache.size)
-        return StatusResult(
-            memories=counts[0],
-            entities=counts[1],
-            relations=counts[2],
-            code_chunks=counts[3],
-            model=model_id,
-            model_status=model_status,
-            model_error=error,
-            dimensions=dim,
-            cache_hits=hits,
-            cache_misses=misses,
-            cache_size=size,
-            applied_seq=applied,
-            head_seq=head,
-            lag_events=max(0, head - applied),
-            lag_seconds=round(lag_seconds, 3),
-            vectors_applied=gen.vector_follower.applied if gen.vector_follower is not None else None,
-            code_pending=await asyncio.to_thread(gen.code.pending, q.namespace) if gen.code is not None else 0,
-            dead_letters=await dead_letter_count(self.js),
-            dead_letters_here=sum(f.dead_letters for f in gen.followers),
-        )
-
-    async def _dense_ready(self, gen: Generation, need: int) -> None:
-        """A semantic or hybrid search runs once every point up to `need` has its dense vector. While the
-        projector is still embedding the log it found at start (a new replica, a rebuild) it answers INDEXING
-        at once, with progress, rather than hold the caller; after that it waits up to wait_timeout for the
-        writes it must see, then answers INDEXING."""
-        vectors = embedding_in_background(gen)
-        if vectors is None:
-            return  # without a model the search itself answers EMBEDDING_MODEL_LOADING
-        floor = self.start_target
-        if vectors.dense_applied < floor:
-            raise self._indexing(vectors, max(need, floor))
-        deadline = time.monotonic() + self.wait_timeout
-        while vectors.dense_applied < need:
-            if time.monotonic() >= deadline:
-                raise self._indexing(vectors, need)
-            await asyncio.sleep(0.005)
-
-    async def _vectors_folded(self, gen: Generation) -> None:
-        """Searches need the vector index to have folded the log found at start (a new replica, a rebuild: the
-        rows serve first). A search waits for that when it would take less than wait_timeout at the rate seen
-        so far, else answers INDEXING at once, with progress."""
-        vf = gen.vector_follower
-        floor = self.start_target
-        if vf is None or vf.committed >= floor:
-            return
-        eta = fold_progress("folding", self._vector_clock, vf.committed, floor)["eta_s"]
-        if (eta is None or eta < self.wait_timeout) and await vf.wait_for(floor, self.wait_timeout):
-            return
-        p = fold_progress("folding", self._vector_clock, vf.committed, floor)
-        left = f"about {p['eta_s']:.0f} s left" if p["eta_s"] is not None else "starting"
-        raise Indexing(
-            f"the search index is folding the log ({p['done']:,} of {floor:,} events; {left}); "
-            "memory_get and memory_list answer now",
-            details=p,
-        )
-
-    @staticmethod
-    def _indexing(vectors: VectorView, need: int) -> Indexing:
-        p = vectors.progress()
-        eta = f"about {p['eta_s']:.0f} s left" if p["eta_s"] is not None else "the model is loading"
-        return Indexing(
-            f"the vector index is embedding memories ({p['done']:,} of {p['total']:,} done, "
-            f"{p['pending']:,} waiting; {eta}); keyword search (mode 'keyword') answers now",
-            details={**p, "min_seq": need},
-        )
-
     def run_query(self, query: Any) -> Any:
         return run_query(self.gen, query)
-
-
-def status_counts(gen: Generation, ns: str) -> tuple[int, int, int, int]:
-    """Live memories, entities, relations and code chunks of one namespace."""
-    cur = gen.view.reader()
-    row = cur.execute(
-        "SELECT (SELECT count(*) FROM memories WHERE namespace = $ns AND status != 'archived'), "
-        "(SELECT count(*) FROM graph_entities WHERE namespace = $ns AND seq_to IS NULL AND NOT deleted), "
-        "(SELECT count(*) FROM graph_relations WHERE namespace = $ns AND seq_to IS NULL AND NOT deleted)",
-        {"ns": ns},
-    ).fetchall()[0]
-    chunks = 0
-    if gen.code is not None:
-        got = gen.code.reader().execute("SELECT count(*) FROM code_chunks WHERE namespace = ?", [ns]).fetchall()
-        chunks = int(got[0][0])
-    return int(row[0]), int(row[1]), int(row[2]), chunks
-
-
-def fold_progress(stage: str, clock: tuple[float, int] | None, done: int, total: int) -> dict[str, Any]:
-    """How far a follower is through the log found at start: `clock` is (when, position) it started at; the
-    rate is what it has made since (none in its first half second), the eta the rest at that rate."""
-    rate = 0.0
-    if clock is not None:
-        t0, c0 = clock
-        elapsed = time.monotonic() - t0
-        rate = (done - c0) / elapsed if elapsed > 0.5 and done > c0 else 0.0
-    pending = max(0, total - done)
-    return {
-        "stage": stage,
-        "done": done,
-        "total": total,
-        "pending": pending,
-        "events_per_s": round(rate, 1),
-        "eta_s": round(pending / rate, 1) if rate > 0 else None,
-    }
 
 
 def _swap_failed(exc: Exception) -> SwapReply:  # reported to the replay command
