@@ -56,7 +56,7 @@ async def serve(
         await auditor.start(after=projector.serving)  # a cold start folds the rows first (Auditor.start)
         stack.push_async_callback(auditor.stop)
         gw = compose.gateway(
-            nc, gs, local=projector.answer_here, catching_up=projector.catch_up_progress, paced_by=projector
+            nc, gs, local=projector.answer_here, catching_up=projector.catch_up_progress, paced_by=projector.pace
         )
         await beat(stack, nc, "serve", core, lambda: projector_figures(projector) | auditor_figures(auditor)
                    | gateway_figures(gw))  # fmt: skip

@@ -248,7 +248,7 @@ async def start_stack(
         nc,
         gs or GatewaySettings(),
         local=projector.answer_here if local else None,
-        paced_by=projector if paced else None,
+        paced_by=projector.pace if paced else None,
     )
     client = await s.enter_async_context(Client(build_server(gw)))
     await projector.serving.wait()

@@ -159,7 +159,7 @@ async def test_a_failing_model_does_not_slow_the_writes(tmp_path: Path, nats_ser
                 break
             await asyncio.sleep(0.05)
         assert vectors.fill_failing and vectors.pending_dense > 4
-        assert stack.projector.index_backlog() == 0  # nothing to pace against
+        assert stack.projector.pace.index_backlog() == 0  # nothing to pace against
         took = [await timed_add(stack, f"another memory {i} about the orchard") for i in range(5)]
         assert max(took) < 1.0, f"writes waited for a broken model: {took}"
     finally:
@@ -188,7 +188,7 @@ async def test_a_cold_start_does_not_slow_the_writes(tmp_path: Path, nats_server
                 break
             await asyncio.sleep(0.05)
         assert vectors.pending_dense >= 40 and vectors.dense_applied < stack.projector.start_target
-        assert stack.projector.index_backlog() == 0  # a cold start answers INDEXING; it does not slow writes
+        assert stack.projector.pace.index_backlog() == 0  # a cold start answers INDEXING; it does not slow writes
         took = [await timed_add(stack, f"a new memory {i} about the harbour") for i in range(5)]
         assert max(took) < 1.0, f"writes waited for a cold start's embedding: {took}"
         pacer = stack.gateway.commands.pacer

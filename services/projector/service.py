@@ -31,7 +31,7 @@ from mneme.follow import LogFollower, access_follower
 from mneme.query_server import Answer, Plane, Tasks, answered
 from mneme.sink import FanOut, Sink, positions_of
 from schemas import subjects as S
-from schemas.control import SnapshotReply, SnapshotRequest, SwapReply, SwapRequest
+from schemas.control import SnapshotRequest, SwapReply, SwapRequest
 from schemas.queries import (
     QUERY_TYPES,
     Query,
@@ -40,12 +40,13 @@ from schemas.queries import (
 from services.projector.access_view import AccessView
 from services.projector.answers import Answers
 from services.projector.code_view import CodeView
-from services.projector.generation import Generation, close_generation, embedding_in_background
+from services.projector.generation import Generation, close_generation
 from services.projector.graph_signal import GraphSignal
+from services.projector.index_pace import IndexPace
 from services.projector.memories_view import MemoriesView
 from services.projector.read_models import run_query
 from services.projector.search import Searcher
-from services.projector.snapshot import held, write_snapshot
+from services.projector.snapshot import Snapshots, snapshot_failed
 from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme.projector")
@@ -100,10 +101,12 @@ class Projector:
             self.also = also
         self.gen = self.generation(view, vectors, also=also, also_access=also_access)
         self.answers = Answers(self)
+        self.pace = IndexPace(self)  # what a gateway beside it paces writes against
+        self.snapshotter = Snapshots(self, snapshots, snapshot_every) if snapshots is not None else None
         self.serving = asyncio.Event()
         self.plane = Plane(nc, log)  # the query and control planes (drained at stop)
         self.tasks = Tasks()  # the projector's other tasks (drained at stop too)
-        self._swap_lock = asyncio.Lock()
+        self.swap_lock = asyncio.Lock()
         self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
         self.start_target = 0  # the log head at start: semantic search answers INDEXING until dense reaches it
         self._vector_start: asyncio.Task[None] | None = None
@@ -212,8 +215,8 @@ class Projector:
             self._spawn(self._join_when_caught_up(target))
         if self.control_id and (self.opener or self.snapshots):
             await self.plane.serve(self.control_router(self.control_id))
-        if self.snapshots and self.snapshot_every:
-            self._spawn(self._snapshot_periodically())
+        if self.snapshotter is not None and self.snapshotter.every:
+            self._spawn(self.snapshotter.periodically())
 
     async def start_generation(self) -> int:
         """Start the serving generation's followers (and fillers); returns the log's head found at start."""
@@ -301,10 +304,10 @@ class Projector:
             self.plane.control(
                 router, S.control_subject(control_id, "swap"), SwapRequest, self._answer_swap, _swap_failed
             )
-        if self.snapshots is not None:
+        if self.snapshotter is not None:
             self.plane.control(
-                router, S.control_subject(control_id, "snapshot"), SnapshotRequest, self._answer_snapshot,
-                _snapshot_failed,
+                router, S.control_subject(control_id, "snapshot"), SnapshotRequest, self.snapshotter.answer,
+                snapshot_failed,
             )  # fmt: skip
         return router
 
@@ -329,7 +332,7 @@ class Projector:
         """Serve from a new generation: start its followers (from its own checkpoints), let it catch up with
         the log while the current one keeps answering, then switch in one step. The old generation finishes
         the queries it is running and is returned, stopped, for the caller to close."""
-        async with self._swap_lock:
+        async with self.swap_lock:
             old = self.gen
             new = self.generation(view, vectors)  # its own followers; the trail stays with the old ones
             await new.start()
@@ -377,54 +380,12 @@ class Projector:
         return SwapReply(ok=True, seq=self.applied, path=view.path)
 
     async def snapshot(self) -> dict[str, Any]:
-        """Write a snapshot of the serving generation (its followers hold their commits meanwhile)."""
-        assert self.snapshots is not None
-        async with self._swap_lock:
-            gen = self.gen
-            async with held(gen):
-                return await asyncio.to_thread(write_snapshot, gen.view, gen.vectors, self.snapshots)
-
-    async def _snapshot_periodically(self) -> None:
-        last = 0
-        while True:
-            await asyncio.sleep(5)
-            if self.gen.view.checkpoint - last >= self.snapshot_every:
-                try:
-                    last = (await self.snapshot())["seq"]
-                except Exception:  # a failed snapshot must not stop the projector
-                    log.exception("snapshot failed")
-
-    async def _answer_snapshot(self, req: SnapshotRequest) -> SnapshotReply:
-        return SnapshotReply(ok=True, **(await self.snapshot()))
+        """Write a snapshot of the serving generation now (its followers hold their commits meanwhile)."""
+        assert self.snapshotter is not None
+        return await self.snapshotter.take()
 
     def _spawn(self, coro: Any) -> None:
         self.tasks.spawn(coro)
-
-    def index_backlog(self) -> int:
-        """Texts the live vector index has yet to start embedding, which the gateway in this process paces
-        its writes against (services/gateway/pacing.py): events the vector follower has received but not
-        committed (each may bring a text; a commit is what hands them to the filler) plus committed texts
-        the filler has not started on. The chunk being embedded is not counted, so writes fill the next
-        chunk meanwhile and the model never waits for them. Counting only committed texts let ~100 writes
-        through during one commit linger (then the index was seconds behind).
-        0 when there is nothing to pace against: no background index, the model not ready, the log found at
-        start still being embedded (a cold start answers INDEXING rather than slow the writes), or a filler
-        whose last model call failed (it retries; writes go on)."""
-        vectors = embedding_in_background(self.gen)
-        follower = self.gen.vector_follower
-        if vectors is None or follower is None or not self.serving.is_set():
-            return 0
-        if vectors.dense_applied < self.start_target or vectors.fill_failing:
-            return 0
-        uncommitted = follower.received - max(follower.committed, vectors.committed)  # (the view's is set first)
-        return vectors.queued_dense + max(0, uncommitted)
-
-    def index_nudge(self) -> None:
-        """A write waits for the index backlog: commit what the vector follower holds now, not after its
-        linger, so an idle filler can start on it."""
-        follower = self.gen.vector_follower
-        if follower is not None and follower.received > follower.committed:
-            follower.request_commit()
 
     def catch_up_progress(self) -> dict[str, Any] | None:
         """While the rows fold the log found at start (a new replica, `mneme serve` on a log without
@@ -458,10 +419,6 @@ class Projector:
 
 def _swap_failed(exc: Exception) -> SwapReply:  # reported to the replay command
     return SwapReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-
-
-def _snapshot_failed(exc: Exception) -> SnapshotReply:  # reported to the snapshot command
-    return SnapshotReply(ok=False, error=f"{type(exc).__name__}: {exc}")
 
 
 async def catch_up(

@@ -12,6 +12,7 @@ snapshot and out of it; whoever asked for one gets a summary, the hashes stay in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -21,12 +22,16 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mneme.sparse import copy_sparse, copytree_sparse, disk_usage
+from schemas.control import SnapshotReply, SnapshotRequest
 from services.projector.memories_view import PROJECTION_VERSION, MemoriesView, one_row
 from services.projector.vector_index import DENSE, OPEN, Cond, EdgeIndex, Where
 from services.projector.vector_view import VectorView
+
+if TYPE_CHECKING:
+    from services.projector.service import Projector
 
 log = logging.getLogger("mneme.snapshot")
 MANIFEST = "manifest.json"
@@ -200,3 +205,35 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
     out["ok"] = not problems
     out["problems"] = problems
     return out
+
+
+class Snapshots:
+    """Snapshots of a projector's serving generation into `directory`: on request (`mneme snapshot`, on the
+    control plane) and every `every` events (0: never by itself)."""
+
+    def __init__(self, projector: Projector, directory: Path, every: int):
+        self.p, self.directory, self.every = projector, directory, every
+
+    async def take(self) -> dict[str, Any]:
+        """Write a snapshot of the serving generation (its followers hold their commits meanwhile)."""
+        async with self.p.swap_lock:
+            gen = self.p.gen
+            async with held(gen):
+                return await asyncio.to_thread(write_snapshot, gen.view, gen.vectors, self.directory)
+
+    async def periodically(self) -> None:
+        last = 0
+        while True:
+            await asyncio.sleep(5)
+            if self.p.gen.view.checkpoint - last >= self.every:
+                try:
+                    last = (await self.take())["seq"]
+                except Exception:  # a failed snapshot must not stop the projector
+                    log.exception("snapshot failed")
+
+    async def answer(self, req: SnapshotRequest) -> SnapshotReply:
+        return SnapshotReply(ok=True, **(await self.take()))
+
+
+def snapshot_failed(exc: Exception) -> SnapshotReply:  # reported to the snapshot command
+    return SnapshotReply(ok=False, error=f"{type(exc).__name__}: {exc}")
