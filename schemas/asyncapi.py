@@ -24,7 +24,7 @@ from schemas.access import AnyAccess
 from schemas.control import CONTROL_VERBS
 from schemas.dead_letter import DeadLetter
 from schemas.events import Envelope
-from schemas.queries import RESULT_TYPES, AuditQuery, Reply
+from schemas.queries import REPAIR_TYPES, RESULT_TYPES, AuditQuery, Reply
 
 PATH = Path(__file__).with_name("asyncapi.json")
 # Reply as it is on the wire: its `result` is the query's result, msgpack-encoded in place (msgspec.Raw,
@@ -41,6 +41,16 @@ def _param(description: str) -> dict[str, str]:
     return {"description": description}
 
 
+def _version() -> str:
+    """The package's version (read from its metadata: the wire types sit below the library's package)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mneme")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "0.0.0"
+
+
 def document() -> dict[str, Any]:
     """The whole document, deterministic (sorted keys when written)."""
     queries = dict(sorted({**_query_types(), AuditQuery.OPERATION: AuditQuery}.items()))
@@ -50,6 +60,7 @@ def document() -> dict[str, Any]:
         DeadLetter,
         ReplyShape,
         *queries.values(),
+        *REPAIR_TYPES.values(),
         *sorted(set(RESULT_TYPES.values()), key=lambda t: t.__name__),
     ]
     for request, reply in CONTROL_VERBS.values():
@@ -122,6 +133,18 @@ def document() -> dict[str, Any]:
             },
         }
         operations[f"ask.{op}"] = _request_reply(key, query.__name__, "Reply")
+    for op, query in REPAIR_TYPES.items():
+        key = f"control.repair.{op}"
+        channels[key] = {
+            "address": S.repair_subject(op),
+            "description": "Request/reply, a repair served by every projector (no queue group: each replica repairs "
+            f"its own read models; the first reply answers); the reply's result is a {RESULT_TYPES[op].__name__}.",
+            "messages": {
+                query.__name__: message(query.__name__, MSGPACK, f"The {op} repair"),
+                "Reply": {"$ref": "#/components/messages/Reply"},
+            },
+        }
+        operations[f"control.repair.{op}"] = _request_reply(key, query.__name__, "Reply")
     for result in sorted(set(RESULT_TYPES.values()), key=lambda t: t.__name__):
         message(result.__name__, MSGPACK, "A query's result, inside Reply.result")
 
@@ -195,13 +218,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _version() -> str:
-    """The package's version (read from its metadata: the wire types sit below the library's package)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mneme")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "0.0.0"

@@ -147,7 +147,8 @@ class StoreCategories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 class ReindexCategories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Rebuild one store's category index (its rows of the categories table) from the versions folded from
-    the log: exactly the rows a replay writes. The projector holds its commits while it runs."""
+    the log: exactly the rows a replay writes. The projector holds its commits while it runs. A repair (see
+    REPAIR_TYPES): every replica runs it."""
 
     OPERATION: ClassVar[str] = "memory.categories.reindex"
     store: str
@@ -512,7 +513,6 @@ QUERY_TYPES: dict[str, type[Query]] = {
         SearchMemories,
         MemoryHistory,
         StoreCategories,
-        ReindexCategories,
         GraphEntities,
         GraphRelations,
         GraphTraverse,
@@ -523,5 +523,9 @@ QUERY_TYPES: dict[str, type[Query]] = {
         ProjectorStatus,
     )
 }
+
+# Repairs: queries that write a read model (a derived index put back as the log says), on the control plane.
+# Every projector replica answers them (no queue group: each repairs its own copy); the first reply answers.
+REPAIR_TYPES: dict[str, type[Query]] = {ReindexCategories.OPERATION: ReindexCategories}
 
 encoder = msgspec.msgpack.Encoder()

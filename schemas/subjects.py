@@ -94,6 +94,11 @@ def access_subject(kind: str, namespace: str) -> str:
 CONTROL_PREFIX = "mneme.ctl"
 
 
+def repair_subject(operation: str) -> str:
+    """A repair every projector replica answers (schemas/queries.py REPAIR_TYPES)."""
+    return f"{CONTROL_PREFIX}.repair.{operation}"
+
+
 def control_subject(target: str, verb: str) -> str:
     """Operator requests to one process (e.g. `mneme replay` asking a projector to swap generations)."""
     return f"{CONTROL_PREFIX}.{token(target)}.{verb}"

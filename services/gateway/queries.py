@@ -16,7 +16,7 @@ from mneme.errors import MnemeError, ProjectionLag, Unavailable, from_dict
 from mneme.logs import HEADER, request_id
 from mneme.query_server import Answer
 from schemas import subjects as S
-from schemas.queries import QUERY_TYPES, RESULT_TYPES, Query, Reply, encoder
+from schemas.queries import QUERY_TYPES, REPAIR_TYPES, RESULT_TYPES, Query, Reply, encoder
 from services.gateway.access_log import note_answer
 
 T = TypeVar("T")
@@ -107,7 +107,8 @@ class QueryClient:
         here_too = self.local is not None and type(query) in _PROJECTOR_QUERIES
         if here_too and (here := await self._here(query, deadline)) is not None:
             return self._result(op, query, here)
-        subject = S.query_subject(op)
+        # (a repair goes to every replica over NATS, the one beside this gateway too: the first reply answers)
+        subject = S.repair_subject(op) if op in REPAIR_TYPES else S.query_subject(op)
         data = encoder.encode(query)
         rid = request_id.get()
         headers = {HEADER: rid} if rid else None  # (the projector's log lines for it carry the call's id)

@@ -34,6 +34,7 @@ from schemas import subjects as S
 from schemas.control import SnapshotRequest, SwapReply, SwapRequest
 from schemas.queries import (
     QUERY_TYPES,
+    REPAIR_TYPES,
     Query,
     Reply,
 )
@@ -294,6 +295,8 @@ class Projector:
             self.plane.query(
                 router, S.query_subject(op), S.PROJECTOR_QUEUE, query_type, self._answer, lambda: self.applied
             )
+        for op, query_type in REPAIR_TYPES.items():  # every replica repairs its own read models: no queue group
+            self.plane.query(router, S.repair_subject(op), "", query_type, self._answer, lambda: self.applied)
         return router
 
     def control_router(self, control_id: str) -> NatsRouter:
