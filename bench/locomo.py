@@ -39,6 +39,7 @@ from typing import Any
 
 from bench import fixtures
 from bench.common import emit_json, log, machine_info, print_table, rnd
+from bench.synthetic import publish
 from mneme.compose import close_nats, connect
 from mneme.domain.graph import name_key
 from mneme.embed_cache import EmbeddingCache
@@ -46,7 +47,6 @@ from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
 from mneme.ids import entity_id_for, relation_id_for
-from mneme.synthetic import publish
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
 from schemas.graph_events import EntityCreated, RelationCreated

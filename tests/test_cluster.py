@@ -249,7 +249,7 @@ async def test_a_new_replica_on_100000_events_never_answers_stale(tmp_path: Path
 
 
 async def new_replica_never_stale(tmp_path: Path, events: int) -> None:
-    from mneme.synthetic import history, publish
+    from bench.synthetic import history, publish
 
     c = LocalCluster(
         tmp_path / "cluster", nodes=3, gateways=1, projectors=0, auditors=0, env={"MNEME_LOG_LEVEL": "INFO"}
@@ -289,8 +289,8 @@ async def test_a_new_replica_starts_from_a_shared_snapshot(tmp_path: Path) -> No
     """Replicas that share MNEME_PROJECTOR_SNAPSHOT_DIR: one writes a snapshot every 3,000 events; a new one
     starts from the newest (not from the log's first event), folds the rest, and ends with the same canonical
     digest as the one that folded everything."""
+    from bench.synthetic import history, publish
     from mneme.cluster import Service
-    from mneme.synthetic import history, publish
     from services.projector.memories_view import MemoriesView
 
     shared = tmp_path / "snapshots"

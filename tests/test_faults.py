@@ -39,12 +39,12 @@ from mcp import Client
 from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 
+from bench.synthetic import history
 from mneme.cluster import LocalCluster, Service, stop_process
 from mneme.errors import Unavailable
 from mneme.eventlog import EventLog
 from mneme.maintenance import rebuild
 from mneme.settings import CoreSettings, ProjectorSettings
-from mneme.synthetic import history
 from schemas import subjects as S
 from schemas.events import Envelope, MemoryCreated, MemoryDeleted, MemoryUpdated, decode_envelope, encode_envelope
 from schemas.queries import AuditQuery, MemoryStats, Reply, encoder

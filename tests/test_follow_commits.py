@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.synthetic import history, publish
 from mneme import gc_policy
 from mneme.embedded_nats import EmbeddedNats
 from mneme.follow import LogFollower
 from mneme.sink import Positioned
-from mneme.synthetic import history, publish
 from tests.harness import log_writer
 
 pytestmark = pytest.mark.anyio

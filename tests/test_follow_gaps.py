@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.synthetic import history, publish
 from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from mneme.follow import LogFollower
 from mneme.sink import Positioned
-from mneme.synthetic import history, publish
 
 pytestmark = pytest.mark.anyio
 N = 10_000

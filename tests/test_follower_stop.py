@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.synthetic import history, publish
 from mneme.embedded_nats import EmbeddedNats
 from mneme.follow import LogFollower
 from mneme.sink import Positioned
-from mneme.synthetic import history, publish
 from tests.harness import log_writer
 
 pytestmark = pytest.mark.anyio

@@ -16,8 +16,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.synthetic import history
 from mneme.sink import Positioned
-from mneme.synthetic import history
 from schemas.access import ReadRecorded
 from schemas.queries import GetMemory
 from services.projector import memories_queries as Q

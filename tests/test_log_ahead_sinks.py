@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from nats.js import JetStreamContext
 
+from bench.synthetic import history, publish
 from mneme.embedded_nats import EmbeddedNats
 from mneme.follow import LogFollower
 from mneme.sink import FanOut, LogAhead, mark_of
-from mneme.synthetic import history, publish
 from services.auditor.trail import EVENTS, Trail
 from services.projector.code_view import CodeView
 from services.projector.memories_view import MemoriesView

@@ -20,12 +20,12 @@ import msgspec
 import pytest
 from nats.aio.client import Client as NATS
 
+from bench.synthetic import history, publish
 from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from mneme.maintenance import rebuild
 from mneme.settings import CoreSettings, ProjectorSettings
-from mneme.synthetic import history, publish
 from schemas import subjects as S
 from schemas.queries import MemoryStats, Reply, encoder
 from services.projector.memories_view import MemoriesView

@@ -29,6 +29,7 @@ import duckdb
 import msgspec
 import pytest
 
+from bench.synthetic import history, publish
 from mneme.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats, nats_server_binary
 from mneme.eventlog import ensure_streams
@@ -36,7 +37,6 @@ from mneme.generations import projection_dir
 from mneme.preflight import Refused
 from mneme.replay import replay, seq_at
 from mneme.settings import CoreSettings, ProjectorSettings
-from mneme.synthetic import history, publish
 from schemas import subjects as S
 from schemas.events import Envelope, MemoryCreated, MemoryUpdated
 from services.projector.memories_view import MemoriesView

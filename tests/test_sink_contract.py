@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from bench.synthetic import history
 from mneme.sink import Positioned, positions_of
-from mneme.synthetic import history
 from schemas.access import ReadRecorded
 from services.auditor.trail import ACCESS, EVENTS, Trail
 from services.projector.access_view import AccessView

@@ -17,9 +17,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.synthetic import history
 from mneme.domain.state import MemoryState, evolve
 from mneme.sink import Positioned
-from mneme.synthetic import history
 from schemas.events import Event
 from schemas.queries import GetMemory, PathOwner
 from services.projector import memories_queries as Q

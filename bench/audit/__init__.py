@@ -25,7 +25,7 @@ Two phases, each against its own embedded nats-server on 127.0.0.1 (streams from
     stream's own time). DuckDB lets one process hold a file, so the probe notes (first, last trail
     sequence, wall time) per commit and the lags are read from the file after it closes. Floor: the
     delivery lag of a raw ordered consumer in this process (receive time − stream time).
-(2) catch-up from a backlog: a fresh log of 100,000 events (20,000 with --quick; mneme.synthetic
+(2) catch-up from a backlog: a fresh log of 100,000 events (20,000 with --quick; bench.synthetic
     history: creates, updates, moves, archives, deletes) plus one read record per 10 events. Per
     round, in a rotating order: the floor (two raw ordered consumers, events and access, receiving and
     decoding every message in this process), the Auditor's followers into a fresh trail in this

@@ -18,10 +18,10 @@ from bench.audit.trail import TimedTrail, check_trail, verify_trail
 from bench.common import cpu_seconds, log, median, rnd, spawn
 from bench.fixtures import MNEME, REPO, stop_child, until
 from bench.floors import receive_all
+from bench.synthetic import history, publish
 from mneme import compose
 from mneme.ids import event_id_for, new_id
 from mneme.settings import AuditorSettings
-from mneme.synthetic import history, publish
 from schemas import subjects as S
 from schemas.access import ReadRecorded, decode_access, encode_access
 from schemas.events import decode_envelope

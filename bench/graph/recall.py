@@ -23,12 +23,12 @@ from typing import Any
 from bench import fixtures
 from bench.common import log, percentile, rnd
 from bench.fixtures import until
+from bench.synthetic import publish
 from bench.workload import _WORDS
 from mneme.domain.graph import name_key
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.ids import entity_id_for, relation_id_for
-from mneme.synthetic import publish
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
 from schemas.graph_events import AnyGraphEvent, EntityCreated, RelationCreated

@@ -10,7 +10,7 @@ and as_of reads at that size.
 
 One embedded nats-server on 127.0.0.1 (streams from ensure_streams), one temporary directory.
 
-(0) the log: `mneme.synthetic.history(events, n_memories=memories, namespaces=4)` (its mix: creates,
+(0) the log: `bench.synthetic.history(events, n_memories=memories, namespaces=4)` (its mix: creates,
     then updates with new content and importance, moves, archives/restores, deletes; versions and
     paths consistent), published pipelined. Every content (creates and content updates) is replaced
     by a sentence drawn from a pool of `pool` distinct sentences (50,000 full, 10,000 quick), so the

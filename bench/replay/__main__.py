@@ -25,9 +25,9 @@ from bench.replay.instruments import Meter, Noise, Profiler
 from bench.replay.latency import latency
 from bench.replay.replays import floor_once, run_replay, vectors_only
 from bench.replay.report import report
+from bench.synthetic import publish
 from mneme import gc_policy
 from mneme.settings import CoreSettings, ProjectorSettings
-from mneme.synthetic import publish
 from schemas import subjects as S
 
 

@@ -17,9 +17,9 @@ import msgspec
 from msgspec import UNSET
 
 from bench.common import log, rnd
+from bench.synthetic import WORDS, history
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import MODELS, OnnxEmbedder
-from mneme.synthetic import WORDS, history
 from schemas.events import Envelope, MemoryCreated, MemoryDeleted, MemoryUpdated, event_name
 
 TARGET_RATIO = 0.50
