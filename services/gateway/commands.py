@@ -144,11 +144,7 @@ class CommandService:
     async def _load(self, ns: str, memory_id: str, min_seq: int) -> MemoryState | None:
         """Current state from a projector; a miss is confirmed at the head of the log."""
         query = GetMemory(namespace=ns, now=self.clock(), min_seq=min_seq, memory_id=memory_id, include_expired=True)
-        got = await self.queries.ask(query)
-        if got.item is None:
-            head = await self.log.last_seq()
-            if head > min_seq:
-                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
+        got = await self.queries.ask_confirmed(query, lambda got: got.item is None, self.log.last_seq)
         return got.item.memory if got.item else None
 
     async def _retrying(self, attempt: Callable[[int], Awaitable[Written]], min_seq: int, request_id: str) -> Written:

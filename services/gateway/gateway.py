@@ -13,7 +13,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import msgspec
 from mcp.server.mcpserver.exceptions import ToolError
 
 from mneme.domain import validation as v
@@ -365,13 +364,10 @@ class Gateway:
             raise InvalidInput("store", "give store with path (or give id)")
         else:
             raise InvalidInput("id", "give id, or store and path")
-        got = await self.queries.ask(query)
-        if got.item is None and as_of is None:
-            # A miss is confirmed at the head of the log: a memory created through another
-            # gateway a moment ago is found, not reported missing.
-            head = await self.log.last_seq()
-            if head > min_seq:
-                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
+        if as_of is None:  # a miss is confirmed at the head of the log (not in the past: that is fixed)
+            got = await self.queries.ask_confirmed(query, lambda got: got.item is None, self.log.last_seq)
+        else:
+            got = await self.queries.ask(query)
         if got.item is None:
             raise MemoryNotFound(ref if version is None else f"{ref} version {version}")
         return got.item, got.history, got.as_of

@@ -139,11 +139,7 @@ class GraphCommands:
     ) -> GraphResult:
         """Ask; when something asked for is missing, ask again at the head of the log (another gateway may have
         written it a moment ago)."""
-        got: GraphResult = await self.queries.ask(query)
-        if missed(got):
-            head = await self.log.last_seq()
-            if head > query.min_seq:
-                got = await self.queries.ask(msgspec.structs.replace(query, min_seq=head))
+        got: GraphResult = await self.queries.ask_confirmed(query, missed, self.log.last_seq)
         return got
 
     async def _retry(self, n: int) -> None:

@@ -20,6 +20,7 @@ from schemas.queries import QUERY_TYPES, REPAIR_TYPES, RESULT_TYPES, Query, Repl
 from services.gateway.access_log import note_answer
 
 T = TypeVar("T")
+Q = TypeVar("Q", bound=Query)
 
 _reply = msgspec.msgpack.Decoder(Reply)
 _results: dict[str, msgspec.msgpack.Decoder[Any]] = {op: msgspec.msgpack.Decoder(t) for op, t in RESULT_TYPES.items()}
@@ -76,6 +77,14 @@ class QueryClient:
         if self.log_behind is not None:
             self.log_behind(head)
         return await self._ask_waiting(msgspec.structs.replace(query, min_seq=head), wait_model)
+
+    async def ask_confirmed(self, query: Q, missed: Callable[[Any], bool], head: Callable[[], Awaitable[int]]) -> Any:
+        """Ask; when what was asked for is missing (`missed(answer)`), ask again at the head of the log (`head()`):
+        a memory or an entity another gateway wrote a moment ago is found, not reported missing."""
+        got = await self.ask(query)
+        if missed(got) and (at := await head()) > query.min_seq:
+            got = await self.ask(msgspec.structs.replace(query, min_seq=at))
+        return got
 
     async def _ask_waiting(self, query: Query, wait_model: bool) -> Any:
         """A search that needs the embedding model while it still loads (the first seconds after a start) is
