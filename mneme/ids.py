@@ -7,6 +7,10 @@ import hashlib
 import os
 import random
 import uuid
+from datetime import datetime
+from typing import Any
+
+from schemas.events import Actor, Envelope
 
 # Request ids come from a generator of our own, seeded from the OS: code that seeds the global
 # `random` (tests, simulations, hypothesis) must never make two calls share an idempotency key.
@@ -50,3 +54,28 @@ def entity_id_for(namespace: str, name_key: str) -> str:
 def relation_id_for(namespace: str, from_id: str, relation_type: str, to_id: str) -> str:
     """A relation's id follows from its ends and its type: the same triple is one relation."""
     return _v4_from(f"mneme/relation/{namespace}/{from_id}/{relation_type}/{to_id}")
+
+
+def envelope(
+    key: str,
+    namespace: str,
+    aggregate_id: str,
+    event: Any,
+    actor: Actor,
+    request_id: str,
+    at: datetime,
+    correlation_id: str | None = None,
+) -> Envelope:
+    """The one way a command's event is wrapped for the log: its id follows from `key` (what the append's
+    message id is built from), so a retried append carries the very same event; its schema version is its type's."""
+    return Envelope(
+        event_id=event_id_for(key),
+        schema_version=type(event).SCHEMA_VERSION,
+        namespace=namespace,
+        aggregate_id=aggregate_id,
+        occurred_at=at,
+        actor=actor,
+        request_id=request_id,
+        correlation_id=correlation_id,
+        event=event,
+    )

@@ -25,7 +25,7 @@ import msgspec
 from mneme.code import Chunker, DryRun, InvalidPath, SourceFile, dry_run, scan_project, validate_project_path
 from mneme.errors import MnemeError, ProjectionLag
 from mneme.eventlog import EventLog
-from mneme.ids import event_id_for, new_id
+from mneme.ids import envelope, new_id
 from schemas import subjects as S
 from schemas.code_events import (
     AnyCodeEvent,
@@ -111,16 +111,7 @@ class CodeIndexer:
         return name
 
     def _envelope(self, ns: str, ev: AnyCodeEvent, actor: Actor, request_id: str, key: str) -> Envelope:
-        return Envelope(
-            event_id=event_id_for(f"code:{ev.run_id}:{key}"),
-            schema_version=1,
-            namespace=ns,
-            aggregate_id=ev.project_id,
-            occurred_at=self.clock(),
-            actor=actor,
-            request_id=request_id,
-            event=ev,
-        )
+        return envelope(f"code:{ev.run_id}:{key}", ns, ev.project_id, ev, actor, request_id, self.clock())
 
     async def _append(self, ns: str, ev: AnyCodeEvent, actor: Actor, request_id: str, key: str) -> int:
         env = self._envelope(ns, ev, actor, request_id, key)

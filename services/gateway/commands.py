@@ -20,7 +20,7 @@ from mneme.domain import decider
 from mneme.domain.state import MemoryState, evolve
 from mneme.errors import ConcurrencyConflict, IdempotencyKeyReused, MemoryNotFound, MnemeError
 from mneme.eventlog import EventLog, WrongLastSequence
-from mneme.ids import event_id_for, memory_id_for, request_key
+from mneme.ids import envelope, memory_id_for, request_key
 from schemas import subjects as S
 from schemas.commands import (
     CreateMemory,
@@ -129,17 +129,8 @@ class CommandService:
     def _envelope(
         self, ns: str, event: AnyEvent, actor: Actor, request_id: str, correlation_id: str | None
     ) -> Envelope:
-        return Envelope(
-            event_id=event_id_for(f"{request_id}:{event.memory_id}:{event.version}"),
-            schema_version=type(event).SCHEMA_VERSION,
-            namespace=ns,
-            aggregate_id=event.memory_id,
-            occurred_at=self.clock(),
-            actor=actor,
-            request_id=request_id,
-            correlation_id=correlation_id,
-            event=event,
-        )
+        key = f"{request_id}:{event.memory_id}:{event.version}"
+        return envelope(key, ns, event.memory_id, event, actor, request_id, self.clock(), correlation_id)
 
     async def _load(self, ns: str, memory_id: str, min_seq: int) -> MemoryState | None:
         """Current state from a projector; a miss is confirmed at the head of the log."""

@@ -22,7 +22,7 @@ from mneme.domain import validation as v
 from mneme.domain.graph import MAX_NAME_CHARS, MAX_OBSERVATION_CHARS, distinct, name_key
 from mneme.errors import ConcurrencyConflict, EntityNotFound, InvalidInput
 from mneme.eventlog import EventLog, WrongLastSequence
-from mneme.ids import entity_id_for, event_id_for, relation_id_for
+from mneme.ids import entity_id_for, envelope, relation_id_for
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, decode_envelope, encode_envelope
 from schemas.graph_events import (
@@ -98,16 +98,8 @@ class GraphCommands:
 
     # -- plumbing ----------------------------------------------------------------------------
     def _envelope(self, ns: str, aggregate: str, event: AnyGraphEvent, actor: Actor, request_id: str) -> Envelope:
-        return Envelope(
-            event_id=event_id_for(f"{request_id}:{aggregate}:{event.version}"),
-            schema_version=type(event).SCHEMA_VERSION,
-            namespace=ns,
-            aggregate_id=aggregate,
-            occurred_at=self.clock(),
-            actor=actor,
-            request_id=request_id,
-            event=event,
-        )
+        key = f"{request_id}:{aggregate}:{event.version}"
+        return envelope(key, ns, aggregate, event, actor, request_id, self.clock())
 
     async def _append(self, subject: str, env: Envelope, expected: int) -> int:
         assert isinstance(env.event, GraphEvent)

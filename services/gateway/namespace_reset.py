@@ -11,10 +11,10 @@ request id records the reset once.
 from __future__ import annotations
 
 from mneme.errors import MnemeError
-from mneme.ids import event_id_for
+from mneme.ids import envelope
 from schemas import subjects as S
 from schemas.commands import DeleteMemory
-from schemas.events import Envelope, encode_envelope
+from schemas.events import encode_envelope
 from schemas.namespace_events import NamespaceReset
 from schemas.queries import CodeProjects, GraphEntities, ListMemories
 from services.gateway.code_indexer import status_query
@@ -91,16 +91,7 @@ async def reset(call: Call, reason: str) -> NamespaceReset:
         kept=skipped,
     )
     key = f"reset:{call.namespace}:{rid}"
-    env = Envelope(
-        event_id=event_id_for(key),
-        schema_version=1,
-        namespace=call.namespace,
-        aggregate_id="reset",
-        occurred_at=gw.now(),
-        actor=actor,
-        request_id=rid,
-        event=ev,
-    )
+    env = envelope(key, call.namespace, "reset", ev, actor, rid, gw.now())
     seq, _ = await gw.log.append(
         S.namespace_subject(call.namespace, "reset"), encode_envelope(env), msg_id=key, expected_seq=None
     )
