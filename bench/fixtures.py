@@ -23,11 +23,11 @@ from typing import Any, TypeVar, overload
 from nats.aio.client import Client as NATS
 
 from bench.common import log, stop_process
-from mneme import compose
-from mneme.compose import close_nats, connect
+from mneme.app import compose
+from mneme.app.compose import close_nats, connect
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.settings import CoreSettings, ProjectorSettings
 from services.auditor.trail import Trail
 from services.projector.memories_view import MemoriesView
 from services.projector.service import Projector
@@ -92,7 +92,7 @@ def vector_view(index: Any, model: Any, cache: Any, *, cls: type[VectorView] = V
 
 
 def projector(nc: NATS, view: MemoriesView, settings: ProjectorSettings | None = None, **kw: Any) -> Projector:
-    """Every Projector the benchmarks build, through the product's composition root (mneme.compose.projector):
+    """Every Projector the benchmarks build, through the product's composition root (mneme.app.compose.projector):
     its batch size, wait timeout, linger and vector batch size from `settings` (default: ProjectorSettings(), as
     `mneme serve` takes them); `kw` (vectors, also, also_access, stop_at, access, log_nc) as the factory takes
     them."""

@@ -40,7 +40,7 @@ from typing import Any
 from bench import fixtures
 from bench.common import emit_json, log, machine_info, print_table, rnd
 from bench.synthetic import publish
-from mneme.compose import close_nats, connect
+from mneme.app.compose import close_nats, connect
 from mneme.domain.graph import name_key
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats

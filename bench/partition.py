@@ -25,7 +25,7 @@ from nats.js.api import StorageType, StreamConfig
 
 from bench.common import emit_json, log, machine_info, print_table, rnd
 from bench.fixtures import run_dir
-from mneme.cluster import LocalCluster
+from mneme.app.cluster import LocalCluster
 
 
 def fnv1a(token: str) -> int:

@@ -1,3 +1,3 @@
-from mneme.cli import main
+from mneme.app.cli import main
 
 main()

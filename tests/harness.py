@@ -27,14 +27,14 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from mneme import compose
-from mneme.cluster import free_port  # noqa: F401 - the tests import it from here
-from mneme.compose import close_nats, connect
+from mneme.app import compose
+from mneme.app.cluster import free_port  # noqa: F401 - the tests import it from here
+from mneme.app.compose import close_nats, connect
+from mneme.app.settings import CoreSettings, GatewaySettings, ProjectorSettings
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, is_alive
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
-from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
 from schemas.events import Actor, Envelope
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail

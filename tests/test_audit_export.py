@@ -10,8 +10,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from tests.harness import MNEME, start_stack
 
 pytestmark = pytest.mark.anyio

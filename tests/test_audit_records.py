@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from tests.harness import ToolFailure, start_stack
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mneme import compose
+from mneme.app import compose
 from services.auditor.trail import Trail
 from tests.harness import MNEME, Stack
 

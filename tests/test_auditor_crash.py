@@ -16,7 +16,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from bench.synthetic import history, publish
-from mneme.compose import close_nats, connect
+from mneme.app.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from schemas import subjects as S

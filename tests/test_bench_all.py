@@ -57,7 +57,7 @@ def test_no_benchmark_module_is_over_400_lines() -> None:
 
 def test_every_projector_in_bench_is_built_by_the_composition_root() -> None:
     """No benchmark calls the Projector or Auditor constructor itself: bench/fixtures.py builds them through
-    mneme.compose, the one place to change when a constructor changes (prose in backticks does not count)."""
+    mneme.app.compose, the one place to change when a constructor changes (prose in backticks does not count)."""
     builders = sorted(
         str(p.relative_to(BENCH))
         for p in BENCH.rglob("*.py")

@@ -13,8 +13,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
+from mneme.app.settings import TOOL_GROUPS, CoreSettings
 from mneme.embedded_nats import EmbeddedNats, running_url
-from mneme.settings import TOOL_GROUPS, CoreSettings
 from tests.cli_checks import mneme, refused
 from tests.harness import serve_params
 

@@ -1,4 +1,4 @@
-"""The local cluster (`mneme cluster`, mneme/cluster.py): three nats-server nodes routed into one JetStream
+"""The local cluster (`mneme cluster`, mneme/app/cluster.py): three nats-server nodes routed into one JetStream
 cluster with replicas=3 streams, two gateways over streamable HTTP, two projector replicas and an auditor,
 each its own process.
 
@@ -22,7 +22,7 @@ import nats
 import pytest
 from mcp import Client
 
-from mneme.cluster import LocalCluster, read_state
+from mneme.app.cluster import LocalCluster, read_state
 from schemas import subjects as S
 from tests.harness import ToolFailure, text_of
 
@@ -261,7 +261,7 @@ async def new_replica_never_stale(tmp_path: Path, events: int) -> None:
         await nc.close()
         url = c.layout.services[0].url
         assert url is not None
-        from mneme.cluster import Service
+        from mneme.app.cluster import Service
 
         s = Service("projector", "projector-late", str(tmp_path / "cluster" / "projector-late"))
         c.layout.services.append(s)
@@ -290,7 +290,7 @@ async def test_a_new_replica_starts_from_a_shared_snapshot(tmp_path: Path) -> No
     starts from the newest (not from the log's first event), folds the rest, and ends with the same canonical
     digest as the one that folded everything."""
     from bench.synthetic import history, publish
-    from mneme.cluster import Service
+    from mneme.app.cluster import Service
     from services.projector.memories_view import MemoriesView
 
     shared = tmp_path / "snapshots"

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from mneme.app.settings import GatewaySettings
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
 from mneme.follow import LogFollower
-from mneme.settings import GatewaySettings
 from schemas.queries import CodeIndexStatus
 from services.gateway.server import build_server
 from services.projector.code_queries import status as code_status

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from mneme import compose
-from mneme.compose import close_nats, connect
+from mneme.app import compose
+from mneme.app.compose import close_nats, connect
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.errors import MnemeError
 from mneme.eventlog import ensure_streams
-from mneme.settings import GatewaySettings
 from schemas.queries import GetMemory
 
 pytestmark = pytest.mark.anyio

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from pydantic_settings import BaseSettings
 
-from mneme.cli import parser
-from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+from mneme.app.cli import parser
+from mneme.app.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose.yaml"
 SETTINGS: dict[str, type[BaseSettings]] = {  # longest prefix first

@@ -20,11 +20,11 @@ import anyio
 import pytest
 from mcp import Client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.maintenance import rebuild
+from mneme.app.settings import CoreSettings, GatewaySettings, ProjectorSettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.maintenance import rebuild
-from mneme.settings import CoreSettings, GatewaySettings, ProjectorSettings
 from services.gateway.server import build_server
 from tests.harness import MNEME, result_of
 from tests.test_projector_recovery import digest_of

@@ -13,9 +13,9 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from mneme import durability, nats_auth
-from mneme.cluster import LocalCluster, write_accounts
+from mneme.app.cluster import LocalCluster, write_accounts
+from mneme.app.settings import CoreSettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import CoreSettings
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""Faults with real processes (mneme.cluster.LocalCluster: nats-server, `mneme gateway|projector|auditor`).
+"""Faults with real processes (mneme.app.cluster.LocalCluster: nats-server, `mneme gateway|projector|auditor`).
 
 Each test ends with the same three checks (`three_checks`):
 - nothing acknowledged is lost: every write whose publish ack (or tool receipt) came back is in the log exactly
@@ -40,11 +40,11 @@ from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 
 from bench.synthetic import history
-from mneme.cluster import LocalCluster, Service, stop_process
+from mneme.app.cluster import LocalCluster, Service, stop_process
+from mneme.app.maintenance import rebuild
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.errors import Unavailable
 from mneme.eventlog import EventLog
-from mneme.maintenance import rebuild
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.events import Envelope, MemoryCreated, MemoryDeleted, MemoryUpdated, decode_envelope, encode_envelope
 from schemas.queries import AuditQuery, MemoryStats, Reply, encoder
@@ -586,7 +586,7 @@ class _Skewed(_dt.datetime):
     def now(cls, tz=None):
         return _dt.datetime.now(tz) + _off
 _commands.datetime = _Skewed  # utc_now, the gateway's one clock (occurred_at, a query's `now`, as_of checks)
-from mneme.cli import main
+from mneme.app.cli import main
 main()
 """
 SKEW = timedelta(hours=1)

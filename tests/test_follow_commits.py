@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.synthetic import history, publish
-from mneme import gc_policy
+from mneme.app import gc_policy
 from mneme.embedded_nats import EmbeddedNats
 from mneme.follow import LogFollower
 from mneme.sink import Positioned

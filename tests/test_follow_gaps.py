@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.synthetic import history, publish
-from mneme.compose import close_nats, connect
+from mneme.app.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
 from mneme.follow import LogFollower

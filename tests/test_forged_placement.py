@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from mneme.app.maintenance import rebuild
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.maintenance import rebuild
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.events import Envelope, MemoryCreated, MemoryDeleted, MemoryUpdated, encode_envelope
 from schemas.placement import misplaced

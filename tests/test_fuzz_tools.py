@@ -73,9 +73,9 @@ from mcp.types import CallToolRequest, CallToolRequestParams, CallToolResult, Te
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.gateway import Gateway
 from services.gateway.limits import shown

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from schemas import subjects as S
 from schemas.access import AccessDenied, decode_access
 from services.gateway.gateway import DENIALS, Gateway

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from tests.harness import Stack, ToolFailure, hints_of, start_stack
 
 pytestmark = pytest.mark.anyio
@@ -60,7 +60,7 @@ async def test_a_key_is_scoped_per_principal(tmp_path, nats_server: EmbeddedNats
         b_gw_settings = GatewaySettings(agent_id="bob", namespace="shared")
         from mcp import Client
 
-        from mneme import compose
+        from mneme.app import compose
         from services.gateway.server import build_server
         from tests.harness import result_of
 

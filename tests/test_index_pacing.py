@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mneme.app.runtime import gateway_figures
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.runtime import gateway_figures
-from mneme.settings import GatewaySettings
 from services.gateway.pacing import IndexPacer
 from tests.harness import Gated, SlowEmbedder, Stack, model_of, open_vectors, start_stack
 

@@ -37,9 +37,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from services.gateway.server import build_server
 from tests.harness import Stack, ToolFailure, result_of, start_stack
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mneme.compose import close_nats, connect
+from mneme.app.compose import close_nats, connect
 from mneme.embedded_nats import EmbeddedNats
 from mneme.errors import MnemeError, ProjectionLag
 from schemas.queries import GetMemory, ListMemories, MemoryStats, PathOwner, Query, SearchMemories

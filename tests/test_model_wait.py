@@ -21,9 +21,9 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
-from mneme.settings import GatewaySettings
 from services.gateway.server import build_server
 from tests.harness import Stack, ToolFailure, open_vectors, result_of, serve_params, shared_model, start_stack
 

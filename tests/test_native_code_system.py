@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from tests.harness import Stack, ToolFailure, start_stack
 
 pytestmark = pytest.mark.anyio
@@ -109,8 +109,8 @@ async def test_reset_is_for_admins(tmp_path: Path, nats_server: EmbeddedNats) ->
 async def test_a_replay_after_a_reset_equals_the_live_projection(admin: Stack, tmp_path: Path) -> None:
     """The namespace_reset event is in the log for the audit trail only: a replay folds the deletes before it
     and passes over it, to the digest the live projector has."""
-    from mneme.replay import replay
-    from mneme.settings import CoreSettings, ProjectorSettings
+    from mneme.app.replay import replay
+    from mneme.app.settings import CoreSettings, ProjectorSettings
 
     s = admin
     for i in range(4):

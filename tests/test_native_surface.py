@@ -223,7 +223,7 @@ async def test_the_context_argument_when_an_operator_asks_for_it(policy: Context
 def test_settings_take_groups_as_a_comma_list_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import ValidationError
 
-    from mneme.settings import GatewaySettings
+    from mneme.app.settings import GatewaySettings
 
     monkeypatch.setenv("MNEME_GATEWAY_TOOLS", "core, time")
     assert GatewaySettings().tools == ["core", "time"]

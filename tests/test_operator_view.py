@@ -18,9 +18,9 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.errors import RateLimited
-from mneme.settings import GatewaySettings
 from mneme.sparse import disk_usage
 from services.gateway.rate_limits import Limits
 from tests.harness import MNEME, ToolFailure, nats_pid, result_of, serve_params, start_stack, wait_dead

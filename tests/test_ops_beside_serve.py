@@ -14,7 +14,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
-from mneme.progress import Progress
+from mneme.app.progress import Progress
 from tests.cli_checks import mneme
 from tests.harness import result_of, serve_params
 

@@ -12,9 +12,9 @@ import msgspec
 import pytest
 from mcp import Client
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.ids import new_id
-from mneme.settings import GatewaySettings
 from schemas import subjects as S
 from schemas.access import ReadRecorded, decode_access, encode_access
 from services.gateway.server import build_server

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import dead_letter_count
-from mneme.settings import GatewaySettings
 from schemas import subjects as S
 from schemas.dead_letter import decode_dead_letter
 from tests.harness import Stack, start_stack

@@ -365,7 +365,7 @@ async def test_nats_sync_always_keeps_every_acknowledged_message(powercut_fs: Po
 async def test_nats_config_file_sync_always(powercut_fs: PowerCutFS) -> None:
     """The same with nats-server started directly from a config file (`jetstream {store_dir, sync_interval}`),
     the stream created after the last sync(1): an fsync of a new file makes its name durable (ext4's model)."""
-    from mneme.cluster import free_port
+    from mneme.app.cluster import free_port
     from mneme.embedded_nats import nats_server_binary
     from tests.harness import wait_listening
 

@@ -37,9 +37,9 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from services.gateway.profiles.agent_memory_shapes import ERRORS
 from services.gateway.server import build_server
 from tests.harness import Stack, ToolFailure, result_of, serve_params, start_stack

@@ -28,10 +28,10 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
-from mneme.settings import GatewaySettings
 from services.gateway.gateway import Gateway
 from services.gateway.profiles import memory_mcp
 from services.gateway.profiles.memory_mcp import merge_by_zscore

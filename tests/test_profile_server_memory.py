@@ -22,9 +22,9 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.stdio import stdio_client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import running_url
-from mneme.settings import GatewaySettings
 from services.gateway.server import build_server
 from tests.harness import Stack, ToolFailure, gateway_params, serve_params, text_of
 

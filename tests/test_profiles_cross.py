@@ -41,10 +41,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.principals import hash_token
-from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.server import build_server
 from tests.harness import (

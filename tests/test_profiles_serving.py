@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from mneme.cli import _stores
-from mneme.preflight import Refused
+from mneme.app.cli import _stores
+from mneme.app.preflight import Refused
 from services.gateway import profiles
 from tests.harness import MNEME, free_port, wait_listening
 

@@ -21,11 +21,11 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from bench.synthetic import history, publish
-from mneme.compose import close_nats, connect
+from mneme.app.compose import close_nats, connect
+from mneme.app.maintenance import rebuild
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.eventlog import ensure_streams
-from mneme.maintenance import rebuild
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.queries import MemoryStats, Reply, encoder
 from services.projector.memories_view import MemoriesView

@@ -1,6 +1,6 @@
 """The docs a newcomer reads stay true to the code and to each other.
 
-- The tools and settings references are generated from the code (`python -m mneme.reference`); a committed
+- The tools and settings references are generated from the code (`python -m mneme.app.reference`); a committed
   file that differs from what the code says now fails here, naming the command that rewrites it.
 - Every relative link in README.md, CONTRIBUTING.md and docs/ names a file that exists (and, with a `#`,
   a heading of it), inside the repository.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mneme import reference
+from mneme.app import reference
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -63,11 +63,11 @@ def links(page: Path) -> list[str]:
 
 def test_reference_files_are_current() -> None:
     old = reference.stale(ROOT)
-    assert not old, f"stale or missing: {', '.join(map(str, old))}; run `python -m mneme.reference`"
+    assert not old, f"stale or missing: {', '.join(map(str, old))}; run `python -m mneme.app.reference`"
 
 
 def test_reference_covers_every_profile_and_setting() -> None:
-    from mneme import settings
+    from mneme.app import settings
     from services.gateway import profiles
 
     docs = reference.documents()

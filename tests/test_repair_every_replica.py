@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, REPAIR_TYPES, ReindexCategories
 from services.gateway.commands import utc_now

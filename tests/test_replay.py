@@ -30,13 +30,13 @@ import msgspec
 import pytest
 
 from bench.synthetic import history, publish
-from mneme.compose import close_nats, connect
+from mneme.app.compose import close_nats, connect
+from mneme.app.generations import projection_dir
+from mneme.app.preflight import Refused
+from mneme.app.replay import replay, seq_at
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.embedded_nats import EmbeddedNats, nats_server_binary
 from mneme.eventlog import ensure_streams
-from mneme.generations import projection_dir
-from mneme.preflight import Refused
-from mneme.replay import replay, seq_at
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.events import Envelope, MemoryCreated, MemoryUpdated
 from services.projector.memories_view import MemoriesView
@@ -424,7 +424,7 @@ class Progress:
 
 def start_replay(url: str, data: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A replay whose stderr is a pseudo-terminal: it draws its progress bar there as it goes (on a pipe or a file
-    it writes a line every few seconds: mneme/progress.py), by which the tests kill it part-way."""
+    it writes a line every few seconds: mneme/app/progress.py), by which the tests kill it part-way."""
     terminal, child_end = pty.openpty()
     proc = subprocess.Popen(
         [MNEME, "replay", "--data-dir", str(data), "--nats-url", url],
@@ -752,7 +752,7 @@ async def test_a_schema_1_move_is_upcast_live_and_in_a_replay(tmp_path: Path, na
 async def test_replay_with_another_model_re_embeds_and_serves_it_after_a_restart(stack: Stack) -> None:
     """`mneme replay --model M`: the new generation is embedded with M, the live projector swaps to it only
     once M answers, and a restart keeps serving M (the generation's model, not the setting's)."""
-    from mneme.generations import serving_settings
+    from mneme.app.generations import serving_settings
 
     ns = "replay/model"
     a = await stack.call("memory_add", namespace=ns, content="The user drinks green tea every morning")

@@ -13,10 +13,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
 from mneme.ids import new_id
 from mneme.principals import Principal
-from mneme.settings import GatewaySettings
 from schemas import subjects as S
 from schemas.access import ReadRecorded, decode_access, encode_access
 from tests.cli_checks import ENV

@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
 from mneme.embedding import DEFAULT_MODEL, ModelHandle
-from mneme.settings import GatewaySettings
 from schemas.commands import CreateMemory
 from schemas.events import Actor
 from schemas.queries import SearchMemories, SearchMode

@@ -36,9 +36,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from schemas.commands import CreateMemory
 from schemas.events import Actor
 from services.gateway.server import build_server

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from mneme.app.settings import GatewaySettings
 from mneme.embedded_nats import EmbeddedNats
-from mneme.settings import GatewaySettings
 from tests.harness import Stack, ToolFailure, start_stack
 
 pytestmark = pytest.mark.anyio

@@ -25,9 +25,9 @@ from bench.audit.config import NS, TRAIL_FILE
 from bench.audit.trail import TimedTrail
 from bench.common import cpu_seconds
 from bench.fixtures import tail
-from mneme import compose, gc_policy
-from mneme.compose import close_nats, connect
-from mneme.settings import AuditorSettings
+from mneme.app import compose, gc_policy
+from mneme.app.compose import close_nats, connect
+from mneme.app.settings import AuditorSettings
 from schemas import subjects as S
 from schemas.queries import AuditQuery, AuditResult, Reply
 from schemas.queries import encoder as query_encoder

@@ -19,9 +19,9 @@ from bench.common import cpu_seconds, log, median, rnd, spawn
 from bench.fixtures import MNEME, REPO, stop_child, until
 from bench.floors import receive_all
 from bench.synthetic import history, publish
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import AuditorSettings
 from mneme.ids import event_id_for, new_id
-from mneme.settings import AuditorSettings
 from schemas import subjects as S
 from schemas.access import ReadRecorded, decode_access, encode_access
 from schemas.events import decode_envelope

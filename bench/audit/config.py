@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mneme.settings import AuditorSettings
+from mneme.app.settings import AuditorSettings
 
 NS = "default"
 TAGS = ("bench", "audit")

@@ -25,9 +25,9 @@ from bench.audit.trail import TimedTrail, check_trail, commit_stats, lag_block, 
 from bench.common import CpuMeter, latency_summary, log, rnd, spawn, system_cpu_seconds
 from bench.fixtures import MNEME, REPO, stop_child, tail, until, wait_file
 from bench.workload import Corpus, TimedEventLog
-from mneme import compose
+from mneme.app import compose
+from mneme.app.settings import GatewaySettings, ProjectorSettings
 from mneme.principals import Principal
-from mneme.settings import GatewaySettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.queries import PathOwner
 from schemas.queries import encoder as query_encoder

@@ -6,7 +6,7 @@ from typing import Any
 
 from bench.audit.config import LAG_P99_TARGET_MS, SLICES, Config
 from bench.common import median, print_table, rnd, verdict
-from mneme.settings import AuditorSettings, ProjectorSettings
+from mneme.app.settings import AuditorSettings, ProjectorSettings
 
 
 def catchup_table(cfg: Config, c: dict[str, Any], checks: list[tuple[str, dict[str, Any]]]) -> list[Any]:

@@ -1,4 +1,4 @@
-"""bench.cluster — the local three-node cluster (mneme/cluster.py) beside a single node, in one run.
+"""bench.cluster — the local three-node cluster (mneme/app/cluster.py) beside a single node, in one run.
 
     python -m bench.cluster [--quick] [--keep]
 

@@ -16,8 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 from bench.common import emit_json, latency_summary, log, machine_info, print_table, ratio, rnd
 from bench.fixtures import run_dir
 from bench.synthetic import history, publish
-from mneme.cluster import LocalCluster, Service
-from mneme.settings import CoreSettings
+from mneme.app.cluster import LocalCluster, Service
+from mneme.app.settings import CoreSettings
 from schemas import subjects as S
 
 WRITERS = 4

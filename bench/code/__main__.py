@@ -31,8 +31,8 @@ from bench.common import (
 from bench.fixtures import MNEME, REPO, run_dir
 from bench.floors import raw_rate
 from bench.stdio import ToolFailed, mcp_session, noop_params, structured
+from mneme.app.settings import ProjectorSettings
 from mneme.embedding import OnnxEmbedder
-from mneme.settings import ProjectorSettings
 from services.projector.code_view import FILL
 
 TARGET_RATIO = 0.70

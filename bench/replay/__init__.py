@@ -23,7 +23,7 @@ One embedded nats-server on 127.0.0.1 (streams from ensure_streams), one tempora
     message of MNEME_EVENTS from the start, reads its stream sequence and decodes the envelope
     (schemas.events.decode_envelope). Three times, interleaved with the replays; the median.
 (2) replays, the embedding cache warm (none may embed a text: checked):
-    full:         mneme.replay.replay(core, ps, use_snapshots=False, swap=False, output=DIR): the
+    full:         mneme.app.replay.replay(core, ps, use_snapshots=False, swap=False, output=DIR): the
                   DuckDB view and the Qdrant Edge index, each with its own follower, as `mneme
                   replay --output` runs them. Its `seconds` (start -> both caught up) gives events/s.
     DuckDB only:  the same with ProjectorSettings(vectors="off").

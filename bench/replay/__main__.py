@@ -26,8 +26,8 @@ from bench.replay.latency import latency
 from bench.replay.replays import floor_once, run_replay, vectors_only
 from bench.replay.report import report
 from bench.synthetic import publish
-from mneme import gc_policy
-from mneme.settings import CoreSettings, ProjectorSettings
+from mneme.app import gc_policy
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 
 

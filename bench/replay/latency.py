@@ -21,9 +21,9 @@ from bench.common import log, percentile, rnd
 from bench.floors import echo_responder
 from bench.replay.corpus import MODES, VOCAB, Config, LogFacts
 from bench.replay.replays import all_points
-from mneme.compose import open_vectors, open_view
+from mneme.app.compose import open_vectors, open_view
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.embed_cache import EmbeddingCache
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas.queries import AsOf, GetMemory, SearchMemories
 from services.gateway.queries import QueryClient
 from services.projector.generation import close_generation

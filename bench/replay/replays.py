@@ -1,4 +1,4 @@
-"""bench.replay (1) and (2): the receive-and-decode floor, the replays through mneme.replay.replay() (full and
+"""bench.replay (1) and (2): the receive-and-decode floor, the replays through mneme.app.replay.replay() (full and
 DuckDB only), and a LogFollower into a VectorView alone (vectors only).
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 from bench.common import log, rnd
 from bench.floors import receive_all
 from bench.replay.instruments import Meter, Noise, Profiler, Timings
-from mneme.compose import open_vectors
+from mneme.app.compose import open_vectors
+from mneme.app.replay import ReplayFailed, replay
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.follow import LogFollower
-from mneme.replay import ReplayFailed, replay
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import subjects as S
 from schemas.events import decode_envelope
 

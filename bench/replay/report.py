@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.common import median, print_table, rnd, verdict
 from bench.replay.corpus import MODES, PROFILE_HZ, TARGET_P95_MS, TARGET_RATIO, Config
-from mneme.settings import ProjectorSettings
+from mneme.app.settings import ProjectorSettings
 
 
 def report(

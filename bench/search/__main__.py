@@ -26,8 +26,8 @@ from bench.search.corpus import MODES, TARGET_NS, Config, queries
 from bench.search.latency import Series, ask_in_process, ask_nats, latency_rounds, selectivity, shard_info
 from bench.search.report import latency_json, report
 from bench.search.timing import TimedBM25, TimedCache, TimedEmbedder, TimedIndex, TimedVectorView, Timers
+from mneme.app.settings import ProjectorSettings
 from mneme.embedding import ModelHandle, OnnxEmbedder
-from mneme.settings import ProjectorSettings
 from services.gateway.queries import QueryClient
 from services.projector.vector_index import EdgeIndex, Where
 

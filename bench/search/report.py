@@ -7,8 +7,8 @@ from typing import Any
 
 from bench.common import print_table, ratio, rnd, verdict
 from bench.search.corpus import MODES, P95_SEED_MS, P95_TARGET_MS, RATIO_TARGET, TARGET_NS, Config
+from mneme.app.settings import ProjectorSettings
 from mneme.embedding import MODELS
-from mneme.settings import ProjectorSettings
 from services.projector.search import FETCH_MIN
 
 

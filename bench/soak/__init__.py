@@ -5,7 +5,7 @@
 
 Against a real `mneme serve --transport http` (embedded NATS, DuckDB, Qdrant Edge and the model; a temporary
 data directory, a free loopback port, every tool group served), or with --cluster against the local cluster
-(mneme/cluster.py: 3 nats-server nodes, 2 gateways, 2 projector replicas, 1 auditor; each client pinned to one
+(mneme/app/cluster.py: 3 nats-server nodes, 2 gateways, 2 projector replicas, 1 auditor; each client pinned to one
 gateway). N clients (default 8), each an mcp ClientSession over streamable HTTP (mcp.Client adds ~40 ms a call:
 bench/cluster), run flat out for the duration after a warm-up, each with its own seeded random mix of:
 adds (some at a store path), updates, occasional deletes, gets (checked against the last acknowledged

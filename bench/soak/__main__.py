@@ -130,7 +130,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="60 s of load")
     ap.add_argument("--clients", type=int, default=8, help="concurrent MCP clients (default 8)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the clients' random mixes")
-    ap.add_argument("--cluster", action="store_true", help="against the local three-node cluster (mneme/cluster.py)")
+    ap.add_argument(
+        "--cluster", action="store_true", help="against the local three-node cluster (mneme/app/cluster.py)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (every process's log)")
     ap.add_argument(
         "--steady",

@@ -33,7 +33,7 @@ from bench.soak.memory import memory_figures
 from bench.soak.targets import NAMESPACE, Target
 from bench.soak.verify import verify
 from bench.soak.workload import MIX, Client, Err, Mem, Session, Shared, Tally, Version, token
-from mneme.cluster import free_port
+from mneme.app.cluster import free_port
 from mneme.errors import MnemeError
 from schemas.queries import AuditQuery, GetMemory, ProjectorStatus
 from services.gateway.queries import QueryClient

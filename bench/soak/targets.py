@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.common import children_of, cmdline, log, spawn, stop_process
 from bench.fixtures import MNEME, REPO, tail
-from mneme.cluster import LocalCluster, free_port
+from mneme.app.cluster import LocalCluster, free_port
 
 TOOLS = "core,time,governance,audit,graph,code,system,debug"
 NAMESPACE = "soak"

@@ -148,8 +148,8 @@ def serve_variant(data_dir: Path, variant: str) -> None:
     """
     import logging
 
-    from mneme import runtime
-    from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+    from mneme.app import runtime
+    from mneme.app.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 

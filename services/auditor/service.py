@@ -2,7 +2,7 @@
 and answers audit queries (who touched memory X, what did agent Y do) for admins, on a FastStream router
 served by its `Plane` (mneme/query_server.py: the same waiting, error mapping and draining as the projector's).
 
-With a `control_id` (its data directory's: mneme/compose.py) it also answers the operator's `trail` requests on
+With a `control_id` (its data directory's: mneme/app/compose.py) it also answers the operator's `trail` requests on
 the control plane: pages of the trail's records with their hashes, so that `mneme audit verify|export` work
 while this process holds the trail's DuckDB file (one process per file), without a second copy of the chain
 logic: the command walks and writes the records it fetched with the code it uses on the file at rest."""

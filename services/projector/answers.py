@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
+
+from nats.js import JetStreamContext
 
 from mneme.catch_up import fold_progress
 from mneme.embedding import MODELS
@@ -32,16 +34,24 @@ from services.projector.memories_queries import get_known
 from services.projector.read_models import route_of, run_query
 from services.projector.vector_view import VectorView
 
-if TYPE_CHECKING:
-    from services.projector.service import Projector
-
 log = logging.getLogger("mneme.projector")
+
+
+class Serving(Protocol):
+    """What answering needs of its projector (services/projector/service.py's Projector)."""
+
+    gen: Generation
+    js: JetStreamContext
+    wait_timeout: float
+    start_target: int
+    vector_clock: tuple[float, int] | None
+    rebuilding: str | None
 
 
 class Answers:
     """The projector's answers (its query plane's handler and the in-process path both come here)."""
 
-    def __init__(self, projector: Projector):
+    def __init__(self, projector: Serving):
         self.p = projector
 
     async def reply(self, gen: Generation, query: Query) -> Answer:

@@ -3,16 +3,22 @@ index's backlog, and a nudge that hands it the next texts at once."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import Protocol
 
-from services.projector.generation import embedding_in_background
+from services.projector.generation import Generation, embedding_in_background
 
-if TYPE_CHECKING:
-    from services.projector.service import Projector
+
+class Paced(Protocol):
+    """What the pace needs of its projector."""
+
+    gen: Generation
+    serving: asyncio.Event
+    start_target: int
 
 
 class IndexPace:
-    def __init__(self, projector: Projector):
+    def __init__(self, projector: Paced):
         self.p = projector
 
     def index_backlog(self) -> int:

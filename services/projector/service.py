@@ -114,7 +114,7 @@ class Projector:
         self.vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
         self._rows_clock: tuple[float, int] | None = None  # (when, position) the rows' follower started at
         # no read model ahead of the log: why the read models are being rebuilt (reads are refused meanwhile),
-        # what the owner does about it (mneme/ahead.py), and each rebuild so far (mneme status)
+        # what the owner does about it (mneme/app/ahead.py), and each rebuild so far (mneme status)
         self.rebuilding: str | None = None
         self.on_ahead: Callable[[str], None] | None = None
         self.rebuilds: list[dict[str, Any]] = []
@@ -167,7 +167,7 @@ class Projector:
 
     def _ahead(self, why: str) -> None:
         """A follower found its read model ahead of the log while running: refuse reads from now on, and let the
-        owner rebuild (mneme/ahead.py); without one, the reads stay refused until a restart rebuilds."""
+        owner rebuild (mneme/app/ahead.py); without one, the reads stay refused until a restart rebuilds."""
         if self.rebuilding is None:
             self.rebuilding = why
             if self.on_ahead is not None:

@@ -22,16 +22,14 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mneme.sparse import copy_sparse, copytree_sparse, disk_usage
 from schemas.control import SnapshotReply, SnapshotRequest
+from services.projector.generation import Generation
 from services.projector.memories_view import PROJECTION_VERSION, MemoriesView, one_row
 from services.projector.vector_index import DENSE, OPEN, Cond, EdgeIndex, Where
 from services.projector.vector_view import VectorView
-
-if TYPE_CHECKING:
-    from services.projector.service import Projector
 
 log = logging.getLogger("mneme.snapshot")
 MANIFEST = "manifest.json"
@@ -207,11 +205,18 @@ def verify_generation(view: MemoriesView, vectors: VectorView | dict[str, Any] |
     return out
 
 
+class Snapshotted(Protocol):
+    """What snapshots need of their projector: the serving generation, and the lock a swap holds."""
+
+    gen: Generation
+    swap_lock: asyncio.Lock
+
+
 class Snapshots:
     """Snapshots of a projector's serving generation into `directory`: on request (`mneme snapshot`, on the
     control plane) and every `every` events (0: never by itself)."""
 
-    def __init__(self, projector: Projector, directory: Path, every: int):
+    def __init__(self, projector: Snapshotted, directory: Path, every: int):
         self.p, self.directory, self.every = projector, directory, every
 
     async def take(self) -> dict[str, Any]:

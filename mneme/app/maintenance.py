@@ -21,12 +21,12 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from mneme import compose
-from mneme.build import BuildFailed, build, head_of
-from mneme.compose import checked, control_id, nats_connection, open_vectors, open_view
-from mneme.generations import install, projection_dir, serving_settings
-from mneme.preflight import Refused, held_message, holder, require_directory, require_log, serve_url
-from mneme.settings import CoreSettings, ProjectorSettings
+from mneme.app import compose
+from mneme.app.build import BuildFailed, build, head_of
+from mneme.app.compose import checked, control_id, nats_connection, open_vectors, open_view
+from mneme.app.generations import install, projection_dir, serving_settings
+from mneme.app.preflight import Refused, held_message, holder, require_directory, require_log, serve_url
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from schemas import control
 from schemas import subjects as S
 from schemas.control import SnapshotReply, SnapshotRequest
@@ -61,7 +61,7 @@ async def rebuild(
 ) -> dict[str, object]:
     """Fold the whole log into fresh read models beside the serving ones, verify, then move them over the
     serving files (or write the DuckDB file to `output`). `mneme rebuild`: the DuckDB file only;
-    `vectors` (`mneme projector --rebuild`): the vector shard too. The build is mneme.build's, as a replay's.
+    `vectors` (`mneme projector --rebuild`): the vector shard too. The build is mneme.app.build's, as a replay's.
 
     While a process holds the serving file (DuckDB allows one process per file): beside a running serve (or
     with `--nats-url`), the blue/green rebuild (`rebuild_beside`); else refused. `nc`: a connection to the log
@@ -119,7 +119,7 @@ async def rebuild_beside(
     generation's settings (its embedding model too; the embedding cache spares re-embedding unchanged content)
     folded from the whole log, no snapshot, nothing resumed, into a new generation, verified, swapped in by the
     live projector; the old generation is removed. The same report as at rest, with the swap."""
-    from mneme.replay import replay
+    from mneme.app.replay import replay
 
     out = await replay(core, serving_settings(core, ps), use_snapshots=False, fresh=True, progress=progress)
     db = Path(out["path"]) / ps.db_name

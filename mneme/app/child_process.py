@@ -1,4 +1,4 @@
-"""A build's helper process (`python -m mneme.vector_build`): the settings its parent hands it, and its death
+"""A build's helper process (`python -m mneme.app.vector_build`): the settings its parent hands it, and its death
 with the parent."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from mneme.settings import CoreSettings
+from mneme.app.settings import CoreSettings
 
 
 def settings_for_child(core: CoreSettings) -> dict[str, Any]:

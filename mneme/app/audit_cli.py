@@ -5,7 +5,7 @@ The trail file is opened read-only: a missing file is an error (nothing is creat
 serve` or `mneme auditor` holds it (DuckDB allows one process per file, even read-only), the records are
 fetched through that process's auditor instead, over its NATS (the serve's, found under the data directory, or
 `--nats-url`), into a copy of this command's own, and verified or exported by the same code
-(mneme/trail_copy.py); the output says `"live": true`.
+(mneme/app/trail_copy.py); the output says `"live": true`.
 
 `reads` lists recorded reads (of `--agent`, between `--since` and `--until`) and `reread N` asks read N
 again as of the log position it was answered at (services/gateway/reread.py): both need the running
@@ -27,8 +27,8 @@ from typing import Any
 
 import duckdb
 
-from mneme.preflight import Refused, holder, parse_time, serve_url
-from mneme.settings import AuditorSettings, CoreSettings
+from mneme.app.preflight import Refused, holder, parse_time, serve_url
+from mneme.app.settings import AuditorSettings, CoreSettings
 
 NOT_RERUNNABLE = 3  # `mneme audit reread`: the read cannot be asked again (0: the same answer, 1: another one)
 
@@ -115,7 +115,7 @@ def _trail(
             raise Refused(
                 f"{held}: DuckDB allows one process per file; give --nats-url to ask its auditor, or stop it"
             ) from None
-        from mneme.trail_copy import fetch_trail
+        from mneme.app.trail_copy import fetch_trail
 
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mneme-trail-")))
         con, _ = asyncio.run(fetch_trail(core, url, tmp / aus.db_name, filters, held=str(held)))
@@ -149,7 +149,7 @@ def debug(args: argparse.Namespace, core: CoreSettings) -> int:
 async def _ask(args: argparse.Namespace, core: CoreSettings, since: Any, until: Any) -> Any:
     from datetime import UTC, datetime
 
-    from mneme.compose import nats_connection
+    from mneme.app.compose import nats_connection
     from services.gateway.queries import QueryClient
     from services.gateway.reread import find_reads, reread
 

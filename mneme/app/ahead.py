@@ -7,7 +7,7 @@ the event it applied there) with the log when it starts and whenever its connect
 (LogFollower.check_log). A projector whose read models are ahead:
 
 - at start: opens nothing for queries, rebuilds every read model from the log through the one rebuild path
-  (mneme.maintenance.rebuild, what `mneme projector --rebuild` runs), then starts on the rebuilt files;
+  (mneme.app.maintenance.rebuild, what `mneme projector --rebuild` runs), then starts on the rebuilt files;
 - while running: refuses every read at once (REBUILDING), stops its followers, rebuilds the same way, and
   answers again once the rebuilt files have caught up with the log.
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from mneme import compose
-from mneme.settings import CoreSettings, ProjectorSettings
+from mneme.app import compose
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from services.projector.code_view import CodeView
 from services.projector.generation import close_generation
 from services.projector.memories_view import MemoriesView
@@ -67,7 +67,7 @@ async def code_ahead(proj: Projector) -> bool:
 
 async def rebuild(core: CoreSettings, ps: ProjectorSettings, nc: NATS, proj: Projector, why: str) -> dict[str, Any]:
     """Close `proj`'s read models (their followers stopped) and rebuild them from the log in place."""
-    from mneme.maintenance import rebuild as rebuild_read_models
+    from mneme.app.maintenance import rebuild as rebuild_read_models
 
     log.error("read models ahead of the log (%s): rebuilding them from the log; no read is answered meanwhile", why)
     started = time.monotonic()

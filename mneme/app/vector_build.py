@@ -2,7 +2,7 @@
 
 Folding rows (DuckDB) and folding vectors (BM25, point payloads, Qdrant Edge, embedding) each hold the
 GIL for most of their work, so in one process they run one after the other. A replay folds the rows in its
-own process and starts `python -m mneme.vector_build` for the vectors: the child follows the log into
+own process and starts `python -m mneme.app.vector_build` for the vectors: the child follows the log into
 the generation's vector index up to the target, embeds what the embedding cache lacks, saves its
 position and reports the index's figures.
 
@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mneme.app.child_process import die_with_parent, settings_for_child
+from mneme.app.compose import close_nats, connect, open_vectors
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.catch_up import StallWatch
-from mneme.child_process import die_with_parent, settings_for_child
-from mneme.compose import close_nats, connect, open_vectors
 from mneme.follow import LogFollower
-from mneme.settings import CoreSettings, ProjectorSettings
 from services.projector.snapshot import vector_facts
 from services.projector.vector_view import VectorView
 
@@ -108,7 +108,7 @@ class VectorBuild:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "mneme.vector_build",
+            "mneme.app.vector_build",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=None,

@@ -1,6 +1,6 @@
 """The processes: `mneme serve`, `gateway`, `projector` and `auditor`, each a main built from its settings.
 
-Every part comes from the composition root (mneme/compose.py); this module only says what runs in which
+Every part comes from the composition root (mneme/app/compose.py); this module only says what runs in which
 process, in which order, and how it stops. `serve` runs all three against an embedded nats-server; the
 others run one part against `--nats-url`. Everything shuts down in order on Ctrl-C, SIGTERM, or (stdio)
 the client closing stdin: stop taking calls, fold what has arrived, close the files, drain NATS, stop the
@@ -18,14 +18,14 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from mneme import compose
-from mneme.ahead import start_checked
+from mneme.app import compose
+from mneme.app.ahead import start_checked
+from mneme.app.generations import serving_settings
+from mneme.app.mcp_serve import Mcp, until_stopped
+from mneme.app.preflight import bind, check_http
+from mneme.app.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from mneme.follow import LogFollower
-from mneme.generations import serving_settings
 from mneme.heartbeat import Heartbeat
-from mneme.mcp_serve import Mcp, until_stopped
-from mneme.preflight import bind, check_http
-from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from services.auditor.service import Auditor
 from services.gateway.gateway import Gateway
 from services.projector.service import Projector
@@ -87,11 +87,11 @@ async def projector(
     async with AsyncExitStack() as stack:
         nc = await stack.enter_async_context(compose.nats_connection(core, "mneme-projector", stack_embedded=False))
         if rebuild:
-            from mneme.maintenance import rebuild as rebuild_read_models
+            from mneme.app.maintenance import rebuild as rebuild_read_models
 
             await rebuild_read_models(core, ps, vectors=True, nc=nc, progress=progress)
         else:
-            from mneme.build import seed_from_snapshot
+            from mneme.app.build import seed_from_snapshot
 
             await seed_from_snapshot(core, ps, nc)
         log_nc = await compose.connect(core.nats_url or "", "mneme-projector-log", core)
@@ -123,7 +123,7 @@ async def start_projector(
 ) -> Projector:
     """Open the serving generation's read models and start a live projector on them (stopped, then closed,
     when `stack` unwinds: the generation it serves then, since a replay may have swapped it). Read models
-    ahead of the log are rebuilt first, or when that is found while it runs (mneme/ahead.py)."""
+    ahead of the log are rebuilt first, or when that is found while it runs (mneme/app/ahead.py)."""
     return await start_checked(stack, core, ps, nc, log_nc)
 
 
@@ -143,7 +143,7 @@ def projector_figures(p: Projector) -> dict[str, Any]:
     own: dict[str, Any] = {f.consumer or "?": _follower(f) for f in p.gen.followers}
     if p.rebuilding is not None:
         own["rebuilding"] = p.rebuilding
-    if p.rebuilds:  # read models found ahead of the log and rebuilt (mneme/ahead.py)
+    if p.rebuilds:  # read models found ahead of the log and rebuilt (mneme/app/ahead.py)
         own["rebuilds"] = p.rebuilds[-5:]
     return {"projector": own}
 

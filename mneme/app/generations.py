@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mneme.settings import CoreSettings, ProjectorSettings
+from mneme.app.settings import CoreSettings, ProjectorSettings
 
 log = logging.getLogger("mneme")
 

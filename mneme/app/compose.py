@@ -3,7 +3,7 @@
 `mneme serve`, `mneme gateway|projector|auditor`, `mneme replay|rebuild|snapshot`, the test harness and
 the benchmarks all build their connections, read models, projectors, trails, auditors and gateways with
 these factories, so a constructor changes in one place. The processes themselves (what runs, in which
-order, how it stops) are in mneme/runtime.py; generations of read models in mneme/generations.py.
+order, how it stops) are in mneme/app/runtime.py; generations of read models in mneme/app/generations.py.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import nats
 from nats.aio.client import Client as NATS
 
 from mneme import durability
+from mneme.app.generations import projection_dir, with_model_of
+from mneme.app.preflight import Refused, check_model, require_no_serve
+from mneme.app.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats, running_url
 from mneme.embedding import ModelHandle
 from mneme.eventlog import EventLog, ensure_streams
-from mneme.generations import projection_dir, with_model_of
-from mneme.preflight import Refused, check_model, require_no_serve
 from mneme.principals import Directory, Principal
-from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 from mneme.sink import Sink
 from services.auditor.service import Auditor
 from services.auditor.trail import Trail
@@ -308,7 +308,7 @@ def gateway(
     catching_up: Progress | None = None,
     paced_by: LocalIndex | None = None,
 ) -> Gateway:
-    """The MCP gateway's core (tools are served over it by services.gateway.server / mneme.mcp_serve).
+    """The MCP gateway's core (tools are served over it by services.gateway.server / mneme.app.mcp_serve).
     `local`: the projector of this process, asked without a NATS round trip; `catching_up`: its progress
     through the log while it does not serve yet; `paced_by`: that projector, whose vector index's backlog
     writes are paced against (`mneme serve`)."""

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from mneme import __version__
+from mneme.app.preflight import Refused, bind, check_http, require_log, require_no_serve
+from mneme.app.progress import Progress
+from mneme.app.settings import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 from mneme.errors import MnemeError
-from mneme.preflight import Refused, bind, check_http, require_log, require_no_serve
-from mneme.progress import Progress
-from mneme.settings import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -163,7 +163,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
-    from mneme.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
+    from mneme.app.settings import AuditorSettings, CoreSettings, GatewaySettings, ProjectorSettings
 
     core_over = {
         k: v
@@ -271,11 +271,11 @@ def hash_token_command(token: str | None) -> int:
 
 
 def cluster_command(args: argparse.Namespace) -> int:
-    from mneme import cluster
+    from mneme.app import cluster
 
     if args.action == "up":
         from mneme import durability
-        from mneme.settings import CoreSettings
+        from mneme.app.settings import CoreSettings
 
         if cluster.read_state(args.dir) is not None:
             sys.stderr.write(f"mneme: a cluster is recorded in {args.dir}; run `mneme cluster down --dir {args.dir}`\n")
@@ -297,7 +297,7 @@ def cluster_command(args: argparse.Namespace) -> int:
     elif args.action == "accounts":
         print(json.dumps(cluster.write_accounts(args.dir)))
     elif args.action == "streams":
-        from mneme.settings import CoreSettings
+        from mneme.app.settings import CoreSettings
 
         core = CoreSettings(**({"nats_url": args.nats_url} if args.nats_url else {}))
         if core.nats_url is None:
@@ -315,7 +315,7 @@ def cluster_command(args: argparse.Namespace) -> int:
 
 def status_command(args: argparse.Namespace, core: Any) -> int:
     """Exit 0 when healthy, 1 when not, 2 when nothing answers (no NATS at the URL, no serve on the data dir)."""
-    from mneme import compose, status
+    from mneme.app import compose, status
     from mneme.embedded_nats import running_url
 
     url = core.nats_url or running_url(core.data_dir / "nats")
@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "status":
         return status_command(args, s["core"])
     if args.command == "audit":
-        from mneme.audit_cli import audit
+        from mneme.app.audit_cli import audit
 
         return audit(args, s["core"], s["aus"])
     listener = None
@@ -391,9 +391,9 @@ def run(args: argparse.Namespace) -> int:
         listener = bind(s["gs"])
     elif args.command in ("rebuild", "replay"):
         require_log(s["core"])  # (they check again, but this is before the heavy imports)
-    from mneme import gc_policy, runtime
+    from mneme.app import gc_policy, runtime
 
-    gc_policy.tune()  # (after the heavy imports: see mneme/gc_policy.py)
+    gc_policy.tune()  # (after the heavy imports: see mneme/app/gc_policy.py)
     if args.command == "serve":
         asyncio.run(runtime.serve(s["core"], s["gs"], s["ps"], s["aus"], listener))
     elif args.command == "gateway":
@@ -403,11 +403,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.command == "auditor":
         asyncio.run(runtime.auditor(s["core"], s["aus"]))
     elif args.command == "rebuild":
-        from mneme.maintenance import rebuild
+        from mneme.app.maintenance import rebuild
 
         print(json.dumps(asyncio.run(rebuild(s["core"], s["ps"], output=args.output, progress=Progress()))))
     elif args.command == "replay":
-        from mneme.replay import ReplayFailed, replay
+        from mneme.app.replay import ReplayFailed, replay
 
         try:
             out = asyncio.run(
@@ -426,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(json.dumps(out, default=str))
     elif args.command == "snapshot":
-        from mneme.maintenance import snapshot
+        from mneme.app.maintenance import snapshot
 
         out = asyncio.run(snapshot(s["core"], s["ps"]))
         print(json.dumps(out, default=str))

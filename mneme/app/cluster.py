@@ -353,7 +353,7 @@ def write_accounts(root: Path) -> dict[str, str]:
 
 async def create_streams(core: Any, replicas: int) -> dict[str, Any]:
     """`mneme cluster streams`: the streams, created as the settings' (admin) user once JetStream answers."""
-    from mneme.compose import auth_options
+    from mneme.app.compose import auth_options
 
     await streams_ready(core.nats_url, replicas, 60, **auth_options(core))
     return {"streams": "ready", "replicas": replicas}

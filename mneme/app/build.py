@@ -3,10 +3,10 @@
 `mneme replay` (a new generation, swapped in beside a live projector), `mneme rebuild` (a fresh DuckDB
 file over the serving one) and `mneme projector --rebuild` (every read model, before the replica starts
 serving) all build with `build`; they differ only in what they fold (rows, vectors, up to where) and in
-how the result takes over (mneme/generations.py: `promote` or `install`).
+how the result takes over (mneme/app/generations.py: `promote` or `install`).
 
 The rows fold in this process in batches; the vectors fold in a process of their own
-(`python -m mneme.vector_build`), beside them, so a build uses both cores. A killed build leaves its
+(`python -m mneme.app.vector_build`), beside them, so a build uses both cores. A killed build leaves its
 directory for the next run with the same settings to resume; a failed one leaves nothing.
 """
 
@@ -23,17 +23,17 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from mneme import compose
+from mneme.app import compose
+from mneme.app.generations import read_meta, write_meta
+from mneme.app.settings import CoreSettings, ProjectorSettings
+from mneme.app.vector_build import VectorBuild
 from mneme.catch_up import StallWatch
-from mneme.generations import read_meta, write_meta
-from mneme.settings import CoreSettings, ProjectorSettings
-from mneme.vector_build import VectorBuild
 from schemas import subjects as S
 from services.projector.memories_view import PROJECTION_VERSION
 from services.projector.service import catch_up
 from services.projector.snapshot import newest_snapshot, restore_snapshot, verify_generation
 
-log = logging.getLogger("mneme.build")
+log = logging.getLogger("mneme.app.build")
 
 Progress = Callable[[int, int, float], None]
 
@@ -151,7 +151,7 @@ async def seed_from_snapshot(core: CoreSettings, ps: ProjectorSettings, nc: NATS
     newest valid snapshot in the snapshot directory (MNEME_PROJECTOR_SNAPSHOT_DIR: one the replicas share,
     written by another replica or `mneme snapshot`) instead of the whole log; its followers then fold the
     rest, and it joins the queue group once caught up, as always. The snapshot's manifest, or None."""
-    from mneme.generations import projection_dir
+    from mneme.app.generations import projection_dir
 
     base = projection_dir(core)
     if (base / ps.db_name).exists():

@@ -28,17 +28,17 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from mneme.build import BuildFailed, build, head_of
-from mneme.compose import control_id, nats_connection
+from mneme.app.build import BuildFailed, build, head_of
+from mneme.app.compose import control_id, nats_connection
+from mneme.app.generations import BUILDING, discard, projection_dir, projections_root, promote, remove_generation
+from mneme.app.preflight import Refused, check_model, require_log
+from mneme.app.settings import CoreSettings, ProjectorSettings
 from mneme.domain import validation as v
-from mneme.generations import BUILDING, discard, projection_dir, projections_root, promote, remove_generation
-from mneme.preflight import Refused, check_model, require_log
-from mneme.settings import CoreSettings, ProjectorSettings
 from schemas import control
 from schemas import subjects as S
 from schemas.control import SwapReply, SwapRequest
 
-log = logging.getLogger("mneme.replay")
+log = logging.getLogger("mneme.app.replay")
 ReplayFailed = BuildFailed  # the name the command line and the benchmarks know
 
 

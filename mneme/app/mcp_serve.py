@@ -19,9 +19,9 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mneme.preflight import urls
+from mneme.app.preflight import urls
+from mneme.app.settings import GatewaySettings
 from mneme.principals import Directory
-from mneme.settings import GatewaySettings
 from services.gateway import profiles
 from services.gateway.gateway import Gateway
 from services.gateway.http_protocol import protocol_version_guard

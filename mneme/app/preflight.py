@@ -17,8 +17,8 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mneme.app.settings import CoreSettings, GatewaySettings
 from mneme.embedded_nats import running_url
-from mneme.settings import CoreSettings, GatewaySettings
 
 
 class Refused(Exception):

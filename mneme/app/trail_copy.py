@@ -17,8 +17,8 @@ import duckdb
 import msgspec
 import nats.errors
 
-from mneme.preflight import Refused
-from mneme.settings import CoreSettings
+from mneme.app.preflight import Refused
+from mneme.app.settings import CoreSettings
 from schemas import control
 from schemas import subjects as S
 from schemas.control import TrailReply, TrailRequest
@@ -34,7 +34,7 @@ async def fetch_trail(
     """The records (matching `filters`: agent_id, memory_id, action, since, until) of the trail the auditor of
     `core.data_dir` holds, reached at `url`, in a new DuckDB file `dest`; and how many. `held`: what the
     refusal says when no auditor answers (the file is held, by whom)."""
-    from mneme.compose import control_id, nats_connection
+    from mneme.app.compose import control_id, nats_connection
 
     con = duckdb.connect(str(dest))
     con.execute(SCHEMA)
