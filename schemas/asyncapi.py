@@ -153,7 +153,7 @@ def document() -> dict[str, Any]:
         channels[key] = {
             "address": f"{S.CONTROL_PREFIX}.{{target}}.{verb}",
             "description": "Operator requests to the projector serving one data directory (target: a hash of its "
-            "path; mneme.app.runtime.control_id).",
+            "path; mneme.app.compose.control_id).",
             "parameters": {"target": _param("the data directory's control id")},
             "messages": {
                 request.__name__: message(request.__name__, JSON, f"The {verb} request"),
