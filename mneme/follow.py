@@ -274,7 +274,14 @@ class LogFollower:
             except Exception:  # the connection may be gone; the new subscription decides
                 log.debug("unsubscribe before a resync failed", exc_info=True)
         self._resync_from = None
-        await self._subscribe(start)
+        try:
+            await self._subscribe(start)
+        except Exception as exc:  # noqa: BLE001 - e.g. JetStream's API times out during a leader election:
+            # ask again at the next turn; a failure here must never end the loop (the replica would stop for good)
+            log.warning("%s: following again from %d failed (%s: %s); retrying", self.consumer or self.stream, start,
+                        type(exc).__name__, exc)  # fmt: skip
+            self._resync_from = start
+            await asyncio.sleep(self._retry_in)
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
