@@ -228,4 +228,6 @@ class EventLog:
             info = await self.js.stream_info(S.EVENTS_STREAM)
         except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
             raise Unavailable("the event log (NATS JetStream) did not answer") from None
+        except ServiceUnavailableError:  # 503: the stream has no leader yet (an election in a cluster)
+            raise Unavailable("the event log (NATS JetStream) is electing a leader; retry shortly") from None
         return info.state.last_seq
