@@ -101,3 +101,18 @@ def powercut_fs(tmp_path: Path) -> Iterator[PowerCutFS]:
 def powercut_fs_posix(tmp_path: Path) -> Iterator[PowerCutFS]:
     """The same with the strict name model: only fsync of a directory makes names in it durable."""
     yield from _mounted(tmp_path, "posix")
+
+
+def mounted_machines(tmp_path: Path, n: int = 3) -> Iterator[list[PowerCutFS]]:
+    """`n` power-cut filesystems (ext4's name model), one per machine of a cluster (tests/powercut/cluster.py),
+    at tmp_path/machine0..; unmounted after. Skips where FUSE cannot be had. For a test module's own fixture:
+    `yield from mounted_machines(tmp_path)` (tests/test_powercut_cluster.py)."""
+    require_powercut()
+    mounts: list[PowerCutFS] = []
+    try:
+        for i in range(n):
+            mounts.append(PowerCutFS(tmp_path / f"machine{i}", names="ext4").mount())
+        yield mounts
+    finally:
+        for fs in mounts:
+            fs.close()
