@@ -124,8 +124,8 @@ class TimedIndex:
     def retrieve(self, ids: list[str], *, with_dense: bool = False) -> dict[str, VPoint]:
         return self._timed("edge.retrieve", lambda: self.inner.retrieve(ids, with_dense=with_dense), len(ids))
 
-    def save_checkpoint(self, seq: int) -> None:
-        self._timed("edge.flush+checkpoint", self.inner.save_checkpoint, 1, seq)
+    def save_checkpoint(self, seq: int, mark: str | None = None) -> None:
+        self._timed("edge.flush+checkpoint", self.inner.save_checkpoint, 1, seq, mark)
 
     def search(self, searches: list[Search]) -> list[list[Hit]]:
         return self._timed("edge.search", self.inner.search, len(searches), searches)
