@@ -128,9 +128,7 @@ class LogFollower:
 
     async def start(self) -> None:
         """Follow the log from the sink's checkpoint; LogAhead (nothing started) if that state is not the log's."""
-        # (every position of the sink: a FanOut starts from its lowest, which may be 0 while another is ahead)
-        held = any(seq > 0 for _, seq, _ in positions_of(self.sink, ""))
-        if held and (why := await self.check_log()) is not None:
+        if (why := await self.check_log()) is not None:
             self.diverged = why
             raise LogAhead(why)
         self._reconnects = self._reconnects_now()
@@ -139,8 +137,10 @@ class LogFollower:
 
     async def check_log(self, positions: list[tuple[str, int, str | None]] | None = None) -> str | None:
         """Why the sink's committed state (or `positions`) is not a prefix of the log, or None (ahead_of_log)."""
-        if positions is None:
+        if positions is None:  # (every position: a FanOut starts from its lowest, maybe 0 while another is ahead)
             positions = positions_of(self.sink, self.consumer or self.stream)
+        if all(seq == 0 for _, seq, _ in positions):  # a fresh read model asks nothing of the log
+            return None
         return await ahead_of_log(self.js, self.stream, positions)
 
     def _reconnects_now(self) -> int:

@@ -29,7 +29,7 @@ from nats.aio.client import Client as NATS
 from mneme.catch_up import StallWatch, fold_progress
 from mneme.follow import LogFollower, access_follower
 from mneme.query_server import Answer, Plane, Tasks, answered
-from mneme.sink import FanOut, Sink, positions_of
+from mneme.sink import FanOut, Sink
 from schemas import subjects as S
 from schemas.control import SnapshotRequest, SwapReply, SwapRequest
 from schemas.queries import (
@@ -176,9 +176,8 @@ class Projector:
     async def check_log(self) -> str | None:
         """Why the serving generation's read models are not a prefix of the log (LogFollower.check_log), or None."""
         for f in self.gen.followers:
-            positions = positions_of(f.sink, f.consumer or f.stream)
-            if any(seq > 0 for _, seq, _ in positions) and (why := await f.check_log(positions)) is not None:
-                return why  # (a read model at 0 cannot be ahead: a fresh one asks nothing of the log)
+            if (why := await f.check_log()) is not None:
+                return why
         return None
 
     # the serving generation's parts (what callers and tests use)
