@@ -158,15 +158,25 @@ def shared_model() -> ModelHandle:
 
 
 class SlowEmbedder:
-    """The real model, `delay` seconds a text slower: a busy machine's rate, so a backlog takes long to embed."""
+    """The real model, `delay` seconds a text slower: a busy machine's rate, so a backlog takes long to embed.
+    With `held=True` every call but the warm-up also waits until `release()`: a test builds its backlog first,
+    whatever the machine's speed, instead of racing the embedder."""
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, *, held: bool = False) -> None:
         model = shared_model()
         assert model.wait(60), "the embedding model did not load"
         self.real, self.delay = model.get(), delay
         self.model_id, self.dim = self.real.model_id, self.real.dim
+        self.gate = threading.Event()
+        if not held:
+            self.gate.set()
+
+    def release(self) -> None:
+        self.gate.set()
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        if texts != ["warm up"]:
+            assert self.gate.wait(120), "the test never released the embedder"
         time.sleep(self.delay * len(texts))
         return self.real.embed(texts)
 

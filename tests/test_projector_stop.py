@@ -18,7 +18,8 @@ pytestmark = pytest.mark.anyio
 async def test_stop_does_not_wait_for_a_backlogs_embeddings(tmp_path: Path, nats_server: EmbeddedNats) -> None:
     data = tmp_path / "d"
     data.mkdir()
-    slow = await asyncio.to_thread(model_of, SlowEmbedder(0.01))  # 10 ms a text slower
+    embedder = await asyncio.to_thread(SlowEmbedder, 0.01, held=True)  # 10 ms a text slower, held until released
+    slow = await asyncio.to_thread(model_of, embedder)
     stack = await start_stack(data, nats_server, vectors=open_vectors(data, slow))
     n = 1200
     try:
@@ -26,8 +27,11 @@ async def test_stop_does_not_wait_for_a_backlogs_embeddings(tmp_path: Path, nats
             await stack.call("memory_add", content=f"backlog memory number {i} about zebra {i * 7919 % 1000}")
         head = await stack.last_seq()
         assert stack.projector.vector_follower is not None
-        assert stack.projector.vector_follower.committed < head  # the vectors are behind: 12 s of embedding left
+        assert stack.projector.vector_follower.committed < head  # the vectors are behind: the embedder is held
+        embedder.release()  # 12 s of embedding left at 10 ms a text; stop must not wait for it
+        await asyncio.sleep(0.5)
     finally:
+        embedder.release()
         t0 = time.monotonic()
         await stack.close()
         took = time.monotonic() - t0

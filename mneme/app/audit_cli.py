@@ -88,7 +88,8 @@ def audit(args: argparse.Namespace, core: CoreSettings, aus: AuditorSettings) ->
             checked, broken = verify_chain(con)
             # records kept as evidence of events the log lost (services/auditor/realign.py): the chain holds
             lost = lost_from_log(con)
-            gone = {"first_lost_record": lost[0]["first_record"], "lost_from_log": lost} if lost else {}
+            first = min((x["first_record"] for x in lost), default=None)  # each source's realignment is noted apart
+            gone = {"first_lost_record": first, "lost_from_log": lost} if lost else {}
             for x in lost:
                 print(f"trail records #{x['first_record']}..#{x['last_record']} hold events the log no longer has "
                       f"(noted in record #{x['noted_in_record']} at {x['noted_at']})", file=sys.stderr)  # fmt: skip
