@@ -883,7 +883,7 @@ async def fuzz(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fuzz]:
             fz = Fuzz(stack, surfaces, internal, asyncio.get_running_loop())
             yield fz
             for s in surfaces.values():
-                await s.gw.code.drain(30)
+                await s.gw.code_indexer.drain(30)
     finally:
         gateway_log.removeHandler(internal)
         if fz is not None and (out := os.environ.get("MNEME_FUZZ_COUNTS")):
@@ -932,7 +932,7 @@ async def call(fz: Fuzz, s: Surface, tool: str, args: dict[str, Any]) -> CallToo
         raise AssertionError(f"{where}: no answer within {CALL_BOUND} s") from None
     except Exception as exc:
         raise AssertionError(f"{where}: raised {type(exc).__name__}: {shown(str(exc), 500)}") from exc
-    await s.gw.code.drain(CALL_BOUND)  # an index run records in the background: let it finish first
+    await s.gw.code_indexer.drain(CALL_BOUND)  # an index run records in the background: let it finish first
     body = texts_of(res)
     for marker in TRACEBACK:
         assert marker not in body, f"{where}: traceback text in the answer: {body[:2000]}"

@@ -74,21 +74,22 @@ async def test_only_the_graph_signal_finds_the_linked_memory(vstack: Stack) -> N
         await s.call("memory_add", content=f"{PEOPLE[i % len(PEOPLE)]} {HOBBIES[i % len(HOBBIES)]} (note {i}).")
     ns = "default"
     actor = gw.principal.actor
-    w = await gw.graph.create_entities(
-        ns, [NewEntity("Alice", "person"), NewEntity("Bob", "person")], actor, "r-ents", await gw.min_seq()
+    marks = gw.app.marks
+    w = await gw.graph_commands.create_entities(
+        ns, [NewEntity("Alice", "person"), NewEntity("Bob", "person")], actor, "r-ents", await marks.mark()
     )
-    gw.noted(w.seq)
-    w = await gw.graph.create_relations(
-        ns, [NewRelation("Alice", "Bob", "mentors")], actor, "r-rel", await gw.min_seq()
+    marks.wrote(w.seq)
+    w = await gw.graph_commands.create_relations(
+        ns, [NewRelation("Alice", "Bob", "mentors")], actor, "r-rel", await marks.mark()
     )
-    gw.noted(w.seq)
+    marks.wrote(w.seq)
 
     async def ranked(weights: tuple[float, float, float]) -> tuple[list[str], dict[str, float | None], int]:
         got = await gw.queries.ask(
             SearchMemories(
                 namespace=ns,
                 now=gw.now(),
-                min_seq=await gw.min_seq(),
+                min_seq=await marks.mark(),
                 mode="hybrid",
                 query="Who does Alice mentor?",
                 fusion="zscore",

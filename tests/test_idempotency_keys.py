@@ -68,7 +68,7 @@ async def test_a_key_is_scoped_per_principal(tmp_path, nats_server: EmbeddedNats
             one = await a.call("memory_add", content="ann's note", request_id="r-1")
             two = result_of(await bob.call_tool("memory_add", {"content": "bob's note", "request_id": "r-1"}))
             assert one["id"] != two["id"] and two["duplicate"] is False
-            a.gateway.noted(two["seq"])  # bob wrote through another gateway: ann's reads wait for it too
+            a.gateway.app.marks.wrote(two["seq"])  # bob wrote through another gateway: ann's reads wait for it too
             assert (await a.call("memory_list"))["total"] == 2
     finally:
         await a.close()

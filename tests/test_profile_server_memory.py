@@ -223,8 +223,8 @@ async def test_two_gateways_writing_one_graph_lose_nothing(stack: Stack) -> None
                 await kg("create_entities", entities=[{"name": f"{tag}{i}", "entityType": "t", "observations": []}])
 
         await asyncio.gather(writer(a, "x"), writer(b, "y"))
-        gw2_seq = gw2._high_water
-        stack.gateway.noted(gw2_seq)
+        gw2_seq = gw2.app.marks.high_water
+        stack.gateway.app.marks.wrote(gw2_seq)
         graph, _ = await a("read_graph")
     hub = next(e for e in graph["entities"] if e["name"] == "Hub")
     assert sorted(hub["observations"]) == sorted([f"x-{i}" for i in range(15)] + [f"y-{i}" for i in range(15)])

@@ -35,12 +35,9 @@ async def save_note(
 ) -> Saved:
     """Save a note."""
     assert call.gw is not None
-    w = await call.gw.commands.create(
-        CreateMemory(namespace=call.namespace, content=text, tags=(tag,) if tag else ()),
-        actor=call.principal.actor,
-        request_id=call.request_id,
+    w = await call.app.memories.create(
+        call, CreateMemory(namespace=call.namespace, content=text, tags=(tag,) if tag else ())
     )
-    call.gw.noted(w.seq)
     assert w.memory is not None
     return Saved(id=w.memory.id, namespace=w.memory.namespace)
 
@@ -49,7 +46,7 @@ async def save_note(
 async def read_note(call: Call, id: str) -> Saved:
     """Read a note."""
     assert call.gw is not None
-    row = await call.gw.resolve(call.namespace, id, None, None, await call.gw.min_seq())
+    row = await call.app.reads.resolve(call, id)
     call.read([row.memory.id])
     return Saved(id=row.memory.id, namespace=row.memory.namespace)
 

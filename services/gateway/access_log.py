@@ -17,9 +17,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,41 +47,12 @@ log = logging.getLogger("mneme.gateway")
 
 @dataclass(frozen=True)
 class Answered:
-    """One projector answer within a call: the query, the position the projector answered at, the result."""
+    """One projector answer: the query as asked, the position the projector answered at, the result. The
+    application layer (services/gateway/application/reads.py) keeps a call's answers for its read record."""
 
     query: Any
     applied_seq: int
     result: Any
-
-
-_answered: ContextVar[list[Answered] | None] = ContextVar("mneme_answered", default=None)
-
-
-@contextmanager
-def answers() -> Iterator[list[Answered]]:
-    """Collect the projector answers of the code run inside (one tool call's body)."""
-    got: list[Answered] = []
-    token = _answered.set(got)
-    try:
-        yield got
-    finally:
-        _answered.reset(token)
-
-
-@contextmanager
-def unnoted() -> Iterator[None]:
-    """Leave the answers asked inside out of the call's read record (an audit re-run is not the admin's read)."""
-    token = _answered.set(None)
-    try:
-        yield
-    finally:
-        _answered.reset(token)
-
-
-def note_answer(query: Any, applied_seq: int, result: Any) -> None:
-    got = _answered.get()
-    if got is not None:
-        got.append(Answered(query, applied_seq, result))
 
 
 # the queries a read record can keep to be asked again (services/gateway/reread.py asks them)

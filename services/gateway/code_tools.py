@@ -13,7 +13,6 @@ from pydantic import BaseModel, Field
 
 from mneme.code import InvalidPath
 from schemas.queries import CodeIndexStatus, CodeProjects, CodeStatusResult, SearchCode
-from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
 from services.gateway.limits import shown
 from services.gateway.params import READ, WRITE, Namespace
@@ -73,7 +72,7 @@ async def project_path(call: Call, path: str) -> str:
     directory is the indexer's INVALID_INPUT; a path the operating system will not even look up (a NUL
     character, a name too long, the ~ of a user there is not) is one too, rather than a failure inside."""
     try:
-        await asyncio.to_thread(call.gw.code.validate, path)
+        await asyncio.to_thread(call.app.code.validate, path)
     except InvalidPath:
         raise
     except (OSError, ValueError, RuntimeError) as exc:
@@ -105,13 +104,11 @@ async def code_index(
 ) -> IndexReceipt:
     """Index (or re-index: only changed files) a project directory for code_search; it is searchable as its
     chunks are embedded (code_status)."""
-    gw = call.gw
     path = await project_path(call, path)
     if dry_run:
-        est = await gw.code.estimate(path)
+        est = await call.app.code.estimate(path)
         return IndexReceipt(project=est.root.name, files=est.files, bytes=est.bytes)
-    run = await gw.code.index(call.namespace, path, call.principal.actor, call.request_id, await gw.min_seq(), wait=60)
-    gw.noted(run.seq)
+    run = await call.app.code.index(call, path, wait=60)
     return IndexReceipt(
         project=run.project_id, files=run.files_indexed, chunks=run.chunks_created, unchanged=run.unchanged
     )
@@ -130,16 +127,16 @@ async def code_search(
 ) -> CodeHits:
     """Find code by what it does: the indexed chunks closest in meaning, with file, lines and symbol."""
     gw = call.gw
-    got = await gw.queries.ask(
+    got = await call.app.reads.send(
+        call,
         SearchCode(
             namespace=call.namespace,
             now=gw.now(),
-            min_seq=await gw.min_seq(),
             query=query,
             project_id=project,
             language=language,
             limit=limit,
-        )
+        ),
     )
     hits = [
         CodeHitOut(
@@ -164,14 +161,12 @@ async def code_status(call: Call, project: Project | None = None, namespace: Nam
     """Indexing status (progress, ETA, error) of one project, or of every indexed project."""
     gw = call.gw
     if project is not None:
-        s = await status_query(
-            gw.queries,
-            CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project),
+        s = await call.app.reads.status(
+            call,
+            CodeIndexStatus(namespace=call.namespace, now=gw.now(), project_id=project),
         )
         return Projects(results=[ProjectStatus.of(s)] if s.found else [])
-    got = await status_query(
-        gw.queries, CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq())
-    )
+    got = await call.app.reads.status(call, CodeProjects(namespace=call.namespace, now=gw.now()))
     return Projects(results=[ProjectStatus.of(p) for p in got.projects])
 
 
@@ -179,10 +174,10 @@ async def code_status(call: Call, project: Project | None = None, namespace: Nam
 async def code_forget(call: Call, project: Project, namespace: Namespace = None) -> Projects:
     """Remove a project from the code index (its history stays in the log)."""
     gw = call.gw
-    s = await status_query(
-        gw.queries,
-        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project),
+    s = await call.app.reads.status(
+        call,
+        CodeIndexStatus(namespace=call.namespace, now=gw.now(), project_id=project),
     )
     if s.found:
-        gw.noted(await gw.code.delete(call.namespace, project, call.principal.actor, call.request_id))
+        await call.app.code.delete(call, project)
     return Projects(results=[ProjectStatus.of(s)] if s.found else [])

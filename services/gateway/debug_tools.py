@@ -12,7 +12,7 @@ from mneme.domain import validation as v
 from mneme.errors import PermissionDenied
 from services.gateway.gateway import Call
 from services.gateway.params import READ, UtcTime
-from services.gateway.reread import ReadsPage, Reread, find_reads, readable, reread
+from services.gateway.reread import ReadsPage, Reread, readable
 from services.gateway.toolkit import Toolset
 
 tools = Toolset(group="debug", flow=True)
@@ -32,14 +32,9 @@ async def audit_reads(
     and the ids and versions it returned."""
     if not call.principal.is_admin:
         raise PermissionDenied("read the audit trail")
-    gw = call.gw
-    return await find_reads(
-        gw.queries,
-        gw.access.js,
-        namespace=call.namespace,
+    return await call.app.audit.reads(
+        call,
         namespaces=(call.namespace,) if namespace is not None else readable(call.principal),
-        now=gw.now(),
-        min_seq=await gw.min_seq(),
         agent_id=agent_id,
         since=v.utc(since, "since"),
         until=v.utc(until, "until"),
@@ -55,14 +50,6 @@ async def audit_reread(call: Call, trail_seq: Annotated[int, Field(ge=1)]) -> Re
     again (a status, one recorded without its query) answers `rerunnable: false` and the reason instead."""
     if not call.principal.is_admin:
         raise PermissionDenied("read the audit trail")
-    gw = call.gw
-    return await reread(
-        gw.queries,
-        gw.access.js,
-        trail_seq=trail_seq,
-        namespace=call.namespace,
-        namespaces=readable(call.principal),
-        now=gw.now(),
-        can_read=call.principal.can_read,
-        min_seq=await gw.min_seq(),
+    return await call.app.audit.reread(
+        call, trail_seq, namespaces=readable(call.principal), can_read=call.principal.can_read
     )

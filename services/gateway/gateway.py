@@ -11,23 +11,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from mcp.server.mcpserver.exceptions import ToolError
 
 from mneme.domain import validation as v
-from mneme.domain.state import MemoryState
-from mneme.errors import InvalidContext, InvalidInput, MemoryNotFound, MnemeError, ScopeViolation
+from mneme.errors import InvalidContext, InvalidInput, MnemeError, ScopeViolation
 from mneme.eventlog import EventLog
 from mneme.ids import event_id_for, new_id
 from mneme.logs import request_id as request_id_var
 from mneme.principals import Directory, Principal
 from schemas.access import AccessDenied
-from schemas.commands import DeleteMemory
-from schemas.queries import AsOf, AsOfResolved, ExpiredMemories, GetMemory, MemoryRow, VersionInfo
-from services.gateway.access_log import AccessLog, answers, read_record
+from schemas.queries import AsOf
+from services.gateway.access_log import AccessLog, Answered, read_record
+from services.gateway.application import Application, Audit, Code, Graph, Memories, Namespaces, Reads, ReadYourWrites
+from services.gateway.application.consistency import Consistency
 from services.gateway.code_indexer import CodeIndexer
-from services.gateway.commands import Clock, CommandService, Written, utc_now
+from services.gateway.commands import Clock, CommandService, utc_now
 from services.gateway.error_styles import NATIVE_ERRORS, ErrorStyle
 from services.gateway.graph_commands import GraphCommands
 from services.gateway.models import Memory
@@ -37,7 +37,6 @@ from services.gateway.rate_limits import Limits
 
 log = logging.getLogger("mneme.gateway")
 
-Consistency = Literal["gateway", "linearizable"]
 T = TypeVar("T")
 # refusals the trail must show (a wrong id or bad input is not an attempt on someone's memory)
 DENIALS = frozenset({"SCOPE_VIOLATION", "INVALID_CONTEXT", "WRITE_NOT_ALLOWED", "MEMORY_LOCKED", "PERMISSION_ERROR"})
@@ -51,8 +50,14 @@ class Call:
     tool: str
     namespace: str
     request_id: str
-    gw: Gateway = field(repr=False)  # the gateway it runs on: tool bodies reach commands and queries here
+    gw: Gateway = field(repr=False)  # the gateway it runs on (its settings: clock, stores, trimming, as_of)
     read_ids: list[str] = field(default_factory=list)
+    answered: list[Answered] = field(default_factory=list)  # the projector answers, for the read record
+
+    @property
+    def app(self) -> Application:
+        """The use cases (services/gateway/application): every read and write of a tool goes through them."""
+        return self.gw.app
 
     def read(self, ids: list[str]) -> None:
         self.read_ids.extend(ids)
@@ -74,17 +79,16 @@ class Gateway:
     tool_groups: tuple[str, ...] | None = None  # the native tool groups served (None: all)
     clock: Clock = utc_now
     limits: Limits = field(default_factory=Limits)  # per-principal rate and in-flight caps (RATE_LIMIT)
-    _high_water: int = 0
 
     code_roots: tuple[Path, ...] | None = None  # the directories index_project may index (None: any)
 
     @cached_property
-    def graph(self) -> GraphCommands:
+    def graph_commands(self) -> GraphCommands:
         """The knowledge graph's write side, over the same log and query client."""
         return GraphCommands(self.log, self.queries, self.now)
 
     @cached_property
-    def code(self) -> CodeIndexer:
+    def code_indexer(self) -> CodeIndexer:
         """The code index's writer: scans and chunks here, records runs in the log."""
         return CodeIndexer(
             self.log,
@@ -93,23 +97,21 @@ class Gateway:
             allowed_roots=list(self.code_roots) if self.code_roots is not None else None,
         )
 
-    # -- read-your-writes (invariant 3) -------------------------------------------------
-    # DESIGN.md keys this per client session. mcp 2.x's 2026-07-28 protocol is stateless
-    # (each request stands alone, with no session to hang a mark on), so the mark is kept
-    # per gateway: every read through this gateway waits for every write made through it,
-    # a superset of read-your-writes that costs nothing measurable (the projector applies
-    # the log in order anyway). Reads through another gateway: consistency="linearizable".
-    def noted(self, seq: int) -> None:
-        self._high_water = max(self._high_water, seq)
+    @cached_property
+    def app(self) -> Application:
+        """The application layer over this gateway's write sides, query client and log."""
+        marks = ReadYourWrites(self.log, self.consistency)
+        reads = Reads(self.queries, self.log, marks, self.now)
+        graph = Graph(self.graph_commands, marks)
+        memories = Memories(self.commands, reads, graph, marks)
+        code = Code(self.code_indexer, marks)
+        namespaces = Namespaces(self.log, reads, memories, graph, code, marks, self.now)
+        audit = Audit(self.queries, self.access, marks, self.now)
+        return Application(marks, reads, memories, graph, code, namespaces, audit)
 
     def log_went_back(self, head: int) -> None:
-        """The log ends before this gateway's mark (it lost events: QueryClient.ask): wait for what it holds."""
-        self._high_water = min(self._high_water, head)
-
-    async def min_seq(self) -> int:
-        if self.consistency == "linearizable":
-            return await self.log.last_seq()
-        return self._high_water
+        """The log ends before this gateway's mark (it lost events: QueryClient.answer): wait for what it holds."""
+        self.app.marks.went_back(head)
 
     def now(self) -> datetime:
         return self.clock()
@@ -208,8 +210,7 @@ class Gateway:
             slot = principal.agent_id
             call = self.authorize(principal, tool, intent, context, namespace, context_required)
             request_id_var.set(call.request_id)  # (logs: joins this call's lines in every process)
-            with answers() as answered:
-                result = await body(call)
+            result = await body(call)
             if intent == "read":
                 await self.access.record(
                     read_record(
@@ -221,7 +222,7 @@ class Gateway:
                         namespace=call.namespace,
                         operation=tool,
                         memory_ids=call.read_ids,
-                        answered=answered,
+                        answered=call.answered,
                     )
                 )
             return result
@@ -254,124 +255,6 @@ class Gateway:
                 log.info("call %s %s", tool, failed or "ok", extra={"fields": fields})
 
     # -- helpers shared by tools ---------------------------------------------------------
-    async def change(
-        self,
-        call: Call,
-        memory_id: str | None,
-        store: str | None,
-        path: str | None,
-        request_id: str | None,
-        build: Callable[[str], Any],
-        apply: Callable[..., Awaitable[Written]],
-    ) -> tuple[MemoryRow, Written]:
-        """Change an existing memory: resolve it (by id or store + path), build the command for its id,
-        run it through the write side, note the log position. Returns the row it found and the write."""
-        min_seq = await self.min_seq()
-        row = await self.resolve(call.namespace, memory_id, store, path, min_seq)
-        w = await apply(
-            build(row.memory.id), actor=call.principal.actor, request_id=request_id or call.request_id, min_seq=min_seq
-        )
-        self.noted(w.seq)
-        return row, w
-
-    async def prune_expired(self, call: Call, store: str | None, request_id: str | None = None) -> list[MemoryState]:
-        """Permanently delete every expired memory of the call's namespace (or of one store), one event each.
-        Returns the memories pruned; one pruned by someone else meanwhile, or not this caller's to delete
-        (locked, protected), is skipped."""
-        rid = request_id or call.request_id
-        pruned: list[MemoryState] = []
-        seen: set[str] = set()
-        while True:
-            got = await self.queries.ask(
-                ExpiredMemories(
-                    namespace=call.namespace, now=self.now(), min_seq=await self.min_seq(), store=store, limit=500
-                )
-            )
-            batch = [r.memory for r in got.items if r.memory.id not in seen]
-            if not batch:
-                return pruned
-            for m in batch:
-                seen.add(m.id)
-                cmd = DeleteMemory(namespace=call.namespace, memory_id=m.id, permanent=True, reason="expired")
-                try:
-                    w = await self.commands.delete(
-                        cmd, actor=call.principal.actor, request_id=rid, min_seq=await self.min_seq()
-                    )
-                except MnemeError as exc:
-                    if exc.code in ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED"):
-                        continue
-                    raise
-                self.noted(w.seq)
-                pruned.append(m)
-
-    async def resolve(
-        self,
-        ns: str,
-        memory_id: str | None,
-        store: str | None,
-        path: str | None,
-        min_seq: int,
-        *,
-        history: int = 0,
-        version: int | None = None,
-    ) -> MemoryRow:
-        return (await self.resolve_with_history(ns, memory_id, store, path, min_seq, history=history, version=version))[
-            0
-        ]
-
-    async def resolve_with_history(
-        self,
-        ns: str,
-        memory_id: str | None,
-        store: str | None,
-        path: str | None,
-        min_seq: int,
-        *,
-        history: int = 0,
-        version: int | None = None,
-        as_of: AsOf | None = None,
-    ) -> tuple[MemoryRow, list[VersionInfo], AsOfResolved | None]:
-        """A memory by id, or by store + path (expired ones included: writes may touch them), with its
-        recent versions on request, in one projector round trip (and the past moment, for as_of)."""
-        if memory_id is not None:
-            query = GetMemory(
-                namespace=ns,
-                now=self.now(),
-                min_seq=min_seq,
-                memory_id=v.memory_id(memory_id),
-                include_expired=True,
-                history=history,
-                version=version,
-                as_of=as_of,
-            )
-            ref = memory_id
-        elif store is not None and path is not None:
-            query = GetMemory(
-                namespace=ns,
-                now=self.now(),
-                min_seq=min_seq,
-                store=v.store(store),
-                path=v.path(path),
-                include_expired=True,
-                history=history,
-                version=version,
-                as_of=as_of,
-            )
-            ref = f"{store}:{path}"
-        elif store is not None:
-            raise InvalidInput("path", "give path with store (or give id)")
-        elif path is not None:
-            raise InvalidInput("store", "give store with path (or give id)")
-        else:
-            raise InvalidInput("id", "give id, or store and path")
-        if as_of is None:  # a miss is confirmed at the head of the log (not in the past: that is fixed)
-            got = await self.queries.ask_confirmed(query, lambda got: got.item is None, self.log.last_seq)
-        else:
-            got = await self.queries.ask(query)
-        if got.item is None:
-            raise MemoryNotFound(ref if version is None else f"{ref} version {version}")
-        return got.item, got.history, got.as_of
-
     async def as_of(self, value: int | str | None) -> AsOf | None:
         """`as_of` as a tool takes it: a stream sequence (an integer) or an ISO 8601 time (UTC when it has no
         offset). A sequence past the head of the log, a time in the future or a malformed value is refused."""

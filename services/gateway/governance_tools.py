@@ -25,9 +25,8 @@ tools = Toolset(group="governance", flow=True)
 
 async def _change(call: Call, ref: str, request_id: str | None, make: Callable[[str, str], Any]) -> Receipt:
     """One governance event on a memory (by id or store:path); `make(namespace, memory_id)` is its command."""
-    gw = call.gw
-    row, w = await gw.change(
-        call, *split_ref(ref), request_id, lambda mid: make(call.namespace, mid), gw.commands.govern
+    row, w = await call.app.memories.change(
+        "govern", call, split_ref(ref), lambda mid: make(call.namespace, mid), request_id=request_id
     )
     m = w.memory or row.memory
     return Receipt.of(m, w.seq if w.changed else None, w.changed, verification=m.verification, locked=m.locked)
@@ -77,7 +76,6 @@ async def audit_query(
     q = AuditQuery(
         namespace=call.namespace,
         now=gw.now(),
-        min_seq=await gw.min_seq(),
         namespaces=spaces if all_readable else (call.namespace,),
         memory_id=memory_id,
         agent_id=agent_id,
@@ -88,7 +86,7 @@ async def audit_query(
         limit=limit,
         offset=offset,
     )
-    got = await gw.queries.ask(q)
+    got = await call.app.reads.send(call, q)
     records = [
         AuditRecord(
             trail_seq=r.trail_seq,

@@ -113,30 +113,20 @@ async def graph_entity(
 ) -> EntityReceipt:
     """Create an entity, or find it by name and change its observations: `add` appends facts about it, `remove`
     drops them. An existing entity is returned as it is (its type and description unchanged)."""
-    gw = call.gw
     n = entity_name(name)
     obs = [observation(o, f"add[{i}]") for i, o in enumerate(add or [])]
-    actor = call.principal.actor
-    w = await gw.graph.create_entities(
-        call.namespace, [NewEntity(n, type, tuple(obs), description)], actor, call.request_id, await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    graph = call.app.graph
+    w = await graph.create_entities(call, [NewEntity(n, type, tuple(obs), description)])
     created = bool(w.created)
     added: list[str] = list(obs) if created else []
     removed: list[str] = []
     if not created and obs:
-        c = await gw.graph.change_observations(
-            call.namespace, [(n, obs)], actor, call.request_id, await gw.min_seq(), remove=False, strict=True
-        )
-        gw.noted(c.seq)
+        c = await graph.change_observations(call, [(n, obs)], remove=False, strict=True)
         added = c.changed.get(n, [])
     if remove:
-        c = await gw.graph.change_observations(
-            call.namespace, [(n, list(remove))], actor, call.request_id, await gw.min_seq(), remove=True, strict=True
-        )
-        gw.noted(c.seq)
+        c = await graph.change_observations(call, [(n, list(remove))], remove=True, strict=True)
         removed = c.changed.get(n, [])
-    got = await gw.graph.entities(call.namespace, [(w.created or w.existing)[0].id], await gw.min_seq())
+    got = await graph.entities(call, [(w.created or w.existing)[0].id])
     return EntityReceipt(entity=EntityOut.of(next(iter(got.values()))), created=created, added=added, removed=removed)
 
 
@@ -150,18 +140,14 @@ async def graph_relate(
     namespace: Namespace = None,
 ) -> RelationReceipt:
     """Relate two existing entities: source -[type]-> target, weighted 0-1. The same triple is one relation."""
-    gw = call.gw
     item = NewRelation(
         entity_name(source, "source"), entity_name(target, "target"), relation_type(type, "type"), weight
     )
     try:
-        w = await gw.graph.create_relations(
-            call.namespace, [item], call.principal.actor, call.request_id, await gw.min_seq()
-        )
+        w = await call.app.graph.create_relations(call, [item])
     except EntityNotFound as exc:  # named by this tool's arguments, not the batch's relations[0].from/to
         exc.field = "source" if exc.field == "relations[0].from" else "target"
         raise
-    gw.noted(w.seq)
     rel = (w.created or w.existing)[0]
     assert isinstance(rel, Relation)
     return RelationReceipt(relation=RelationOut.of(rel), created=bool(w.created))
@@ -182,19 +168,15 @@ async def graph_forget(
 ) -> Forgotten:
     """Delete entities (with every relation that touches them) and relations. Their history stays readable
     with as_of."""
-    gw = call.gw
-    actor = call.principal.actor
     names = [entity_name(n, f"entities[{i}]") for i, n in enumerate(entities or [])]
     not_found: list[str] = []
     deleted_e = deleted_r = 0
     if relations:
         items = [NewRelation(r.source, r.target, r.type) for r in relations]
-        w = await gw.graph.delete_relations(call.namespace, items, actor, call.request_id, await gw.min_seq())
-        gw.noted(w.seq)
+        w = await call.app.graph.delete_relations(call, items)
         deleted_r = w.deleted
     if names:
-        w = await gw.graph.delete_entities(call.namespace, names, actor, call.request_id, await gw.min_seq())
-        gw.noted(w.seq)
+        w = await call.app.graph.delete_entities(call, names)
         deleted_e, not_found = w.deleted, w.missing
     return Forgotten(entities=deleted_e, relations=deleted_r, not_found=not_found)
 
@@ -220,33 +202,33 @@ async def graph_get(
     at = await gw.as_of(as_of)
     if related_to is not None:
         start = entity_name(related_to, "related_to")
-        got = await gw.queries.ask(
+        got = await call.app.reads.send(
+            call,
             GraphTraverse(
                 namespace=call.namespace,
                 now=gw.now(),
-                min_seq=await gw.min_seq(),
                 entity_id=entity_id_for(call.namespace, name_key(start)),
                 depth=depth,
                 direction=direction,
                 max_nodes=limit,
                 as_of=at,
-            )
+            ),
         )
         if not got.entities:
             raise EntityNotFound(start, field="related_to")
     else:
-        got = await gw.queries.ask(
+        got = await call.app.reads.send(
+            call,
             GraphEntities(
                 namespace=call.namespace,
                 now=gw.now(),
-                min_seq=await gw.min_seq(),
                 names=tuple(names) if names is not None else None,
                 text=text,
                 entity_type=type,
                 limit=limit,
                 offset=offset,
                 as_of=at,
-            )
+            ),
         )
     call.read([e.id for e in got.entities])
     return GraphOut.of(got)

@@ -17,7 +17,7 @@ from mneme.logs import HEADER, request_id
 from mneme.query_server import Answer
 from schemas import subjects as S
 from schemas.queries import QUERY_TYPES, REPAIR_TYPES, RESULT_TYPES, Query, Reply, encoder
-from services.gateway.access_log import note_answer
+from services.gateway.access_log import Answered
 
 T = TypeVar("T")
 Q = TypeVar("Q", bound=Query)
@@ -61,9 +61,14 @@ class QueryClient:
         self.log_behind: Callable[[int], None] | None = None
 
     async def ask(self, query: Query, *, wait_model: bool = True) -> Any:
-        """The projector's answer to `query` (see `_ask_waiting`). A query that waited in vain for a position
-        past the log's last sequence (the log lost events this gateway wrote) is asked again for what the log
-        holds, once, and the gateway's read-your-writes mark comes down to it."""
+        """The projector's answer to `query` (see `answer`)."""
+        return (await self.answer(query, wait_model=wait_model)).result
+
+    async def answer(self, query: Query, *, wait_model: bool = True) -> Answered:
+        """The projector's answer to `query` (see `_ask_waiting`), with the query as asked and the position it
+        was answered at (what a read record keeps). A query that waited in vain for a position past the log's
+        last sequence (the log lost events this gateway wrote) is asked again for what the log holds, once, and
+        the gateway's read-your-writes mark comes down to it."""
         try:
             return await self._ask_waiting(query, wait_model)
         except MnemeError as exc:
@@ -79,14 +84,20 @@ class QueryClient:
         return await self._ask_waiting(msgspec.structs.replace(query, min_seq=head), wait_model)
 
     async def ask_confirmed(self, query: Q, missed: Callable[[Any], bool], head: Callable[[], Awaitable[int]]) -> Any:
+        """`answer_confirmed`'s result."""
+        return (await self.answer_confirmed(query, missed, head)).result
+
+    async def answer_confirmed(
+        self, query: Q, missed: Callable[[Any], bool], head: Callable[[], Awaitable[int]]
+    ) -> Answered:
         """Ask; when what was asked for is missing (`missed(answer)`), ask again at the head of the log (`head()`):
         a memory or an entity another gateway wrote a moment ago is found, not reported missing."""
-        got = await self.ask(query)
-        if missed(got) and (at := await head()) > query.min_seq:
-            got = await self.ask(msgspec.structs.replace(query, min_seq=at))
+        got = await self.answer(query)
+        if missed(got.result) and (at := await head()) > query.min_seq:
+            got = await self.answer(msgspec.structs.replace(query, min_seq=at))
         return got
 
-    async def _ask_waiting(self, query: Query, wait_model: bool) -> Any:
+    async def _ask_waiting(self, query: Query, wait_model: bool) -> Answered:
         """A search that needs the embedding model while it still loads (the first seconds after a start) is
         asked again until the model is ready, for `model_wait` seconds at most, and only then refused, with a
         retry hint; `wait_model=False` refuses at once (a status probe)."""
@@ -110,7 +121,7 @@ class QueryClient:
                 if time.monotonic() >= deadline:
                     raise _with_retry_hint(exc, self.model_wait) from None
 
-    async def _ask(self, query: Query) -> Any:
+    async def _ask(self, query: Query) -> Answered:
         op = query.OPERATION
         deadline = time.monotonic() + self.timeout
         here_too = self.local is not None and type(query) in _PROJECTOR_QUERIES
@@ -179,15 +190,14 @@ class QueryClient:
             raise ProjectionLag(f"no projector answered {query.OPERATION} within {self.timeout:.0f} s") from None
 
     @staticmethod
-    def _result(op: str, query: Query, reply: Answer | Reply) -> Any:
+    def _result(op: str, query: Query, reply: Answer | Reply) -> Answered:
         if isinstance(reply, Answer):  # from the projector in this process: no codec
             result = reply.result
         else:
             if reply.error is not None:
                 raise from_dict(reply.error)
             result = _results[op].decode(reply.result)
-        note_answer(query, reply.applied_seq, result)  # (the call's read record says what it saw)
-        return result
+        return Answered(query, reply.applied_seq, result)
 
 
 def _with_retry_hint(exc: MnemeError, waited: float) -> MnemeError:

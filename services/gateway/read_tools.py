@@ -1,6 +1,6 @@
 """The native read tools: get, list, stats, answered by a projector.
 
-Every read carries the gateway's `min_seq` (read-your-writes), is authorized by the mechanism
+Every read goes through the application's reads (read-your-writes, the read record), is authorized by the mechanism
 (toolkit.py: namespaces the principal may read) and leaves one access record with the ids returned.
 Lists answer in brief (id, content, what marks each) unless `detail="full"`.
 """
@@ -71,8 +71,8 @@ async def memory_get(
         raise InvalidInput("as_of", "give as_of or version, not both")
     at = await gw.as_of(as_of)
     mid, store, path = split_ref(id)
-    row, history, resolved = await gw.resolve_with_history(
-        call.namespace, mid, store, path, await gw.min_seq(), history=HISTORY, version=version, as_of=at
+    row, history, resolved = await call.app.reads.resolve_with_history(
+        call, mid, store, path, history=HISTORY, version=version, as_of=at
     )
     now = resolved.time if resolved is not None and resolved.time is not None else gw.now()
     if version is None and row.memory.is_expired(now) and not include_expired:
@@ -126,7 +126,6 @@ async def memory_list(
     q = ListMemories(
         namespace=call.namespace,
         now=gw.now(),
-        min_seq=await gw.min_seq(),
         store=v.store(store) if store is not None else None,
         category_path=v.category_path(category_path) if category_path is not None else None,
         recursive=recursive,
@@ -148,7 +147,7 @@ async def memory_list(
         # read-your-reads: ordered by access, the reads made through this gateway count
         min_access_seq=await gw.access.published() if sort_by in ("accessed_at", "access_count") else 0,
     )
-    got = await gw.queries.ask(q)
+    got = await call.app.reads.send(call, q)
     now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
     items = [result(gw, call, r.memory, now, detail, r) for r in got.items]
     call.read([m.id for m in items])
@@ -169,10 +168,9 @@ async def memory_stats(
     q = MemoryStats(
         namespace=call.namespace,
         now=gw.now(),
-        min_seq=await gw.min_seq(),
         store=v.store(store) if store is not None else None,
         top_tags=top_tags,
         as_of=await gw.as_of(as_of),
         min_access_seq=0 if as_of is not None else await gw.access.published(),  # most read: with your reads
     )
-    return Stats.of(await gw.queries.ask(q))
+    return Stats.of(await call.app.reads.send(call, q))

@@ -45,7 +45,6 @@ from schemas.queries import (
     SearchResult,
     StatsResult,
 )
-from services.gateway.access_log import unnoted
 from services.gateway.models import AsOfInfo
 from services.gateway.queries import QueryClient
 from services.gateway.reread_answers import (
@@ -254,8 +253,7 @@ async def reread(
     elif isinstance(q, SearchMemories) and q.mode != "semantic":
         note = "keyword scores use the word statistics of the index as it is now: they may drift from the recorded"
     asked = again(q, rec.seq)
-    with unnoted():
-        result = await queries.ask(asked)
+    result = await queries.ask(asked)  # (not through the application's reads: an audit re-run is not a read)
     drift, figures = None, None
     at: AsOfInfo | None
     if isinstance(result, HistoryResult):

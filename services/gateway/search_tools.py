@@ -93,7 +93,6 @@ async def memory_search(
     q = SearchMemories(
         namespace=call.namespace,
         now=gw.now(),
-        min_seq=await gw.min_seq(),
         mode=mode,
         rule_namespaces=rules,
         query=query,
@@ -111,7 +110,7 @@ async def memory_search(
         valid_at=v.utc(valid_at, "valid_at"),
         **extra,
     )
-    got: SearchResult = await gw.queries.ask(q)
+    got: SearchResult = await call.app.reads.send(call, q)
     now = got.as_of.time if got.as_of is not None and got.as_of.time is not None else gw.now()
     items = [
         result(

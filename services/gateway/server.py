@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from importlib import metadata
 from typing import Any
 
@@ -44,7 +45,7 @@ def package_version() -> str:
         return __version__
 
 
-class MnemeMCPServer(MCPServer):
+class MnemeMCPServer(MCPServer[Any]):
     """Every failed call leaves as the same structured JSON as domain errors; stdio answers every line."""
 
     def __init__(
@@ -201,7 +202,12 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     is_native = p.name == "native"
     if is_native and gw is not None:  # the operator's choices: the context argument, the groups of tools
         p = p.with_options(context=gw.native_context, groups=gw.tool_groups)
+    @asynccontextmanager
+    async def serving(_: MCPServer[Any]) -> AsyncIterator[Any]:
+        yield gw  # each request's ctx.request_context.lifespan_context: the gateway its tools run on
+
     mcp = MnemeMCPServer(
+        lifespan=serving,
         name=p.server[0] if p.server else name if is_native else f"{name}-{p.name}",
         version=p.server[1] if p.server else None,
         instructions=p.instructions or None,
@@ -209,7 +215,7 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
         listed=p.listed,
     )
     for spec in p.served():
-        mcp.add_tool(mcp_handler(gw, p, spec), name=spec.name, description=spec.description, annotations=spec.hints)
+        mcp.add_tool(mcp_handler(p, spec), name=spec.name, description=spec.description, annotations=spec.hints)
         tool = mcp._tool_manager.get_tool(spec.name)
         assert tool is not None  # added just above
         if p.context == "required":

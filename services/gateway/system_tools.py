@@ -12,7 +12,6 @@ from pydantic import BaseModel, Field
 
 from mneme.errors import PermissionDenied
 from schemas.queries import ProjectorStatus
-from services.gateway import namespace_reset
 from services.gateway.gateway import Call
 from services.gateway.params import READ, Namespace
 from services.gateway.server import package_version
@@ -61,7 +60,7 @@ class ResetOut(BaseModel):
 async def memory_status(call: Call, namespace: Namespace = None) -> StatusOut:
     """Health and size: counts, the embedding model and its cache, how far the projection is behind the log."""
     gw = call.gw
-    s = await gw.queries.ask(ProjectorStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq()))
+    s = await call.app.reads.send(call, ProjectorStatus(namespace=call.namespace, now=gw.now()))
     return StatusOut(
         version=package_version(),
         healthy=s.model_status != "error" and s.lag_seconds < 60,
@@ -99,7 +98,7 @@ async def memory_reset(
         raise PermissionDenied("reset a namespace")
     if confirm is not True:
         return ResetOut(reset=False, message="Confirmation required. Set confirm=true to delete all data.")
-    got = await namespace_reset.reset(call, "memory_reset")
+    got = await call.app.namespaces.reset(call, "memory_reset")
     return ResetOut(
         reset=True,
         memories=got.memories,

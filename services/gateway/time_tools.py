@@ -115,15 +115,15 @@ async def _memory_id(call: Call, ref: str) -> str:
     mid, store, path = split_ref(ref)
     if mid is not None:
         return v.memory_id(mid)
-    row = await gw.resolve(call.namespace, None, store, path, await gw.min_seq())
+    row = await call.app.reads.resolve(call, None, store, path)
     return row.memory.id
 
 
 async def _versions(call: Call, memory_id: str, ref: str, **kw: Any) -> tuple[list[VersionDetail], int]:
     gw = call.gw
     assert gw is not None
-    q = MemoryHistory(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), memory_id=memory_id, **kw)
-    got = await gw.queries.ask(q)
+    q = MemoryHistory(namespace=call.namespace, now=gw.now(), memory_id=memory_id, **kw)
+    got = await call.app.reads.send(call, q)
     if got.total == 0:
         raise MemoryNotFound(ref)
     return got.versions, got.total

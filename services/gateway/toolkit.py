@@ -164,8 +164,9 @@ def _default_scope(gw: Gateway, arguments: dict[str, Any]) -> str | None:
     return ns if isinstance(ns, str) else None
 
 
-def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., Awaitable[Any]]:
-    """The function MCP registers: (ctx, <the tool's arguments>[, context]) with the tool's own schema."""
+def mcp_handler(profile: Profile, spec: ToolSpec) -> Callable[..., Awaitable[Any]]:
+    """The function MCP registers: (ctx, <the tool's arguments>[, context]) with the tool's own schema. The
+    gateway it runs on is the server's lifespan state (build_server), reached through the request context."""
     sig = inspect.signature(spec.fn, eval_str=True)
     params = list(sig.parameters.values())[1:]  # the first is `call`
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)
@@ -189,7 +190,8 @@ def mcp_handler(gw: Gateway, profile: Profile, spec: ToolSpec) -> Callable[..., 
     scope = profile.scope or _default_scope
     takes_context = any(p.name == "context" for p in params)
 
-    async def handler(ctx: Context, **arguments: Any) -> Any:
+    async def handler(ctx: Context[Gateway, Any], **arguments: Any) -> Any:
+        gw = ctx.request_context.lifespan_context
         context = arguments.pop("context", None) if not takes_context else arguments.get("context")
         if isinstance(context, dict):
             context = RequestContext.model_validate(context)

@@ -13,11 +13,9 @@ from typing import Annotated, Any, Literal
 from msgspec import UNSET
 from pydantic import Field
 
-from mneme.domain import decider
 from mneme.domain import validation as v
 from mneme.domain.graph import entity_names
 from mneme.errors import InvalidInput, MemoryNotFound
-from mneme.ids import memory_id_for
 from schemas.commands import (
     CreateMemory,
     DeleteMemory,
@@ -27,10 +25,7 @@ from schemas.commands import (
     RestoreMemory,
     UpdateMemory,
 )
-from schemas.queries import GetMemory, PathOwner
-from services.gateway.commands import Request
 from services.gateway.gateway import Call, split_ref
-from services.gateway.graph_commands import NewEntity
 from services.gateway.models import AddResult, PruneResult, Receipt
 from services.gateway.params import (
     CREATE,
@@ -82,7 +77,6 @@ async def memory_add(
     """Remember something new: a fact, preference, decision or note, shared with every agent of the
     namespace. With store + path it can be read back by path (an occupied path is ALREADY_EXISTS; use
     memory_update to change a memory). Returns its id."""
-    gw = call.gw
     named = entity_names(entities or ())
     cmd = CreateMemory(
         namespace=call.namespace,
@@ -102,43 +96,9 @@ async def memory_add(
         valid_until=valid_until,
         entities=named,
     )
-    if named and await _entities_first(call, cmd, request_id or call.request_id):
-        # the entities it is about exist before it mentions them
-        made = await gw.graph.create_entities(
-            call.namespace,
-            [NewEntity(n, "concept") for n in named],
-            call.principal.actor,
-            f"{request_id or call.request_id}:entities",
-            await gw.min_seq(),
-        )
-        gw.noted(made.seq)
-    w = await gw.commands.create(
-        cmd, actor=call.principal.actor, request_id=request_id or call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.memories.create(call, cmd, request_id=request_id, with_entities=True)
     assert w.memory is not None
     return AddResult.of(w.memory, w.duplicate)
-
-
-async def _entities_first(call: Call, cmd: CreateMemory, request_id: str) -> bool:
-    """Whether to create a new memory's entities before it: not when the create is refused (a refused call
-    writes nothing: bad input, a protected kind, an occupied path, a request_id used for other arguments), nor
-    when this request was made before (a retry: its entities were made first then)."""
-    gw, actor = call.gw, call.principal.actor
-    memory_id = memory_id_for(cmd.namespace, Request.of(cmd, actor, request_id).key)
-    decider.decide_create(cmd, memory_id=memory_id, path_owner=None, max_content=gw.commands.max_content, actor=actor)
-    head = await gw.log.last_seq()  # as commands.create confirms a miss: at the head of the log
-    got = await gw.queries.ask(
-        GetMemory(namespace=cmd.namespace, now=gw.now(), min_seq=head, memory_id=memory_id, include_expired=True)
-    )
-    if got.item is not None:  # a retry, or the request_id reused: commands.create answers either
-        return False
-    if cmd.store is not None and cmd.path is not None:
-        po = await gw.queries.ask(
-            PathOwner(namespace=cmd.namespace, now=gw.now(), min_seq=head, store=cmd.store, path=cmd.path)
-        )
-        return po.memory_id is None  # occupied: commands.create refuses it (ALREADY_EXISTS)
-    return True
 
 
 @tools.tool(intent="write", hints=WRITE)
@@ -163,7 +123,6 @@ async def memory_update(
 ) -> Receipt:
     """Correct or extend a memory: change the fields given, keep the rest. Every version stays in its
     history."""
-    gw = call.gw
     if clear_expiry and expires_at is not None:
         raise InvalidInput("clear_expiry", "give expires_at or clear_expiry, not both")
     given = {
@@ -183,12 +142,12 @@ async def memory_update(
     fields: dict[str, Any] = {k: (UNSET if val is None else val) for k, val in given.items()}
     if clear_expiry:
         fields["expires_at"] = None
-    _, w = await gw.change(
+    _, w = await call.app.memories.change(
+        "update",
         call,
-        *split_ref(id),
-        request_id,
+        split_ref(id),
         lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),
-        gw.commands.update,
+        request_id=request_id,
     )
     assert w.memory is not None
     changed = [f for f in (*fields, "verification") if w.event is not None and getattr(w.event, f, UNSET) is not UNSET]
@@ -204,13 +163,12 @@ async def memory_move(
     request_id: RequestId = None,
 ) -> Receipt:
     """Move or rename a memory inside its store (an occupied destination is ALREADY_EXISTS)."""
-    gw = call.gw
-    row, w = await gw.change(
+    row, w = await call.app.memories.change(
+        "move",
         call,
-        *split_ref(id),
-        request_id,
+        split_ref(id),
         lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
-        gw.commands.move,
+        request_id=request_id,
     )
     assert w.memory is not None
     return Receipt.of(w.memory, w.seq if w.changed else None, w.changed, from_path=row.memory.path)
@@ -253,12 +211,12 @@ async def memory_retire(
     ref = split_ref(id)
     if mode in ("archive", "delete"):
         permanent = mode == "delete"
-        row, w = await gw.change(
+        row, w = await call.app.memories.change(
+            "delete",
             call,
-            *ref,
-            request_id,
+            ref,
             lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent, reason=reason),
-            gw.commands.delete,
+            request_id=request_id,
         )
         version = w.event.version if w.event is not None else row.memory.version
         return Receipt(
@@ -272,25 +230,25 @@ async def memory_retire(
         )
     if mode == "deprecate":
         assert reason is not None  # checked above: deprecating needs a reason
-        row, w = await gw.change(
+        row, w = await call.app.memories.change(
+            "govern",
             call,
-            *ref,
-            request_id,
+            ref,
             lambda mid: DeprecateMemory(namespace=call.namespace, memory_id=mid, reason=reason),
-            gw.commands.govern,
+            request_id=request_id,
         )
         return Receipt.of(w.memory or row.memory, w.seq if w.changed else None, w.changed)
     successor = None
     if superseded_by is not None:  # it must be a memory the caller can see in the same namespace
         v.memory_id(superseded_by, "superseded_by")
         try:
-            successor = (await gw.resolve(call.namespace, superseded_by, None, None, await gw.min_seq())).memory.id
+            successor = (await call.app.reads.resolve(call, superseded_by)).memory.id
         except MemoryNotFound:
             raise InvalidInput("superseded_by", f"no memory {superseded_by} in {call.namespace}") from None
-    row, w = await gw.change(
+    row, w = await call.app.memories.change(
+        "govern",
         call,
-        *ref,
-        request_id,
+        ref,
         lambda mid: InvalidateMemory(
             namespace=call.namespace,
             memory_id=mid,
@@ -299,7 +257,7 @@ async def memory_retire(
             superseded_by=successor,
             outdated=mode == "outdated",
         ),
-        gw.commands.govern,
+        request_id=request_id,
     )
     m = w.memory or row.memory
     return Receipt.of(
@@ -310,13 +268,12 @@ async def memory_retire(
 @tools.tool(intent="write", hints=WRITE)
 async def memory_restore(call: Call, id: Ref, namespace: Namespace = None, request_id: RequestId = None) -> Receipt:
     """Bring an archived memory back (memory_retire mode 'archive' undone)."""
-    gw = call.gw
-    _, w = await gw.change(
+    _, w = await call.app.memories.change(
+        "restore",
         call,
-        *split_ref(id),
-        request_id,
+        split_ref(id),
         lambda mid: RestoreMemory(namespace=call.namespace, memory_id=mid),
-        gw.commands.restore,
+        request_id=request_id,
     )
     assert w.memory is not None
     return Receipt.of(w.memory, w.seq if w.changed else None, w.changed)
@@ -330,5 +287,5 @@ async def memory_prune_expired(
     request_id: RequestId = None,
 ) -> PruneResult:
     """Permanently delete every expired memory in the namespace (or one store)."""
-    pruned = await call.gw.prune_expired(call, v.store(store) if store is not None else None, request_id)
+    pruned = await call.app.memories.prune_expired(call, v.store(store) if store is not None else None, request_id)
     return PruneResult(pruned=len(pruned), ids=[m.id for m in pruned])

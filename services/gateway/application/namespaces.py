@@ -1,0 +1,91 @@
+"""Resetting a namespace: every memory, entity, relation and code project of it deleted, each by its own event,
+then the reset itself recorded as one `namespace_reset` event (schemas/namespace_events.py).
+
+What memory-mcp's reset_all_memory and the native memory_reset do. Each delete is an ordinary, audited event
+that every projection already folds, so the history before the reset stays in the log and readable with
+`as_of` at `before_seq`; the closing event gives the audit trail one entry with who, why and the counts.
+Memories this caller may not delete (locked, protected kinds) stay, counted as `kept`. A retry with the same
+request id records the reset once.
+"""
+
+from __future__ import annotations
+
+from mneme.errors import MnemeError
+from mneme.eventlog import EventLog
+from mneme.ids import envelope
+from schemas import subjects as S
+from schemas.commands import DeleteMemory
+from schemas.events import encode_envelope
+from schemas.namespace_events import NamespaceReset
+from schemas.queries import CodeProjects, GraphEntities, ListMemories
+from services.gateway.application.caller import Caller
+from services.gateway.application.code import Code
+from services.gateway.application.consistency import ReadYourWrites
+from services.gateway.application.graph import Graph
+from services.gateway.application.memories import Memories
+from services.gateway.application.reads import Reads
+from services.gateway.commands import Clock
+
+SKIPPED = ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED", "PERMISSION_ERROR")
+BATCH = 500
+
+
+class Namespaces:
+    def __init__(
+        self, log: EventLog, reads: Reads, memories: Memories, graph: Graph, code: Code, marks: ReadYourWrites,
+        clock: Clock,
+    ) -> None:  # fmt: skip
+        self.log, self.reads, self.memories, self.graph, self.code = log, reads, memories, graph, code
+        self.marks, self.clock = marks, clock
+
+    async def reset(self, call: Caller, reason: str) -> NamespaceReset:
+        """Reset the call's namespace; the `namespace_reset` event recorded (its counts and `before_seq`)."""
+        before = await self.log.last_seq()
+        memories, kept = await self._delete_memories(call, reason)
+        entities, relations = await self._delete_graph(call, reason)
+        chunks = 0
+        projects = await self.reads.status(call, CodeProjects(namespace=call.namespace, now=self.clock()))
+        for p in projects.projects:
+            await self.code.delete(call, p.project_id)
+            chunks += p.total_chunks
+        ev = NamespaceReset(reason=reason, before_seq=before, memories=memories, entities=entities,
+                            relations=relations, code_chunks=chunks, kept=kept)  # fmt: skip
+        key = f"reset:{call.namespace}:{call.request_id}"
+        env = envelope(key, call.namespace, "reset", ev, call.principal.actor, call.request_id, self.clock())
+        seq, _ = await self.log.append(
+            S.namespace_subject(call.namespace, "reset"), encode_envelope(env), msg_id=key, expected_seq=None
+        )
+        self.marks.wrote(seq)
+        return ev
+
+    async def _delete_memories(self, call: Caller, reason: str) -> tuple[int, int]:
+        """(deleted, kept): every memory of the namespace this caller may delete."""
+        deleted = kept = 0
+        while True:
+            got = await self.reads.ask(call, ListMemories, status="any", include_expired=True, sort_by="created_at",
+                                       sort_order="asc", limit=BATCH, offset=kept)  # fmt: skip
+            if not got.items:
+                return deleted, kept
+            for row in got.items:
+                cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=True, reason=reason)
+                try:
+                    await self.memories.apply("delete", call, cmd)
+                except MnemeError as exc:
+                    if exc.code not in SKIPPED:
+                        raise
+                    kept += 1
+                    continue
+                deleted += 1
+
+    async def _delete_graph(self, call: Caller, reason: str) -> tuple[int, int]:
+        """(entities, relations) deleted: every entity of the namespace, and the relations that touch them."""
+        entities, relations = 0, set[str]()
+        while True:
+            graph = await self.reads.ask(call, GraphEntities, limit=BATCH, relations="either")
+            if not graph.entities:
+                return entities, len(relations)
+            relations.update(r.id for r in graph.relations)
+            gone = await self.graph.delete_entities(call, [e.name for e in graph.entities], reason=reason)
+            entities += gone.deleted
+            if gone.deleted == 0:  # nothing could be deleted: stop rather than loop
+                return entities, len(relations)
