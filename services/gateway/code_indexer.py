@@ -11,7 +11,6 @@ query follows it to the end (chunking, then embedding).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import threading
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from typing import Any
 import msgspec
 
 from mneme.code import Chunker, DryRun, InvalidPath, SourceFile, dry_run, scan_project, validate_project_path
+from mneme.domain import code_decider
 from mneme.errors import MnemeError, ProjectionLag
 from mneme.eventlog import EventLog
 from mneme.ids import envelope, new_id
@@ -31,9 +31,6 @@ from schemas.code_events import (
     AnyCodeEvent,
     CodeChunk,
     CodeFileIndexed,
-    CodeFileRemoved,
-    CodeIndexFinished,
-    CodeIndexStarted,
     CodeProjectDeleted,
 )
 from schemas.events import Actor, Envelope, encode_envelope
@@ -101,14 +98,11 @@ class CodeIndexer:
         return validate_project_path(path, self.allowed_roots)
 
     async def project_id_for(self, ns: str, root: Path, min_seq: int) -> str:
-        """The project's id: its directory's name, made unique in the namespace by a short hash of its path when
-        another directory of that name is indexed already."""
-        name = root.name or "root"
+        """The project's id (code_decider.decide_project_id), from the projects the namespace has."""
         got = await self.queries.ask(CodeProjects(namespace=ns, now=self.clock(), min_seq=min_seq))
-        other = {p.project_id: p.root for p in got.projects}
-        if name in other and other[name] != str(root):
-            return f"{name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
-        return name
+        return code_decider.decide_project_id(
+            str(root), root.name or "root", {p.project_id: p.root for p in got.projects}
+        )
 
     def _envelope(self, ns: str, ev: AnyCodeEvent, actor: Actor, request_id: str, key: str) -> Envelope:
         return envelope(f"code:{ev.run_id}:{key}", ns, ev.project_id, ev, actor, request_id, self.clock())
@@ -129,26 +123,12 @@ class CodeIndexer:
         scan = await asyncio.to_thread(
             scan_project, root, allowed_roots=self.allowed_roots, max_file_bytes=self.max_file_bytes
         )
-        changed = [f for f in scan.files if before.files.get(f.path) != f.sha256]
-        removed = sorted(set(before.files) - {f.path for f in scan.files})
-        run = Run(project_id, str(root), len(changed), len(scan.files) - len(changed), len(removed))
-        self.runs[(ns, project_id)] = run
         run_id = new_id()
-        run.seq = await self._append(
-            ns,
-            CodeIndexStarted(
-                project_id=project_id,
-                run_id=run_id,
-                root=str(root),
-                total_files=len(changed),
-                total_bytes=sum(f.size for f in changed),
-                unchanged=run.unchanged,
-            ),
-            actor,
-            request_id,
-            "start",
-        )
-        task = asyncio.create_task(self._record(ns, run, run_id, changed, removed, actor, request_id))
+        plan = code_decider.decide_run(project_id, run_id, str(root), before.files, scan.files)
+        run = Run(project_id, str(root), len(plan.changed), plan.started.unchanged, len(plan.removed))
+        self.runs[(ns, project_id)] = run
+        run.seq = await self._append(ns, plan.started, actor, request_id, "start")
+        task = asyncio.create_task(self._record(ns, run, run_id, plan, actor, request_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         try:
@@ -163,15 +143,14 @@ class CodeIndexer:
         ns: str,
         run: Run,
         run_id: str,
-        changed: list[SourceFile],
-        removed: list[str],
+        plan: code_decider.RunPlan[SourceFile],
         actor: Actor,
         request_id: str,
     ) -> None:
         pid = run.project_id
-        status, error = "completed", None
+        error = None
         try:
-            for f in changed:
+            for f in plan.changed:
                 try:
                     chunks = await asyncio.to_thread(_chunk, f)
                     ev = CodeFileIndexed(
@@ -191,14 +170,13 @@ class CodeIndexer:
                     continue
                 run.files_indexed += 1
                 run.chunks_created += len(chunks)
-            for p in removed:
-                rm = CodeFileRemoved(project_id=pid, run_id=run_id, path=p)
-                run.seq = await self._append(ns, rm, actor, request_id, f"rm:{p}")
+            for rm in plan.removed:
+                run.seq = await self._append(ns, rm, actor, request_id, f"rm:{rm.path}")
         except Exception as exc:
             log.warning("indexing %s failed", run.root, exc_info=True)
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
         try:
-            fin = CodeIndexFinished(project_id=pid, run_id=run_id, status=status, error=error)
+            fin = code_decider.decide_finish(pid, run_id, error)
             run.seq = await self._append(ns, fin, actor, request_id, "finish")
         finally:
             run.error = error

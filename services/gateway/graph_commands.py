@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from functools import partial
+from typing import Literal, TypeVar
 
-import msgspec
-
+from mneme.domain import graph_decider as gd
 from mneme.domain import validation as v
 from mneme.domain.graph import MAX_NAME_CHARS, MAX_OBSERVATION_CHARS, distinct, name_key
 from mneme.errors import ConcurrencyConflict, EntityNotFound, InvalidInput
@@ -29,16 +29,15 @@ from schemas.graph_events import (
     AnyGraphEvent,
     EntityChanged,
     EntityCreated,
-    EntityDeleted,
     GraphEvent,
-    RelationCreated,
-    RelationDeleted,
 )
 from schemas.queries import Entity, GraphEntities, GraphRelations, GraphResult, Relation
 from services.gateway.queries import QueryClient
 
 MAX_ATTEMPTS = 25
-MAX_ITEMS = 1000  # entities, relations or observation groups in one call
+S_ = TypeVar("S_")
+Last = tuple[int, GraphEvent] | None  # a subject's last event and its sequence
+AnyEvent = AnyGraphEvent | None
 
 
 @dataclass(frozen=True)
@@ -134,10 +133,38 @@ class GraphCommands:
         got: GraphResult = await self.queries.ask_confirmed(query, missed, self.log.last_seq)
         return got
 
-    async def _retry(self, n: int) -> None:
-        if n >= MAX_ATTEMPTS - 1:
-            raise ConcurrencyConflict(f"gave up after {MAX_ATTEMPTS} attempts: other writers keep changing it; retry")
-        await asyncio.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
+    async def _commit(
+        self,
+        ns: str,
+        subject: str,
+        aggregate: str,
+        who: tuple[Actor, str],
+        state: S_,
+        decide: Callable[[S_], AnyGraphEvent | None],
+        expected: Callable[[S_], int],
+        reload: Callable[[int], Awaitable[S_]],
+    ) -> tuple[int, AnyGraphEvent | None, S_]:
+        """The one retry policy of the graph's writes: decide from `state`, append with the subject's expected
+        sequence; when another writer got there first, `reload(their seq)` and decide again (after a short
+        random pause; CONCURRENCY_CONFLICT after MAX_ATTEMPTS). Returns (seq, event, state decided on); no
+        event (and seq 0) when the decider found nothing to do."""
+        actor, request_id = who
+        for n in range(MAX_ATTEMPTS):
+            event = decide(state)
+            if event is None:
+                return 0, None, state
+            try:
+                env = self._envelope(ns, aggregate, event, actor, request_id)
+                return await self._append(subject, env, expected(state)), event, state
+            except WrongLastSequence as lost:
+                state = await reload(lost.last_seq)
+                if n >= MAX_ATTEMPTS - 1:
+                    break
+                await asyncio.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
+        raise ConcurrencyConflict(f"gave up after {MAX_ATTEMPTS} attempts: other writers keep changing it; retry")
+
+    async def _last_on(self, subject: str, _seq: int = 0) -> Last:
+        return await self._last_event(subject)
 
     # -- entities ----------------------------------------------------------------------------
     async def create_entities(
@@ -145,8 +172,7 @@ class GraphCommands:
     ) -> GraphWrite:
         """Create the entities that do not exist (by name key, the first of duplicates in the call); those that
         do are left as they are and reported as existing."""
-        if len(items) > MAX_ITEMS:
-            raise InvalidInput("entities", f"at most {MAX_ITEMS} in one call")
+        gd.check_batch(items, "entities")
         out = GraphWrite()
         seen: set[str] = set()
         for item in items:
@@ -156,44 +182,25 @@ class GraphCommands:
             seen.add(key)
             eid = entity_id_for(ns, key)
             subject = S.entity_subject(ns, eid)
-            event = EntityCreated(
-                version=1,
-                entity_id=eid,
-                name=item.name,
-                entity_type=item.entity_type,
-                description=item.description,
-                observations=tuple(distinct(item.observations)),
-            )
-            expected = 0
-            for n in range(MAX_ATTEMPTS):
-                try:
-                    seq = await self._append(subject, self._envelope(ns, eid, event, actor, request_id), expected)
-                except WrongLastSequence as lost:
-                    last = await self._last_event(subject)
-                    if last is not None and isinstance(last[1], EntityDeleted):  # deleted before: it comes back
-                        expected = last[0]
-                        event = msgspec.structs.replace(event, version=last[1].version + 1)
-                        continue
-                    found = await self.entities(ns, [eid], max(min_seq, lost.last_seq))
-                    if eid in found:
-                        out.existing.append(found[eid])
-                        break
-                    await self._retry(n)
-                    continue
-                out.wrote(seq)
-                out.created.append(
-                    Entity(
-                        id=eid,
-                        name=item.name,
-                        entity_type=item.entity_type,
-                        description=item.description,
-                        observations=list(event.observations),
-                        version=event.version,
-                        last_seq=seq,
-                        created_at=self.clock(),
-                    )
-                )
-                break
+
+            def decide(last: Last, i: NewEntity = item, eid: str = eid) -> AnyGraphEvent | None:
+                prior = last[1] if last is not None else None
+                return gd.decide_entity_created(eid, i.name, i.entity_type, i.observations, i.description, last=prior)
+
+            seq, event, last = await self._commit(ns, subject, eid, (actor, request_id), None, decide, _seq_of,
+                                                  partial(self._last_on, subject))  # fmt: skip
+            if event is None:  # it exists: reported as it is
+                found = await self.entities(ns, [eid], max(min_seq, _seq_of(last)))
+                if eid in found:
+                    out.existing.append(found[eid])
+                continue
+            assert isinstance(event, EntityCreated)
+            out.wrote(seq)
+            out.created.append(
+                Entity(id=eid, name=item.name, entity_type=item.entity_type, description=item.description,
+                       observations=list(event.observations), version=event.version, last_seq=seq,
+                       created_at=self.clock())
+            )  # fmt: skip
         return out
 
     async def change_observations(
@@ -209,8 +216,7 @@ class GraphCommands:
     ) -> GraphWrite:
         """Add (or `remove`) observations, per entity name. `strict`: an unknown entity fails the whole call
         before anything is written (EntityNotFound); else it is reported in `missing`."""
-        if len(changes) > MAX_ITEMS:
-            raise InvalidInput("observations", f"at most {MAX_ITEMS} entities in one call")
+        gd.check_batch(changes, "observations", "entities")
         out = GraphWrite()
         ids = {name: entity_id_for(ns, name_key(name)) for name, _ in changes}
         known = await self.entities(ns, list(ids.values()), min_seq)
@@ -223,36 +229,30 @@ class GraphCommands:
             eid = ids[name]
             if eid not in known:
                 continue
-            subject = S.entity_subject(ns, eid)
-            state = known[eid]
-            for n in range(MAX_ATTEMPTS):
-                have = set(state.observations)
-                todo = [c for c in distinct(contents) if (c in have) == remove]
-                if not todo:
-                    out.changed.setdefault(name, [])
-                    break
-                event = (
-                    EntityChanged(version=state.version + 1, entity_id=eid, removed=tuple(todo))
-                    if remove
-                    else EntityChanged(version=state.version + 1, entity_id=eid, added=tuple(todo))
-                )
-                try:
-                    seq = await self._append(subject, self._envelope(ns, eid, event, actor, request_id), state.last_seq)
-                except WrongLastSequence as lost:
-                    again = await self.entities(ns, [eid], max(min_seq, lost.last_seq))
-                    if eid not in again:  # deleted meanwhile
-                        if strict:
-                            raise EntityNotFound(name) from None
-                        out.missing.append(name)
-                        break
-                    state = again[eid]
-                    await self._retry(n)
-                    continue
-                out.wrote(seq)
-                out.changed[name] = out.changed.get(name, []) + todo
-                out.deleted += len(todo) if remove else 0
-                break
+
+            def decide(st: Entity | None, contents: Sequence[str] = contents) -> AnyGraphEvent | None:
+                return None if st is None else gd.decide_observations(st, contents, remove=remove)
+
+            seq, event, state = await self._commit(ns, S.entity_subject(ns, eid), eid, (actor, request_id),
+                                                   known.get(eid), decide, _last_seq_of,
+                                                   partial(self._entity_after, ns, eid, min_seq))  # fmt: skip
+            if state is None:  # deleted meanwhile
+                if strict:
+                    raise EntityNotFound(name) from None
+                out.missing.append(name)
+                continue
+            if event is None:
+                out.changed.setdefault(name, [])
+                continue
+            assert isinstance(event, EntityChanged)
+            todo = list(event.removed if remove else event.added)
+            out.wrote(seq)
+            out.changed[name] = out.changed.get(name, []) + todo
+            out.deleted += len(todo) if remove else 0
         return out
+
+    async def _entity_after(self, ns: str, eid: str, min_seq: int, seq: int) -> Entity | None:
+        return (await self.entities(ns, [eid], max(min_seq, seq))).get(eid)
 
     async def delete_entities(
         self, ns: str, names: Sequence[str], actor: Actor, request_id: str, min_seq: int, reason: str | None = None
@@ -268,24 +268,14 @@ class GraphCommands:
         known = {e.id: e for e in got.entities}
         out.missing = [name for name, eid in ids.items() if eid not in known]
         for rel in got.relations:
-            seq = await self._delete_relation(ns, rel, actor, request_id, min_seq, reason)
-            out.wrote(seq)
+            out.wrote(await self._delete_relation(ns, rel, (actor, request_id), min_seq, reason))
         for eid in ids.values():
-            state = known.get(eid)
-            subject = S.entity_subject(ns, eid)
-            for n in range(MAX_ATTEMPTS):
-                if state is None:
-                    break
-                event = EntityDeleted(version=state.version + 1, entity_id=eid, reason=reason)
-                try:
-                    seq = await self._append(subject, self._envelope(ns, eid, event, actor, request_id), state.last_seq)
-                except WrongLastSequence as lost:
-                    state = (await self.entities(ns, [eid], max(min_seq, lost.last_seq))).get(eid)
-                    await self._retry(n)
-                    continue
+            seq, event, _ = await self._commit(ns, S.entity_subject(ns, eid), eid, (actor, request_id),
+                                               known.get(eid), partial(gd.decide_entity_deleted, reason=reason),
+                                               _last_seq_of, partial(self._entity_after, ns, eid, min_seq))  # fmt: skip
+            if event is not None:
                 out.wrote(seq)
                 out.deleted += 1
-                break
         return out
 
     # -- relations ---------------------------------------------------------------------------
@@ -294,8 +284,7 @@ class GraphCommands:
     ) -> GraphWrite:
         """Create relations between existing entities (an unknown end fails the whole call before anything is
         written); a relation that exists (same ends, same type) is reported as existing."""
-        if len(items) > MAX_ITEMS:
-            raise InvalidInput("relations", f"at most {MAX_ITEMS} in one call")
+        gd.check_batch(items, "relations")
         ends = {n: entity_id_for(ns, name_key(n)) for r in items for n in (r.from_name, r.to_name)}
         known = await self.entities(ns, list(ends.values()), min_seq)
         for i, r in enumerate(items):
@@ -311,43 +300,30 @@ class GraphCommands:
                 continue
             seen.add(rid)
             subject = S.relation_subject(ns, rid)
-            event = RelationCreated(
-                version=1, relation_id=rid, from_id=fid, to_id=tid, relation_type=r.relation_type, weight=r.weight
-            )
-            expected = 0
-            for n in range(MAX_ATTEMPTS):
-                try:
-                    seq = await self._append(subject, self._envelope(ns, rid, event, actor, request_id), expected)
-                except WrongLastSequence as lost:
-                    last = await self._last_event(subject)
-                    if last is not None and isinstance(last[1], RelationDeleted):
-                        expected = last[0]
-                        event = msgspec.structs.replace(event, version=last[1].version + 1)
-                        continue
-                    got = await self.queries.ask(
-                        GraphRelations(namespace=ns, now=self.clock(), min_seq=max(min_seq, lost.last_seq), ids=(rid,))
-                    )
-                    if got.relations:
-                        out.existing.append(got.relations[0])
-                        break
-                    await self._retry(n)
-                    continue
-                out.wrote(seq)
-                out.created.append(
-                    Relation(
-                        id=rid,
-                        from_id=fid,
-                        from_name=known[fid].name,
-                        to_id=tid,
-                        to_name=known[tid].name,
-                        relation_type=r.relation_type,
-                        weight=r.weight,
-                        version=event.version,
-                        last_seq=seq,
-                    )
-                )
-                break
+
+            def decide(
+                last: Last, r: NewRelation = r, ids: tuple[str, str, str] = (rid, fid, tid)
+            ) -> AnyGraphEvent | None:
+                prior = last[1] if last is not None else None
+                return gd.decide_relation_created(*ids, r.relation_type, r.weight, last=prior)
+
+            seq, event, last = await self._commit(ns, subject, rid, (actor, request_id), None, decide, _seq_of,
+                                                  partial(self._last_on, subject))  # fmt: skip
+            if event is None:  # it exists: reported as it is
+                found = await self._relation_after(ns, rid, max(min_seq, _seq_of(last)))
+                if found is not None:
+                    out.existing.append(found)
+                continue
+            out.wrote(seq)
+            out.created.append(
+                Relation(id=rid, from_id=fid, from_name=known[fid].name, to_id=tid, to_name=known[tid].name,
+                         relation_type=r.relation_type, weight=r.weight, version=event.version, last_seq=seq)
+            )  # fmt: skip
         return out
+
+    async def _relation_after(self, ns: str, rid: str, seq: int) -> Relation | None:
+        got = await self.queries.ask(GraphRelations(namespace=ns, now=self.clock(), min_seq=seq, ids=(rid,)))
+        return got.relations[0] if got.relations else None
 
     async def delete_relations(
         self, ns: str, items: Sequence[NewRelation], actor: Actor, request_id: str, min_seq: int
@@ -363,28 +339,30 @@ class GraphCommands:
         got = await self._confirmed(query, lambda g: len(g.relations) < len(ids))
         out = GraphWrite()
         for rel in got.relations:
-            out.wrote(await self._delete_relation(ns, rel, actor, request_id, min_seq, None))
+            out.wrote(await self._delete_relation(ns, rel, (actor, request_id), min_seq, None))
             out.deleted += 1
         return out
 
     async def _delete_relation(
-        self, ns: str, rel: Relation, actor: Actor, request_id: str, min_seq: int, reason: str | None
+        self, ns: str, rel: Relation, who: tuple[Actor, str], min_seq: int, reason: str | None
     ) -> int:
-        subject = S.relation_subject(ns, rel.id)
+        async def reload(seq: int) -> Relation | None:
+            return await self._relation_after(ns, rel.id, max(min_seq, seq))
+
         state: Relation | None = rel
-        for n in range(MAX_ATTEMPTS):
-            if state is None:
-                return 0
-            event = RelationDeleted(version=state.version + 1, relation_id=rel.id, reason=reason)
-            try:
-                return await self._append(subject, self._envelope(ns, rel.id, event, actor, request_id), state.last_seq)
-            except WrongLastSequence as lost:
-                got = await self.queries.ask(
-                    GraphRelations(namespace=ns, now=self.clock(), min_seq=max(min_seq, lost.last_seq), ids=(rel.id,))
-                )
-                state = got.relations[0] if got.relations else None
-                await self._retry(n)
-        return 0
+        seq, _, _ = await self._commit(ns, S.relation_subject(ns, rel.id), rel.id, who, state,
+                                       partial(gd.decide_relation_deleted, reason=reason), _last_seq_of,
+                                       reload)  # fmt: skip
+        return seq
+
+
+def _seq_of(last: Last) -> int:
+    """The expected sequence of a subject whose last event is `last` (0: none yet)."""
+    return last[0] if last is not None else 0
+
+
+def _last_seq_of(state: Entity | Relation | None) -> int:
+    return state.last_seq if state is not None else 0
 
 
 def relation_type(value: str, fld: str) -> str:

@@ -10,6 +10,7 @@ request id records the reset once.
 
 from __future__ import annotations
 
+from mneme.domain.reset_decider import ResetTally, decide_reset, keeps
 from mneme.errors import MnemeError
 from mneme.eventlog import EventLog
 from mneme.ids import envelope
@@ -26,7 +27,6 @@ from services.gateway.application.memories import Memories
 from services.gateway.application.reads import Reads
 from services.gateway.commands import Clock
 
-SKIPPED = ("MEMORY_NOT_FOUND", "MEMORY_LOCKED", "WRITE_NOT_ALLOWED", "PERMISSION_ERROR")
 BATCH = 500
 
 
@@ -41,15 +41,14 @@ class Namespaces:
     async def reset(self, call: Caller, reason: str) -> NamespaceReset:
         """Reset the call's namespace; the `namespace_reset` event recorded (its counts and `before_seq`)."""
         before = await self.log.last_seq()
-        memories, kept = await self._delete_memories(call, reason)
-        entities, relations = await self._delete_graph(call, reason)
-        chunks = 0
+        tally = ResetTally()
+        await self._delete_memories(call, reason, tally)
+        await self._delete_graph(call, reason, tally)
         projects = await self.reads.status(call, CodeProjects(namespace=call.namespace, now=self.clock()))
         for p in projects.projects:
             await self.code.delete(call, p.project_id)
-            chunks += p.total_chunks
-        ev = NamespaceReset(reason=reason, before_seq=before, memories=memories, entities=entities,
-                            relations=relations, code_chunks=chunks, kept=kept)  # fmt: skip
+            tally.code_chunks += p.total_chunks
+        ev = decide_reset(reason, before, tally)
         key = f"reset:{call.namespace}:{call.request_id}"
         env = envelope(key, call.namespace, "reset", ev, call.principal.actor, call.request_id, self.clock())
         seq, _ = await self.log.append(
@@ -58,34 +57,34 @@ class Namespaces:
         self.marks.wrote(seq)
         return ev
 
-    async def _delete_memories(self, call: Caller, reason: str) -> tuple[int, int]:
-        """(deleted, kept): every memory of the namespace this caller may delete."""
-        deleted = kept = 0
+    async def _delete_memories(self, call: Caller, reason: str, tally: ResetTally) -> None:
+        """Every memory of the namespace this caller may delete (the others kept, counted)."""
         while True:
             got = await self.reads.ask(call, ListMemories, status="any", include_expired=True, sort_by="created_at",
-                                       sort_order="asc", limit=BATCH, offset=kept)  # fmt: skip
+                                       sort_order="asc", limit=BATCH, offset=tally.kept)  # fmt: skip
             if not got.items:
-                return deleted, kept
+                return
             for row in got.items:
                 cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=True, reason=reason)
                 try:
                     await self.memories.apply("delete", call, cmd)
                 except MnemeError as exc:
-                    if exc.code not in SKIPPED:
+                    if not keeps(exc.code):
                         raise
-                    kept += 1
+                    tally.kept += 1
                     continue
-                deleted += 1
+                tally.memories += 1
 
-    async def _delete_graph(self, call: Caller, reason: str) -> tuple[int, int]:
-        """(entities, relations) deleted: every entity of the namespace, and the relations that touch them."""
-        entities, relations = 0, set[str]()
+    async def _delete_graph(self, call: Caller, reason: str, tally: ResetTally) -> None:
+        """Every entity of the namespace, and the relations that touch them."""
+        relations: set[str] = set()
         while True:
             graph = await self.reads.ask(call, GraphEntities, limit=BATCH, relations="either")
             if not graph.entities:
-                return entities, len(relations)
+                break
             relations.update(r.id for r in graph.relations)
             gone = await self.graph.delete_entities(call, [e.name for e in graph.entities], reason=reason)
-            entities += gone.deleted
+            tally.entities += gone.deleted
             if gone.deleted == 0:  # nothing could be deleted: stop rather than loop
-                return entities, len(relations)
+                break
+        tally.relations = len(relations)
