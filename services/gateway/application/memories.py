@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from mneme.domain import decider
 from mneme.domain.state import MemoryState
-from mneme.errors import MnemeError
+from mneme.errors import IdempotencyKeyReused, MnemeError
 from mneme.ids import memory_id_for
 from schemas.commands import CreateMemory, DeleteMemory
 from schemas.events import Actor
@@ -116,8 +116,12 @@ class Memories:
         self, run: Callable[..., Any], call: Caller, cmd: Any, request_id: str | None, options: dict[str, Any]
     ) -> Written:
         rid = request_id or call.request_id
-        w: Written = await run(
-            cmd, actor=call.principal.actor, request_id=rid, min_seq=await self.marks.mark(), **options
-        )
+        try:
+            w: Written = await run(
+                cmd, actor=call.principal.actor, request_id=rid, min_seq=await self.marks.mark(), **options
+            )
+        except IdempotencyKeyReused as reused:  # the request was made before (maybe through another gateway):
+            self.marks.wrote(reused.details["seq"])  # a read of what it wrote then waits for it
+            raise
         self.marks.wrote(w.seq)
         return w

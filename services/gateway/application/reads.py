@@ -52,6 +52,14 @@ class Reads:
             call.answered.append(got)
             return got.result
 
+    async def probe(self, call: Caller, query: Query) -> Any:
+        """A health probe answered by the projector as it stands, at once: not after the mark (a semantic probe
+        would wait for the vector index to embed this gateway's writes, and report a busy index as failed),
+        nor after the embedding model (it says "loading" instead of waiting)."""
+        got = await self.queries.answer(msgspec.structs.replace(query, min_seq=0), wait_model=False)
+        call.answered.append(got)
+        return got.result
+
     async def _after_mark(self, query: Q) -> Q:
         mark = await self.marks.mark()
         return msgspec.structs.replace(query, min_seq=mark) if mark > query.min_seq else query

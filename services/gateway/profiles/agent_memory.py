@@ -3,7 +3,7 @@ over mneme's one memory.
 
 Typed memories (core / learning / task: the domain's `kind`) with an importance level (high / medium / low on
 the native 0-1 scale), queried with filters, keyword search, sorting and pagination, archived or deleted, and
-counted. Every tool is a thin translation onto the gateway's commands and queries: the domain validates and
+counted. Every tool is a thin translation onto the application's use cases (call.app): the domain validates and
 decides, the projections answer, and what an agent stores here every other profile reads. The shapes and the
 error format are in agent_memory_shapes.py; docs/profiles.md (agent-memory) maps each tool and every choice.
 """
@@ -85,7 +85,6 @@ async def store_memory(
     """Store a new memory or update an existing one. Memories persist across sessions and help maintain context.
     Without id a new memory is created; with the id of an existing memory it is updated (type and content
     replaced; category, tags and importance replaced when given, kept when omitted). Returns the complete memory."""
-    gw = _gw(call)
     if id is not None:
         memory, _ = await _update(
             call, id, kind=type, content=content, category=category, tags=tags, importance=importance
@@ -99,10 +98,7 @@ async def store_memory(
         tags=tuple(tags or ()),
         importance=STORED[importance or "medium"],
     )
-    w = await gw.commands.create(
-        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.memories.create(call, cmd)
     assert w.memory is not None
     return Stored(id=w.memory.id, created=True, memory=AgentMemory.of(w.memory))
 
@@ -126,8 +122,7 @@ async def query_memories(
     """Query and filter stored memories. Filters combine (all must hold); search keeps the memories whose content
     contains any of its words (case and word endings ignored: 'tests' finds 'testing'). Results are sorted by
     sort_by (default: most recently accessed first) and paged with limit/offset; total counts every match."""
-    gw = _gw(call)
-    min_seq = await gw.min_seq()
+    gw, reads = _gw(call), call.app.reads
     lo, hi = level_range(importance) if importance is not None else (None, None)
     filters: dict[str, Any] = {
         **(AGENT_MEMORY.filter_of(type) if type is not None else {}),  # what shows as that type
@@ -138,36 +133,30 @@ async def query_memories(
     }
     ids = None
     if search is not None and search.strip():
-        found = await gw.queries.ask(
-            SearchMemories(
-                namespace=call.namespace,
-                now=gw.now(),
-                min_seq=min_seq,
-                mode="keyword",
-                query=search,
-                limit=SEARCH_CAP,
-                threshold=0.0,
-                status="any" if archived else "live",
-                **filters,
-            )
-        )
-        ids = tuple(h.memory.id for h in found.hits if h.memory.namespace == call.namespace)
-    got = await gw.queries.ask(
-        ListMemories(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=min_seq,
+        found = await reads.ask(
+            call,
+            SearchMemories,
+            mode="keyword",
+            query=search,
+            limit=SEARCH_CAP,
+            threshold=0.0,
             status="any" if archived else "live",
-            limit=limit,
-            offset=offset,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            ids=ids,
-            unread_as_created=True,
-            # read-your-reads: ordered by access, this client's earlier reads count
-            min_access_seq=await gw.access.published() if sort_by in ("accessed_at", "access_count") else 0,
             **filters,
         )
+        ids = tuple(h.memory.id for h in found.hits if h.memory.namespace == call.namespace)
+    got = await reads.ask(
+        call,
+        ListMemories,
+        status="any" if archived else "live",
+        limit=limit,
+        offset=offset,
+        sort_by=sort_by,
+        sort_order=sort_order,
+        ids=ids,
+        unread_as_created=True,
+        # read-your-reads: ordered by access, this client's earlier reads count
+        min_access_seq=await gw.access.published() if sort_by in ("accessed_at", "access_count") else 0,
+        **filters,
     )
     memories = [AgentMemory.of(r.memory, r.accessed_at, r.access_count) for r in got.items]
     call.read([m.id for m in memories])
@@ -212,15 +201,11 @@ async def delete_memory(
 ) -> Deleted:
     """Delete or archive a memory. By default it is archived (hidden from queries unless archived=true, and
     restorable with update_memory archived=false); permanent=true deletes it for good."""
-    gw = _gw(call)
-    row, _ = await gw.change(
+    row, _ = await call.app.memories.change(
+        "delete",
         call,
-        id,
-        None,
-        None,
-        None,
+        (id, None, None),
         lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=permanent),
-        gw.commands.delete,
     )
     return Deleted(success=True, action="deleted" if permanent else "archived", id=row.memory.id)
 
@@ -229,19 +214,15 @@ async def delete_memory(
 async def get_memory_stats(call: Call) -> MemoryStatsOut:
     """Get statistics about stored memories: counts by type and importance, archived count, storage used,
     oldest and newest, the most accessed memory and the top 10 tags."""
-    gw = _gw(call)
-    min_seq = await gw.min_seq()
-    r = await gw.queries.ask(MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=min_seq, top_tags=10))
-    top = await gw.queries.ask(
-        ListMemories(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=min_seq,
-            min_access_seq=await gw.access.published(),  # read-your-reads: this client's reads count
-            limit=1,
-            sort_by="access_count",
-            sort_order="desc",
-        )
+    gw, reads = _gw(call), call.app.reads
+    r = await reads.ask(call, MemoryStats, top_tags=10)
+    top = await reads.ask(
+        call,
+        ListMemories,
+        min_access_seq=await gw.access.published(),  # read-your-reads: this client's reads count
+        limit=1,
+        sort_by="access_count",
+        sort_order="desc",
     )
     most = None
     if top.items and (top.items[0].access_count or 0) > 0:
@@ -273,9 +254,8 @@ async def _update(
     """Change what was given, through the domain's update (then archive or restore); returns the memory and the
     contract's names of the fields whose value changed. An importance level the memory already reads back as
     keeps its finer native value (0.95 stays 0.95 when 'high' is asked)."""
-    gw = _gw(call)
-    min_seq = await gw.min_seq()
-    row = await gw.resolve(call.namespace, id, None, None, min_seq)
+    memories = call.app.memories
+    row = await call.app.reads.resolve(call, id)
     state = row.memory
     fields: dict[str, Any] = {}
     if kind is not None:
@@ -289,15 +269,8 @@ async def _update(
     if importance is not None and level_of(state.importance) != importance:
         fields["importance"] = STORED[importance]
     changed: list[str] = []
-    actor, rid = call.principal.actor, call.request_id
     if fields:
-        w = await gw.commands.update(
-            UpdateMemory(namespace=call.namespace, memory_id=state.id, **fields),
-            actor=actor,
-            request_id=rid,
-            min_seq=min_seq,
-        )
-        gw.noted(w.seq)
+        w = await memories.apply("update", call, UpdateMemory(namespace=call.namespace, memory_id=state.id, **fields))
         assert w.memory is not None
         state = w.memory
         changed = [
@@ -305,20 +278,9 @@ async def _update(
         ]
     if archived is not None and archived != (state.status == ARCHIVED):
         if archived:
-            w = await gw.commands.delete(
-                DeleteMemory(namespace=call.namespace, memory_id=state.id),
-                actor=actor,
-                request_id=rid,
-                min_seq=await gw.min_seq(),
-            )
+            w = await memories.apply("delete", call, DeleteMemory(namespace=call.namespace, memory_id=state.id))
         else:
-            w = await gw.commands.restore(
-                RestoreMemory(namespace=call.namespace, memory_id=state.id),
-                actor=actor,
-                request_id=rid,
-                min_seq=await gw.min_seq(),
-            )
-        gw.noted(w.seq)
+            w = await memories.apply("restore", call, RestoreMemory(namespace=call.namespace, memory_id=state.id))
         assert w.memory is not None
         state = w.memory
         changed.append("archived")

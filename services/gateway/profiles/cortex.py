@@ -2,7 +2,7 @@
 categories, citations, expiry, recent memories and reindex, over the one memory.
 
 Every tool takes the required `store`, a name in the store registry (cortex_support.py): store S is the domain's
-`store` S in the namespace it is registered with. Bodies speak to the gateway's commands and queries only; the
+`store` S in the namespace it is registered with. Bodies speak to the application's use cases only (call.app); the
 domain decides (paths, tags, citations, locks, path uniqueness) and its errors leave as the contract's McpError
 codes. docs/profiles.md (cortex) maps each tool and records each choice.
 """
@@ -68,32 +68,23 @@ def _tokens(content: str) -> int:
     return math.ceil(len(content) / 4)
 
 
-async def _find(call: Call, gw: Gateway, store: str, path: str, *, archived: bool = False) -> MemoryRow:
+async def _find(call: Call, store: str, path: str, *, archived: bool = False) -> MemoryRow:
     """The memory at store:path, expired ones included. An archived memory (deleted on the native surface,
     restorable there) is not there for cortex, except for `archived=True` (remove_memory frees its path)."""
     with cortex_words(path):
-        row = await gw.resolve(call.namespace, None, store, path, await gw.min_seq())
+        row = await call.app.reads.resolve(call, None, store, path)
         if row.memory.status == ARCHIVED and not archived:
             raise MemoryNotFound(path)
     return row
 
 
 async def _category(
-    call: Call, gw: Gateway, store: str, category: str | None, include_expired: bool, min_seq: int
+    call: Call, store: str, category: str | None, include_expired: bool
 ) -> tuple[str | None, list[Subcategory]]:
     """The category (None: the store's root) and its direct subcategories; CategoryNotFound if the store's
     category index does not hold it."""
     path = v.category_path(category, "category") if category else None
-    got = await gw.queries.ask(
-        StoreCategories(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=min_seq,
-            store=store,
-            parent=path,
-            include_expired=include_expired,
-        )
-    )
+    got = await call.app.reads.ask(call, StoreCategories, store=store, parent=path, include_expired=include_expired)
     if not got.exists:
         raise CategoryNotFound(category or "")
     return path, [Subcategory(path=c.path, memory_count=c.memory_count) for c in got.categories]
@@ -114,7 +105,7 @@ async def add_memory(
 ) -> Annotated[CallToolResult, Written]:
     """Create a new memory at a path in a store; the store and the path's categories are created as needed.
     A path that already holds a memory is an error (update_memory changes it)."""
-    gw = _gw(call, store)
+    _gw(call, store)
     cmd = CreateMemory(
         namespace=call.namespace,
         store=store,
@@ -125,10 +116,7 @@ async def add_memory(
         expires_at=parse_time(expires_at, "expires_at"),
     )
     with cortex_words(path):
-        w = await gw.commands.create(
-            cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-        )
-    gw.noted(w.seq)
+        await call.app.memories.create(call, cmd)
     return receipt(Written(message=f"Memory created at {path}", store=store, path=path))
 
 
@@ -139,7 +127,7 @@ async def get_memory(
     """Retrieve a memory's content and metadata (tags, timestamps, expiry, citations). An expired memory is
     an error unless include_expired."""
     gw = _gw(call, store)
-    m = (await _find(call, gw, store, path)).memory
+    m = (await _find(call, store, path)).memory
     if m.is_expired(gw.now()) and not include_expired:
         raise reworded(MemoryNotFound(path), f"Memory expired: {path}")
     call.read([m.id])
@@ -169,7 +157,7 @@ async def update_memory(
     ] = None,
 ) -> Annotated[CallToolResult, Written]:
     """Update a memory's content or metadata (tags, expiry, citations); what is omitted is kept."""
-    gw = _gw(call, store)
+    _gw(call, store)
     if clear_expiry and expires_at is not None:
         raise InvalidInput("clear_expiry", "give expires_at or clear_expiry, not both")
     fields: dict[str, object] = {}
@@ -181,16 +169,13 @@ async def update_memory(
         fields["citations"] = tuple(citations)
     if expires_at is not None or clear_expiry:
         fields["expires_at"] = parse_time(expires_at, "expires_at")
-    row = await _find(call, gw, store, path)
+    row = await _find(call, store, path)
     with cortex_words(path):
-        await gw.change(
+        await call.app.memories.change(
+            "update",
             call,
-            row.memory.id,
-            None,
-            None,
-            None,
+            (row.memory.id, None, None),
             lambda mid: UpdateMemory(namespace=call.namespace, memory_id=mid, **fields),  # type: ignore
-            gw.commands.update,
         )
     return receipt(Written(message=f"Memory updated at {path}", store=store, path=path))
 
@@ -198,17 +183,14 @@ async def update_memory(
 @tools.tool(intent="write", hints=DESTRUCTIVE)
 async def remove_memory(call: Call, store: StoreArg, path: PathArg) -> Annotated[CallToolResult, Written]:
     """Delete a memory; its path is free again. (Its history stays in the log.)"""
-    gw = _gw(call, store)
-    row = await _find(call, gw, store, path, archived=True)
+    _gw(call, store)
+    row = await _find(call, store, path, archived=True)
     with cortex_words(path):
-        await gw.change(
+        await call.app.memories.change(
+            "delete",
             call,
-            row.memory.id,
-            None,
-            None,
-            None,
+            (row.memory.id, None, None),
             lambda mid: DeleteMemory(namespace=call.namespace, memory_id=mid, permanent=True),
-            gw.commands.delete,
         )
     return receipt(Written(message=f"Memory removed at {path}", store=store, path=path))
 
@@ -222,17 +204,14 @@ async def move_memory(
 ) -> Annotated[CallToolResult, Moved]:
     """Move or rename a memory inside its store; the destination's categories are created as needed. An
     occupied destination is an error."""
-    gw = _gw(call, store)
-    row = await _find(call, gw, store, from_path)
+    _gw(call, store)
+    row = await _find(call, store, from_path)
     with cortex_words(from_path, to_path=to_path):
-        await gw.change(
+        await call.app.memories.change(
+            "move",
             call,
-            row.memory.id,
-            None,
-            None,
-            None,
+            (row.memory.id, None, None),
             lambda mid: MoveMemory(namespace=call.namespace, memory_id=mid, to_path=to_path),
-            gw.commands.move,
         )
     return receipt(
         Moved(message=f"Memory moved from {from_path} to {to_path}", store=store, from_path=from_path, to_path=to_path)
@@ -249,24 +228,20 @@ async def list_memories(
     """List the memories in a category (or at the store's root) with their subcategories. Each entry has
     its path, token estimate, expiry and updated_at."""
     gw = _gw(call, store)
-    min_seq = await gw.min_seq()
-    cat, subcategories = await _category(call, gw, store, category, include_expired, min_seq)
+    cat, subcategories = await _category(call, store, category, include_expired)
     rows: list[MemoryRow] = []
     while True:
-        got = await gw.queries.ask(
-            ListMemories(
-                namespace=call.namespace,
-                now=gw.now(),
-                min_seq=min_seq,
-                store=store,
-                category_path=cat or "",
-                recursive=False,
-                include_expired=include_expired,
-                limit=PAGE,
-                offset=len(rows),
-                sort_by="created_at",
-                sort_order="asc",
-            )
+        got = await call.app.reads.ask(
+            call,
+            ListMemories,
+            store=store,
+            category_path=cat or "",
+            recursive=False,
+            include_expired=include_expired,
+            limit=PAGE,
+            offset=len(rows),
+            sort_by="created_at",
+            sort_order="asc",
         )
         rows += got.items
         if not got.items or len(rows) >= got.total:
@@ -292,10 +267,10 @@ async def list_memories(
 @tools.tool(intent="write", hints=DESTRUCTIVE)
 async def prune_memories(call: Call, store: StoreArg) -> PruneOutcome:
     """Delete every expired memory in the store. Returns how many and which (a count of zero when none)."""
-    gw = _gw(call, store)
+    _gw(call, store)
     pruned = [
         PrunedMemory(path=m.path or "", expires_at=m.expires_at)
-        for m in await gw.prune_expired(call, store)
+        for m in await call.app.memories.prune_expired(call, store)
         if m.expires_at is not None
     ]
     pruned.sort(key=lambda p: p.path)
@@ -306,11 +281,9 @@ async def prune_memories(call: Call, store: StoreArg) -> PruneOutcome:
 async def reindex_store(call: Call, store: StoreArg) -> ReindexOutcome:
     """Rebuild the store's category index from the memory log (a repair: the index is always rebuildable).
     Returns the store reindexed and what the rebuild found and changed."""
-    gw = _gw(call, store)
+    _gw(call, store)
     try:
-        got = await gw.queries.ask(
-            ReindexCategories(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), store=store)
-        )
+        got = await call.app.reads.ask(call, ReindexCategories, store=store)
     except MnemeError as exc:
         raise MnemeError(f"Reindex failed for store '{store}': {exc.message}") from None  # code INTERNAL
     return ReindexOutcome(
@@ -341,21 +314,17 @@ async def cortex_get_recent_memories(
 ) -> RecentMemories:
     """The most recently updated memories of a store (or of one category and its subcategories), newest
     first, each with its full content, tags and a token estimate: context to load at the start of a session."""
-    gw = _gw(call, store)
-    min_seq = await gw.min_seq()
-    cat = (await _category(call, gw, store, category, include_expired, min_seq))[0] if category else None
-    got = await gw.queries.ask(
-        ListMemories(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=min_seq,
-            store=store,
-            category_path=cat,
-            include_expired=include_expired,
-            limit=limit,
-            sort_by="updated_at",
-            sort_order="desc",
-        )
+    _gw(call, store)
+    cat = (await _category(call, store, category, include_expired))[0] if category else None
+    got = await call.app.reads.ask(
+        call,
+        ListMemories,
+        store=store,
+        category_path=cat,
+        include_expired=include_expired,
+        limit=limit,
+        sort_by="updated_at",
+        sort_order="desc",
     )
     memories = [
         RecentMemory(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from functools import partial
 from typing import Any, TypeVar
 
 import msgspec
@@ -25,6 +24,7 @@ from mneme.principals import SYSTEM_SEGMENT
 from schemas.access import AccessDenied
 from schemas.commands import CreateMemory, DeprecateMemory, LockMemory, UpdateMemory
 from schemas.queries import MemoryHistory, MemoryRow, SearchHit, SearchMemories, VersionInfo
+from services.gateway.application.memories import Op
 from services.gateway.commands import Written
 from services.gateway.gateway import Call, Gateway
 from services.gateway.params import READ, WRITE, RequestContext
@@ -131,11 +131,11 @@ async def audited(call: Call, memory_id: str, work: Callable[[str], Awaitable[T]
 
 async def not_a_rule(call: Call, context: RequestContext, memory_id: str) -> None:
     """A change aimed at one of the organization's rules is a scope violation, not a missing memory."""
-    gw, rules = call.gw, rules_namespace(call, context)
-    if gw is None or rules is None:
+    rules = rules_namespace(call, context)
+    if call.gw is None or rules is None:
         return
     try:
-        await gw.resolve(rules, memory_id, None, None, await gw.min_seq())
+        await call.app.reads.resolve(call, memory_id, namespace=rules)
     except MemoryNotFound:
         return
     raise ScopeViolation(f"memory {memory_id} is an organization rule: read-only through this surface", "memory_id")
@@ -146,12 +146,14 @@ async def change(
     context: RequestContext,
     memory_id: str,
     build: Callable[[str], Any],
-    apply: Callable[..., Awaitable[Written]],
+    op: Op,
+    **options: Any,
 ) -> tuple[MemoryRow, Written]:
-    """An existing memory of the active repository, changed through the write side (gw.change)."""
+    """An existing memory of the active repository, changed through the write side (the application's
+    `memories.change`, running `op` with these options)."""
     assert call.gw is not None
     try:
-        return await call.gw.change(call, memory_id, None, None, None, build, apply)
+        return await call.app.memories.change(op, call, (memory_id, None, None), build, **options)
     except MemoryNotFound:
         await not_a_rule(call, context, memory_id)
         raise
@@ -169,14 +171,11 @@ async def memory_write(
     (new content and type, next version); a locked memory is MEMORY_LOCKED. AI agents may not write the
     types business_rule and system_constraint (WRITE_NOT_ALLOWED). A retry with the same context.request_id
     is applied once."""
-    gw = gateway(call, context)
+    gateway(call, context)
     writable(call)
     if memory_id is None:
         cmd = CreateMemory(namespace=call.namespace, content=content, kind=type)
-        w = await gw.commands.create(
-            cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-        )
-        gw.noted(w.seq)
+        w = await call.app.memories.create(call, cmd)
         m = w.memory
     else:
         _, w = await audited(
@@ -187,7 +186,8 @@ async def memory_write(
                 context,
                 mid,
                 lambda i: UpdateMemory(namespace=call.namespace, memory_id=i, content=content, kind=type),
-                partial(gw.commands.update, locked_for_all=True),  # a lock freezes a rule, for admins too
+                "update",
+                locked_for_all=True,  # a lock freezes a rule, for admins too
             ),
         )
         m = w.memory
@@ -202,12 +202,11 @@ async def memory_search(
     """Find the memories relevant to a question (RAG), in the active repository and the verified rules of
     the organization. Ordered: exact matches in the repository, then semantic matches in it, then verified
     organization rules; limit 1-10 (default 5). Each result: memory_id, content, type, status, scope_origin."""
-    gw = gateway(call, context)
+    gateway(call, context)
     rules = rules_namespace(call, context)
-    q = SearchMemories(
-        namespace=call.namespace,
-        now=gw.now(),
-        min_seq=await gw.min_seq(),
+    got = await call.app.reads.ask(
+        call,
+        SearchMemories,
         mode="hybrid",
         query=query,
         rule_namespaces=(rules,) if rules else (),
@@ -215,7 +214,6 @@ async def memory_search(
         threshold=0.0,
         kind=type_filter,
     )
-    got = await gw.queries.ask(q)
     needle = " ".join(query.split()).casefold()
 
     def matches(h: SearchHit) -> bool:  # exact (the projector's "exact" group, or the text in a rule) or semantic
@@ -247,14 +245,14 @@ async def memory_read(call: Call, memory_id: MemoryIdArg, context: RequestContex
     gw = gateway(call, context)
 
     async def read(mid: str) -> tuple[MemoryRow, list[VersionInfo]]:
-        min_seq = await gw.min_seq()
+        reads = call.app.reads
         try:
-            row, history, _ = await gw.resolve_with_history(call.namespace, mid, None, None, min_seq, history=HISTORY)
+            row, history, _ = await reads.resolve_with_history(call, mid, history=HISTORY)
         except MemoryNotFound:
             rules = rules_namespace(call, context)
             if rules is None:
                 raise
-            row, history, _ = await gw.resolve_with_history(rules, mid, None, None, min_seq, history=HISTORY)
+            row, history, _ = await reads.resolve_with_history(call, mid, namespace=rules, history=HISTORY)
         if row.memory.is_expired(gw.now()):  # expired memories are hidden, as everywhere
             raise MemoryNotFound(mid)
         return row, history
@@ -301,9 +299,7 @@ async def memory_lock(call: Call, memory_id: MemoryIdArg, context: RequestContex
     row, w = await audited(
         call,
         memory_id,
-        lambda mid: change(
-            call, context, mid, lambda i: LockMemory(namespace=call.namespace, memory_id=i), gw.commands.govern
-        ),
+        lambda mid: change(call, context, mid, lambda i: LockMemory(namespace=call.namespace, memory_id=i), "govern"),
     )
     m = w.memory or row.memory
     locked_at = m.updated_at if w.changed else await lock_time(gw, call, m.id) or m.updated_at
@@ -316,7 +312,7 @@ async def memory_deprecate(
 ) -> DeprecateResult:
     """Mark a memory obsolete, with the reason. It stays readable, with status 'deprecated', and ranks below
     the rest in memory-search. A locked memory is MEMORY_LOCKED for AI agents."""
-    gw = gateway(call, context)
+    gateway(call, context)
     writable(call)
     row, w = await audited(
         call,
@@ -326,7 +322,7 @@ async def memory_deprecate(
             context,
             mid,
             lambda i: DeprecateMemory(namespace=call.namespace, memory_id=i, reason=reason),
-            gw.commands.govern,
+            "govern",
         ),
     )
     m = w.memory or row.memory
@@ -339,9 +335,9 @@ async def memory_deprecate(
 async def lock_time(gw: Gateway, call: Call, memory_id: str) -> datetime | None:
     """When a memory that is already locked was locked: the time of its newest memory_locked version (the
     same clock as a fresh lock's answer)."""
-    q = MemoryHistory(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), memory_id=memory_id, limit=1)
-    total = (await gw.queries.ask(q)).total
-    got = await gw.queries.ask(msgspec.structs.replace(q, limit=100, offset=max(0, total - 100)))
+    q = MemoryHistory(namespace=call.namespace, now=gw.now(), memory_id=memory_id, limit=1)
+    total = (await call.app.reads.send(call, q)).total
+    got = await call.app.reads.send(call, msgspec.structs.replace(q, limit=100, offset=max(0, total - 100)))
     return next((v.state.updated_at for v in reversed(got.versions) if v.event_type == "memory_locked"), None)
 
 

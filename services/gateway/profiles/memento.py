@@ -92,18 +92,18 @@ async def list_recent_memories(
     gw = call.gw
     assert gw is not None
     now = gw.now()
-    got = await gw.queries.ask(
+    got = await call.app.reads.send(  # (built here: the one `now` is also the validity time asked for)
+        call,
         ListMemories(
             namespace=call.namespace,
             now=now,
-            min_seq=await gw.min_seq(),
             subject=_given(subject_filter),
             status="active",
             valid_at=now,
             limit=limit,
             sort_by="created_at",
             sort_order="desc",
-        )
+        ),
     )
     out = [MemoryOut.of(r.memory) for r in got.items]
     call.read([m.id for m in out])
@@ -127,7 +127,7 @@ async def update_memory(
         raise MemoryNotFound(memory_id) from None
     if not mark_outdated and new_content is None:
         raise InvalidInput("new_content", "give new_content, or mark_outdated: true")
-    old = (await gw.resolve(call.namespace, mid, None, None, await gw.min_seq())).memory
+    old = (await call.app.reads.resolve(call, mid)).memory
     if mark_outdated:
         return await memento_store.mark_outdated(call, gw, old, new_content, _given(reason))
     assert new_content is not None
@@ -137,17 +137,8 @@ async def update_memory(
 @tools.tool(intent="read", hints=READ)
 async def get_memory_stats(call: Call, subject_filter: StatsSubject = None) -> MemoryStatsOut:
     """Get statistics about the stored memories for a subject or overall system."""
-    gw = call.gw
-    assert gw is not None
-    r = await gw.queries.ask(
-        MemoryStats(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=await gw.min_seq(),
-            subject=_given(subject_filter),
-            top_tags=1,
-        )
-    )
+    assert call.gw is not None
+    r = await call.app.reads.ask(call, MemoryStats, subject=_given(subject_filter), top_tags=1)
     return MemoryStatsOut(
         total_memories=r.total - r.archived,  # what by_category and by_subject count: all but archived memories
         by_category=MEMENTO.counts(r.by_category),  # another profile's category (or none) counts as context

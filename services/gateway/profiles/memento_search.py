@@ -96,7 +96,6 @@ async def search(
     base: dict[str, Any] = {
         "namespace": call.namespace,
         "now": gw.now(),
-        "min_seq": await gw.min_seq(),
         "mode": "semantic",
         "query": query,
         "threshold": 0.0,
@@ -106,7 +105,8 @@ async def search(
         "subject": subject,
     }
     cats = [category] if category else [None, *named_categories(qw, CATEGORIES)]
-    answers = await asyncio.gather(*(gw.queries.ask(SearchMemories(**base, category=c)) for c in cats))
+    reads = call.app.reads  # (each asked after the gateway's mark; built here: they share one `now`)
+    answers = await asyncio.gather(*(reads.send(call, SearchMemories(**base, category=c)) for c in cats))
     scored: list[tuple[float, SearchHit]] = []
     for hit in (h for a in answers for h in a.hits):
         m = hit.memory

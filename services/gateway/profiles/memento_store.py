@@ -50,19 +50,16 @@ def _current(m: MemoryState, content: str, now: datetime) -> bool:
     return m.status == ACTIVE and not outdated(m, now) and norm(m.content) == norm(content)
 
 
-async def _spelling(call: Call, gw: Gateway, subject: str) -> str:
-    got = await gw.queries.ask(
-        ListMemories(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=await gw.min_seq(),
-            subject=subject,
-            status="any",
-            include_expired=True,
-            limit=1,
-            sort_by="created_at",
-            sort_order="asc",
-        )
+async def _spelling(call: Call, subject: str) -> str:
+    got = await call.app.reads.ask(
+        call,
+        ListMemories,
+        subject=subject,
+        status="any",
+        include_expired=True,
+        limit=1,
+        sort_by="created_at",
+        sort_order="asc",
     )
     first = got.items[0].memory.subject if got.items else None
     return first or tidy_subject(subject)
@@ -80,10 +77,10 @@ async def store(
     labels, the write side refuses the reused request id (IDEMPOTENCY_KEY_REUSED) and the memory takes this
     call's category and confidence and the tags of both. A fact stored again after it was outdated, changed
     or deleted is a new memory: the request id then carries a generation (":2", ":3", ...)."""
-    gw = call.gw
+    gw, app = call.gw, call.app
     assert gw is not None
     label = v.label(subject, "subject")
-    spelled = await _spelling(call, gw, label) if label is not None else None
+    spelled = await _spelling(call, label) if label is not None else None
     key = hashlib.sha256(f"{norm(label or '')}\n{norm(content)}".encode()).hexdigest()[:40]
     cmd = CreateMemory(
         namespace=call.namespace,
@@ -98,27 +95,23 @@ async def store(
         rid = f"memento-store:{key}" + (f":{generation}" if generation > 1 else "")
         m: MemoryState | None
         try:
-            w = await gw.commands.create(cmd, actor=call.principal.actor, request_id=rid, min_seq=await gw.min_seq())
-        except IdempotencyKeyReused as reused:  # stored before, with other labels
-            gw.noted(reused.details["seq"])
+            w = await app.memories.create(call, cmd, request_id=rid)
+        except IdempotencyKeyReused as reused:  # stored before, with other labels (the mark is after that write)
             try:
-                m = (
-                    await gw.resolve(call.namespace, reused.details["memory_id"], None, None, await gw.min_seq())
-                ).memory
+                m = (await app.reads.resolve(call, reused.details["memory_id"])).memory
             except MemoryNotFound:
                 m = None  # deleted since
         else:
-            gw.noted(w.seq)
             if not w.duplicate:
                 assert w.memory is not None
                 return Stored.of(w.memory, duplicate=False)
             m = w.memory  # None once deleted
         if m is not None and _current(m, content, gw.now()):
-            return await _restated(call, gw, m, cmd)
+            return await _restated(call, m, cmd)
     raise InvalidInput("content", f"this fact was stored and retired {MAX_RESTATEMENTS} times; rephrase it")
 
 
-async def _restated(call: Call, gw: Gateway, m: MemoryState, cmd: CreateMemory) -> Stored:
+async def _restated(call: Call, m: MemoryState, cmd: CreateMemory) -> Stored:
     """A fact stored again: it takes this call's category and confidence, and the tags of both."""
     tags = tuple(dict.fromkeys((*m.tags, *v.tags(cmd.tags))))
     if (m.category, m.confidence, m.tags) == (v.label(cmd.category, "category"), cmd.confidence, tags):
@@ -126,8 +119,7 @@ async def _restated(call: Call, gw: Gateway, m: MemoryState, cmd: CreateMemory) 
     up = UpdateMemory(
         namespace=call.namespace, memory_id=m.id, category=cmd.category, tags=tags, confidence=cmd.confidence
     )
-    w = await gw.commands.update(up, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq())
-    gw.noted(w.seq)
+    w = await call.app.memories.apply("update", call, up)
     return Stored.of(w.memory or m, duplicate=True)
 
 
@@ -136,10 +128,7 @@ async def new_content(call: Call, gw: Gateway, old: MemoryState, content: str, r
     A reason is kept in its metadata under `update_reason`."""
     why = {"metadata": {**old.metadata, UPDATE_REASON: reason}} if reason else {}
     cmd = UpdateMemory(namespace=call.namespace, memory_id=old.id, content=content, **why)  # type: ignore[arg-type]
-    w = await gw.commands.update(
-        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.memories.apply("update", call, cmd)
     m = w.memory or old
     return Updated.of(
         m,
@@ -167,10 +156,7 @@ async def mark_outdated(call: Call, gw: Gateway, old: MemoryState, content: str 
     successor = None
     if content is not None:
         successor = (await store(call, content, old.subject, old.category, old.tags, old.confidence)).id
-    w = await gw.commands.govern(
-        invalidate(successor), actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.memories.apply("govern", call, invalidate(successor))
     m = w.memory or old
     return Updated.of(
         m,

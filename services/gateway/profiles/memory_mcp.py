@@ -4,15 +4,15 @@ graph, bi-temporal validity, hybrid recall and code search, over the one log: th
 A thin translation onto the domain: memories are the domain's memories (memory_type is their kind), entities
 and relations the knowledge graph's, searches the projector's. The tools are listed with the contract's own
 input schemas (memory_mcp_schemas.py); errors are the contract's plain text. docs/profiles.md maps every tool
-and records every choice. memory_mcp_graph.py: the knowledge-graph tools; memory_mcp_models.py: arguments and
-results; memory_mcp_ops.py: tenants, status, reset; memory_mcp_code.py: the code-index tools.
+and records every choice. memory_mcp_search.py: the search tools; memory_mcp_graph.py: the knowledge-graph tools;
+memory_mcp_models.py: arguments and results; memory_mcp_ops.py: tenants, status, reset; memory_mcp_code.py: the
+code-index tools.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import math
 from typing import Annotated, Any, get_args, get_origin
 
 from mcp.types import CallToolResult, TextContent
@@ -21,11 +21,10 @@ from pydantic import Field, TypeAdapter
 from mneme.domain import validation as v
 from mneme.errors import InvalidInput, MemoryNotFound
 from schemas.commands import CreateMemory, DeleteMemory, InvalidateMemory, UpdateMemory
-from schemas.queries import SearchCode, SearchMemories
 from services.gateway.error_styles import PlainErrors
 from services.gateway.gateway import Call
 from services.gateway.params import CREATE, DESTRUCTIVE, READ, WRITE, UtcTime
-from services.gateway.profiles import memory_mcp_code, memory_mcp_graph
+from services.gateway.profiles import memory_mcp_code, memory_mcp_graph, memory_mcp_search
 from services.gateway.profiles import memory_mcp_ops as ops
 from services.gateway.profiles.memory_mcp_models import (
     Deleted,
@@ -35,13 +34,7 @@ from services.gateway.profiles.memory_mcp_models import (
     MemoryOut,
     MemoryType,
     Offset,
-    RecallItem,
-    RecallOut,
     Reset,
-    SearchItem,
-    SearchLimit,
-    SearchOut,
-    SignalWeight,
     Status,
     Stored,
     UserId,
@@ -49,7 +42,7 @@ from services.gateway.profiles.memory_mcp_models import (
     ValidAt,
 )
 from services.gateway.profiles.memory_mcp_schemas import CONTRACT
-from services.gateway.profiles.vocab import MEMORY_MCP
+from services.gateway.profiles.memory_mcp_search import merge_by_zscore as merge_by_zscore  # (its home before)
 from services.gateway.server import package_version
 from services.gateway.toolkit import Profile, Toolset
 
@@ -80,10 +73,7 @@ async def store_memory(
         importance=IMPORTANCE,
         valid_from=gw.now(),
     )
-    w = await gw.commands.create(
-        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.memories.create(call, cmd)
     assert w.memory is not None
     return Stored(id=w.memory.id)
 
@@ -105,7 +95,6 @@ async def update_memory(
     metadata: dict[str, Any] | None = None,
 ) -> MemoryOut:
     """Update an existing memory. Only provided fields will be updated."""
-    gw = call.gw
     row = await ops.memory_row(call, id)
     fields: dict[str, Any] = {}
     if content is not None:
@@ -117,26 +106,19 @@ async def update_memory(
     if not fields:  # nothing provided: nothing to update
         return MemoryOut.of(row.memory)
     cmd = UpdateMemory(namespace=call.namespace, memory_id=row.memory.id, **fields)
-    w = await gw.commands.update(
-        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.memories.apply("update", call, cmd)
     return MemoryOut.of(w.memory or row.memory)
 
 
 @_own.tool(intent="write", hints=DESTRUCTIVE)
 async def delete_memory(call: Call, id: str) -> Deleted:
     """Delete a memory by ID (hard delete)."""
-    gw = call.gw
     try:
         row = await ops.memory_row(call, id)
     except MemoryNotFound:  # already gone (or never there): nothing was deleted
         return Deleted(deleted=False)
     cmd = DeleteMemory(namespace=call.namespace, memory_id=row.memory.id, permanent=True)
-    w = await gw.commands.delete(
-        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    await call.app.memories.apply("delete", call, cmd)
     return Deleted(deleted=True)
 
 
@@ -145,158 +127,6 @@ async def list_memories(call: Call, limit: ListLimit = 20, offset: Offset = 0) -
     """List memories with pagination, sorted by newest first."""
     rows, total = await ops.memory_rows(call, limit=limit, offset=offset, sort_order="desc")
     return MemoryList(memories=[MemoryOut.of(r.memory) for r in rows], total=total, limit=limit, offset=offset)
-
-
-# == search ==================================================================================================
-async def _search(call: Call, mode: str, query: str, limit: int) -> SearchOut:
-    gw = call.gw
-    got = await gw.queries.ask(
-        SearchMemories(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=await gw.min_seq(),
-            mode=mode,  # type: ignore[arg-type]
-            query=query,
-            limit=limit,
-        )
-    )
-    call.read([h.memory.id for h in got.hits])
-    results = [
-        SearchItem(
-            id=h.memory.id, content=h.memory.content, memory_type=MEMORY_MCP.name_of(h.memory.kind), score=h.score
-        )
-        for h in got.hits
-    ]
-    return SearchOut(results=results, count=len(results), query=query)
-
-
-@_own.tool(intent="read", hints=READ)
-async def search(call: Call, query: str, limit: SearchLimit = 10) -> SearchOut:
-    """Semantic vector search over memories using HNSW index."""
-    return await _search(call, "semantic", query, limit)
-
-
-@_own.tool(intent="read", hints=READ)
-async def search_text(call: Call, query: str, limit: SearchLimit = 10) -> SearchOut:
-    """Full-text keyword search using BM25 algorithm."""
-    return await _search(call, "keyword", query, limit)
-
-
-MAX_SIGNAL_WEIGHT = 10.0
-
-
-def _bounded_weights(*weights: float) -> tuple[float, ...]:
-    """recall's weights, each at most MAX_SIGNAL_WEIGHT: larger ones are scaled down together, keeping their
-    proportions (the ranking is the same). The contract bounds them by nothing, but the fused score is a logistic
-    of the weighted z-scores, and weights like 1e308 put that past what a float holds."""
-    top = max(weights)
-    if top <= MAX_SIGNAL_WEIGHT:
-        return weights
-    return tuple(w / top * MAX_SIGNAL_WEIGHT for w in weights)
-
-
-@_own.tool(intent="read", hints=READ)
-async def recall(
-    call: Call,
-    query: str,
-    limit: SearchLimit = 10,
-    include_memories: bool = True,
-    include_code: bool = False,
-    project_id: str | None = None,
-    language: str | None = None,
-    vector_weight: SignalWeight = 0.40,
-    bm25_weight: SignalWeight = 0.15,
-    ppr_weight: SignalWeight = 0.45,
-) -> RecallOut:
-    """Hybrid search combining vector similarity, BM25 keywords, and graph context (PPR). Can search memories, code, or both with Z-Score normalization."""  # noqa: E501
-    gw = call.gw
-    vector_weight, bm25_weight, ppr_weight = _bounded_weights(vector_weight, bm25_weight, ppr_weight)
-    memories: list[RecallItem] = []
-    nodes = 0
-    if include_memories:
-        got = await gw.queries.ask(
-            SearchMemories(
-                namespace=call.namespace,
-                now=gw.now(),
-                min_seq=await gw.min_seq(),
-                mode="hybrid",
-                fusion="zscore",
-                query=query,
-                limit=limit,
-                semantic_weight=vector_weight,
-                keyword_weight=bm25_weight,
-                graph_weight=ppr_weight,
-            )
-        )
-        call.read([h.memory.id for h in got.hits])
-        nodes = got.subgraph_nodes
-        memories = [
-            RecallItem(
-                id=h.memory.id,
-                content=h.memory.content,
-                source="memory",
-                score=h.score,
-                vector_score=h.semantic or 0.0,
-                bm25_score=h.keyword or 0.0,
-                ppr_score=h.graph or 0.0,
-            )
-            for h in got.hits
-        ]
-    code: list[RecallItem] = []
-    if include_code:
-        found = await gw.queries.ask(
-            SearchCode(
-                namespace=call.namespace,
-                now=gw.now(),
-                min_seq=await gw.min_seq(),
-                query=query,
-                project_id=project_id,
-                language=language,
-                limit=limit,
-            )
-        )
-        code = [
-            RecallItem(
-                id=h.id,
-                content=h.content,
-                source="code",
-                score=h.score,
-                vector_score=h.score,
-                bm25_score=0.0,
-                ppr_score=0.0,
-                file_path=h.path,
-                start_line=h.start_line,
-                end_line=h.end_line,
-            )
-            for h in found.hits
-        ]
-    results = merge_by_zscore(memories, code, limit) if memories and code else (memories or code)[:limit]
-    return RecallOut(
-        results=results,
-        query=query,
-        subgraph_nodes=nodes,
-        memories_count=sum(1 for r in results if r.source == "memory"),
-        code_count=sum(1 for r in results if r.source == "code"),
-    )
-
-
-def merge_by_zscore(memories: list[RecallItem], code: list[RecallItem], limit: int) -> list[RecallItem]:
-    """Memories and code chunks on one list: each side's scores standardised over its own results (the two
-    scales differ), then merged by that z-score, best first. Each merged result's `score` is its normalised
-    score, the standard normal CDF of its z-score (0..1, 0.5 at its side's mean), so the list reads in
-    `score` order; `vector_score`, `bm25_score` and `ppr_score` keep the raw signals."""
-
-    def z(items: list[RecallItem]) -> list[tuple[float, RecallItem]]:
-        xs = [r.score for r in items]
-        mean = sum(xs) / len(xs)
-        std = (sum((x - mean) ** 2 for x in xs) / len(xs)) ** 0.5 or 1.0
-        return [((r.score - mean) / std, r) for r in items]
-
-    both = z(memories) + z(code)
-    both.sort(key=lambda t: -t[0])
-    return [
-        r.model_copy(update={"score": round(0.5 * (1.0 + math.erf(zs / math.sqrt(2.0))), 6)}) for zs, r in both[:limit]
-    ]
 
 
 # == temporal ================================================================================================
@@ -320,7 +150,6 @@ async def get_valid_at(call: Call, timestamp: UtcTime, user_id: UserId = None, l
 @_own.tool(intent="write", hints=WRITE)
 async def invalidate(call: Call, id: str, reason: str | None = None, superseded_by: str | None = None) -> Invalidated:
     """Invalidate (soft-delete) a memory. Sets valid_until to now."""
-    gw = call.gw
     row = await ops.memory_row(call, id)
     successor = None
     if ops.given(superseded_by) is not None:
@@ -332,14 +161,11 @@ async def invalidate(call: Call, id: str, reason: str | None = None, superseded_
     cmd = InvalidateMemory(
         namespace=call.namespace,
         memory_id=row.memory.id,
-        at=gw.now(),
+        at=call.gw.now(),
         reason=ops.given(reason),
         superseded_by=successor,
     )
-    w = await gw.commands.govern(
-        cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    await call.app.memories.apply("govern", call, cmd)
     return Invalidated(invalidated=True)  # also when its valid time had already ended: it is invalid
 
 
@@ -378,15 +204,15 @@ async def reset_all_memory(
 tools = Toolset()
 tools.specs = [
     *_own.pick("store_memory", "get_memory", "update_memory", "delete_memory", "list_memories"),
-    *_own.pick("search", "search_text", "recall"),
+    *memory_mcp_search.tools.specs,
     *memory_mcp_graph.tools.specs,
     *_own.pick("get_valid", "get_valid_at", "invalidate"),
     *memory_mcp_code.tools.specs,
     *_own.pick("get_status", "reset_all_memory"),
 ]
-assert len(tools.specs) == len(_own.specs) + len(memory_mcp_graph.tools.specs) + len(memory_mcp_code.tools.specs), (
-    "a tool is missing from the order"
-)
+assert len(tools.specs) == len(_own.specs) + sum(
+    len(m.tools.specs) for m in (memory_mcp_search, memory_mcp_graph, memory_mcp_code)
+), "a tool is missing from the order"
 
 
 def _result_model(spec_fn: Any) -> Any:

@@ -13,7 +13,6 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from schemas.queries import CodeFiles, CodeIndexStatus, CodeProjects, CodeSearchResult, SearchCode
-from services.gateway.code_indexer import status_query
 from services.gateway.code_tools import project_path
 from services.gateway.gateway import Call
 from services.gateway.params import DESTRUCTIVE, READ, WRITE
@@ -91,29 +90,15 @@ def code_results(got: CodeSearchResult) -> list[CodeResult]:
 @tools.tool(intent="write", hints=WRITE)
 async def index_project(call: Call, path: str, watch: bool = False) -> Indexed:
     """Index a codebase for semantic search."""
-    gw = call.gw
     path = await project_path(call, path)
-    run = await gw.code.index(
-        call.namespace, path, call.principal.actor, call.request_id, await gw.min_seq(), wait=INDEX_WAIT
-    )
-    gw.noted(run.seq)
+    run = await call.app.code.index(call, path, wait=INDEX_WAIT)
     return Indexed(project_id=run.project_id, files_indexed=run.files_indexed, chunks_created=run.chunks_created)
 
 
 @tools.tool(intent="read", hints=READ)
 async def search_code(call: Call, query: str, project_id: str | None = None, limit: CodeLimit = 10) -> CodeResults:
     """Semantic search over indexed code."""
-    gw = call.gw
-    got = await gw.queries.ask(
-        SearchCode(
-            namespace=call.namespace,
-            now=gw.now(),
-            min_seq=await gw.min_seq(),
-            query=query,
-            project_id=project_id,
-            limit=limit,
-        )
-    )
+    got = await call.app.reads.ask(call, SearchCode, query=query, project_id=project_id, limit=limit)
     results = code_results(got)
     return CodeResults(results=results, count=len(results))
 
@@ -121,11 +106,8 @@ async def search_code(call: Call, query: str, project_id: str | None = None, lim
 @tools.tool(intent="read", hints=READ)
 async def get_index_status(call: Call, project_id: ProjectId) -> IndexStatus:
     """Get indexing status for a project."""
-    gw = call.gw
-    s = await status_query(
-        gw.queries,
-        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project_id),
-    )
+    q = CodeIndexStatus(namespace=call.namespace, now=call.gw.now(), project_id=project_id)
+    s = await call.app.reads.status(call, q)
     return IndexStatus(
         project_id=project_id,
         status=s.status,
@@ -143,10 +125,7 @@ async def get_index_status(call: Call, project_id: ProjectId) -> IndexStatus:
 @tools.tool(intent="read", hints=READ)
 async def list_projects(call: Call) -> Projects:
     """List all indexed projects."""
-    gw = call.gw
-    got = await status_query(
-        gw.queries, CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq())
-    )
+    got = await call.app.reads.status(call, CodeProjects(namespace=call.namespace, now=call.gw.now()))
     ids = [p.project_id for p in got.projects]
     return Projects(projects=ids, count=len(ids))
 
@@ -154,16 +133,12 @@ async def list_projects(call: Call) -> Projects:
 @tools.tool(intent="write", hints=DESTRUCTIVE)
 async def delete_project(call: Call, project_id: ProjectId) -> ProjectDeleted:
     """Delete all indexed code chunks for a project."""
-    gw = call.gw
-    s = await status_query(
-        gw.queries,
-        CodeIndexStatus(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project_id),
-    )
+    app = call.app
+    q = CodeIndexStatus(namespace=call.namespace, now=call.gw.now(), project_id=project_id)
+    s = await app.reads.status(call, q)
     if not s.found:
-        files = await gw.queries.ask(
-            CodeFiles(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), project_id=project_id)
-        )
+        files = await app.reads.ask(call, CodeFiles, project_id=project_id)
         if not files.files:
             return ProjectDeleted(chunks_deleted=0)
-    gw.noted(await gw.code.delete(call.namespace, project_id, call.principal.actor, call.request_id))
+    await app.code.delete(call, project_id)
     return ProjectDeleted(chunks_deleted=s.total_chunks)

@@ -36,11 +36,9 @@ async def create_entity(
     user_id: UserId = None,
 ) -> Created:
     """Create a knowledge graph entity."""
-    gw = call.gw
-    ns = ops.enter(call, user_id, "write")
+    ops.enter(call, user_id, "write")  # (the call acts in the user's namespace from here on)
     item = NewEntity(name=entity_name(name, "name"), entity_type=entity_type or "", description=ops.given(description))
-    w = await gw.graph.create_entities(ns, [item], call.principal.actor, call.request_id, await gw.min_seq())
-    gw.noted(w.seq)
+    w = await call.app.graph.create_entities(call, [item])
     entity = (w.created or w.existing)[0]
     return Created(id=ops.entity_ref(entity.id, user_id))
 
@@ -50,39 +48,27 @@ async def create_relation(
     call: Call, from_entity: str, to_entity: str, relation_type: str, weight: Weight = 1.0
 ) -> Created:
     """Create a directed relation between two entities."""
-    gw = call.gw
+    graph = call.app.graph
     (fid, user), (tid, to_user) = ops.split_entity_ref(from_entity), ops.split_entity_ref(to_entity)
     if to_user != user:
         raise InvalidInput("to_entity", "is in another user's graph than from_entity")
     kind = relation_label(relation_type, "relation_type")
-    ns = ops.enter(call, user, "write")
-    min_seq = await gw.min_seq()
-    found = await gw.graph.entities(ns, [fid, tid], min_seq)
+    ops.enter(call, user, "write")  # (the call acts in the user's namespace from here on)
+    found = await graph.entities(call, [fid, tid])
     for eid, ref, fld in ((fid, from_entity, "from_entity"), (tid, to_entity, "to_entity")):
         if eid not in found:
             raise ops.EntityNotFound(ref, fld)
     rel = NewRelation(from_name=found[fid].name, to_name=found[tid].name, relation_type=kind, weight=weight)
-    w = await gw.graph.create_relations(ns, [rel], call.principal.actor, call.request_id, min_seq)
-    gw.noted(w.seq)
+    w = await graph.create_relations(call, [rel])
     return Created(id=(w.created or w.existing)[0].id)
 
 
 @tools.tool(intent="read", hints=READ)
 async def get_related(call: Call, entity_id: str, depth: Depth = 1, direction: Direction = "outgoing") -> Related:
     """Get entities related to a given entity via graph traversal."""
-    gw = call.gw
     eid, user = ops.split_entity_ref(entity_id)
-    ns = ops.enter(call, user, "read")
-    got = await gw.queries.ask(
-        GraphTraverse(
-            namespace=ns,
-            now=gw.now(),
-            min_seq=await gw.min_seq(),
-            entity_id=eid,
-            depth=depth,
-            direction=direction,
-        )
-    )
+    ops.enter(call, user, "read")  # (the call reads in the user's namespace from here on)
+    got = await call.app.reads.ask(call, GraphTraverse, entity_id=eid, depth=depth, direction=direction)
     if not any(e.id == eid for e in got.entities):
         raise ops.EntityNotFound(entity_id, "entity_id")
     entities = [

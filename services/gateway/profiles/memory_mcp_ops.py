@@ -28,8 +28,6 @@ from schemas.queries import (
     ProjectorStatus,
     SearchMemories,
 )
-from services.gateway import namespace_reset
-from services.gateway.code_indexer import status_query
 from services.gateway.gateway import Call
 from services.gateway.params import Intent
 from services.gateway.profiles.memory_mcp_models import CacheStats, EmbeddingStatus, ResetCounts
@@ -90,17 +88,11 @@ async def memory_row(call: Call, ref: str) -> MemoryRow:
         mid = v.memory_id(ref)
     except InvalidInput:
         raise MemoryNotFound(ref) from None
-    gw = call.gw
-    return await gw.resolve(call.namespace, mid, None, None, await gw.min_seq())
+    return await call.app.reads.resolve(call, mid)
 
 
 async def memory_rows(call: Call, **filters: Any) -> tuple[list[MemoryRow], int]:
-    gw = call.gw
-    got = await gw.queries.ask(
-        ListMemories(
-            namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), sort_by="created_at", **filters
-        )
-    )
+    got = await call.app.reads.ask(call, ListMemories, sort_by="created_at", **filters)
     call.read([r.memory.id for r in got.items])
     return got.items, got.total
 
@@ -117,21 +109,21 @@ async def embedding_status(call: Call) -> EmbeddingStatus:
     """Whether semantic search answers now (the projector owns the model): a one-result semantic probe.
     ready: it answered; loading: the model is loading or the index is still embedding; error: anything else
     (the model failed to load, no vector index)."""
-    gw = call.gw
+    app = call.app
     probe = SearchMemories(
-        namespace=call.namespace, now=gw.now(), min_seq=0, mode="semantic", query="status", limit=1, threshold=1.0
+        namespace=call.namespace, now=call.gw.now(), mode="semantic", query="status", limit=1, threshold=1.0
     )
     status: Literal["loading", "ready", "error"] = "ready"
     model = ""
     try:
-        got = await gw.queries.ask(probe, wait_model=False)  # (a probe says "loading", it does not wait)
+        got = await app.reads.probe(call, probe)  # (a probe says "loading", it does not wait)
         model = got.model or ""
     except MnemeError as exc:
         status = "loading" if exc.code in ("EMBEDDING_MODEL_LOADING", "INDEXING") else "error"
         model = str(exc.details.get("model", ""))
     model = MODELS[model].id if model in MODELS else model  # the model's id, as a search names it
     # the embedding cache lives in the projector: its statistics come with the projector's status
-    proj = await gw.queries.ask(ProjectorStatus(namespace=call.namespace, now=gw.now(), min_seq=0))
+    proj = await app.reads.status(call, ProjectorStatus(namespace=call.namespace, now=call.gw.now()))
     model = model or proj.model or ""
     return EmbeddingStatus(
         status=status,
@@ -143,19 +135,16 @@ async def embedding_status(call: Call) -> EmbeddingStatus:
 
 async def counts(call: Call) -> tuple[int, int]:
     """Memories (every status) and entities of the call's namespace."""
-    gw = call.gw
-    min_seq = await gw.min_seq()
-    stats = await gw.queries.ask(MemoryStats(namespace=call.namespace, now=gw.now(), min_seq=min_seq, top_tags=0))
-    graph = await gw.queries.ask(
-        GraphEntities(namespace=call.namespace, now=gw.now(), min_seq=min_seq, limit=0, relations="none")
-    )
+    reads = call.app.reads
+    stats = await reads.ask(call, MemoryStats, top_tags=0)
+    graph = await reads.ask(call, GraphEntities, limit=0, relations="none")
     return stats.total, graph.total
 
 
 # -- reset ---------------------------------------------------------------------------------------------------
 async def reset_namespace(call: Call) -> ResetCounts:
-    """Everything of the call's namespace deleted (services/gateway/namespace_reset.py), counted."""
-    got = await namespace_reset.reset(call, RESET_REASON)
+    """Everything of the call's namespace deleted (services/gateway/application/namespaces.py), counted."""
+    got = await call.app.namespaces.reset(call, RESET_REASON)
     return ResetCounts(
         memories=got.memories, entities=got.entities, relations=got.relations, code_chunks=got.code_chunks
     )
@@ -163,8 +152,5 @@ async def reset_namespace(call: Call) -> ResetCounts:
 
 async def code_chunks(call: Call) -> int:
     """Code chunks indexed in the call's namespace."""
-    gw = call.gw
-    got = await status_query(
-        gw.queries, CodeProjects(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq())
-    )
+    got = await call.app.reads.status(call, CodeProjects(namespace=call.namespace, now=call.gw.now()))
     return sum(p.total_chunks for p in got.projects)

@@ -103,10 +103,7 @@ def _graph(got: GraphResult) -> CallToolResult:
 
 
 async def _read(call: Call, **filters: Any) -> CallToolResult:
-    gw = call.gw
-    got = await gw.queries.ask(
-        GraphEntities(namespace=call.namespace, now=gw.now(), min_seq=await gw.min_seq(), **filters)
-    )
+    got = await call.app.reads.ask(call, GraphEntities, **filters)
     call.read([e.id for e in got.entities])
     return _graph(got)
 
@@ -124,9 +121,7 @@ async def create_entities(call: Call, entities: list[EntityIn]) -> CallToolResul
         )
         for i, e in enumerate(entities)
     ]
-    gw = call.gw
-    w = await gw.graph.create_entities(call.namespace, items, call.principal.actor, call.request_id, await gw.min_seq())
-    gw.noted(w.seq)
+    w = await call.app.graph.create_entities(call, items)
     created = [_entity(e) for e in w.created]
     return _result({"entities": created}, created)
 
@@ -142,11 +137,7 @@ async def create_relations(call: Call, relations: list[RelationIn]) -> CallToolR
         )
         for i, r in enumerate(relations)
     ]
-    gw = call.gw
-    w = await gw.graph.create_relations(
-        call.namespace, items, call.principal.actor, call.request_id, await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.graph.create_relations(call, items)
     created = [_relation(r) for r in w.created]
     return _result({"relations": created}, created)
 
@@ -161,11 +152,7 @@ async def add_observations(call: Call, observations: list[ObservationsIn]) -> Ca
         )
         for i, o in enumerate(observations)
     ]
-    gw = call.gw
-    w = await gw.graph.change_observations(
-        call.namespace, changes, call.principal.actor, call.request_id, await gw.min_seq(), remove=False, strict=True
-    )
-    gw.noted(w.seq)
+    w = await call.app.graph.change_observations(call, changes, remove=False, strict=True)
     results = [{"entityName": name, "addedObservations": w.changed.get(name, [])} for name, _ in changes]
     return _result({"results": results}, results)
 
@@ -174,9 +161,7 @@ async def add_observations(call: Call, observations: list[ObservationsIn]) -> Ca
 async def delete_entities(call: Call, entityNames: list[str]) -> CallToolResult:
     """Delete multiple entities and their associated relations from the knowledge graph"""
     names = [entity_name(n, f"entityNames[{i}]") for i, n in enumerate(entityNames)]
-    gw = call.gw
-    w = await gw.graph.delete_entities(call.namespace, names, call.principal.actor, call.request_id, await gw.min_seq())
-    gw.noted(w.seq)
+    w = await call.app.graph.delete_entities(call, names)
     missing = [n for n in names if n in w.missing]
     message = (
         "Entities deleted successfully"
@@ -192,11 +177,7 @@ async def delete_observations(call: Call, deletions: list[DeletionIn]) -> CallTo
     changes = [
         (entity_name(d.entityName, f"deletions[{i}].entityName"), list(d.observations)) for i, d in enumerate(deletions)
     ]
-    gw = call.gw
-    w = await gw.graph.change_observations(
-        call.namespace, changes, call.principal.actor, call.request_id, await gw.min_seq(), remove=True, strict=False
-    )
-    gw.noted(w.seq)
+    w = await call.app.graph.change_observations(call, changes, remove=True, strict=False)
     requested = sum(len(obs) for _, obs in changes)
     if w.deleted == requested:
         message = "Observations deleted successfully"
@@ -211,11 +192,7 @@ async def delete_observations(call: Call, deletions: list[DeletionIn]) -> CallTo
 async def delete_relations(call: Call, relations: list[RelationIn]) -> CallToolResult:
     """Delete multiple relations from the knowledge graph"""
     items = [NewRelation(from_name=r.from_, to_name=r.to, relation_type=r.relationType) for r in relations]
-    gw = call.gw
-    w = await gw.graph.delete_relations(
-        call.namespace, items, call.principal.actor, call.request_id, await gw.min_seq()
-    )
-    gw.noted(w.seq)
+    w = await call.app.graph.delete_relations(call, items)
     message = (
         "Relations deleted successfully"
         if w.deleted == len(items)
