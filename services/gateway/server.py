@@ -202,6 +202,7 @@ def build_server(gw: Any, *, name: str = "mneme", profile: str = "native") -> Mn
     is_native = p.name == "native"
     if is_native and gw is not None:  # the operator's choices: the context argument, the groups of tools
         p = p.with_options(context=gw.native_context, groups=gw.tool_groups)
+
     @asynccontextmanager
     async def serving(_: MCPServer[Any]) -> AsyncIterator[Any]:
         yield gw  # each request's ctx.request_context.lifespan_context: the gateway its tools run on
