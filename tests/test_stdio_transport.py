@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from services.gateway.limits import MAX_MESSAGE_BYTES
 from services.gateway.server import MnemeMCPServer
-from services.gateway.stdio import LoopLines, _TooLong, read_line, scan_id, stdio_transport
+from services.gateway.stdio import LoopLines, stdio_transport
+from services.gateway.stdio_codec import _TooLong, read_line, scan_id
 
 pytestmark = pytest.mark.anyio
 

@@ -34,9 +34,10 @@ from schemas.commands import (
     UpdateMemory,
     VerifyMemory,
 )
-from schemas.events import Actor, AnyEvent, Envelope, MemoryCreated, MemoryMoved, decode_envelope, encode_envelope
+from schemas.events import Actor, AnyEvent, Envelope, encode_envelope
 from schemas.queries import GetMemory, PathOwner
 from services.gateway.pacing import IndexPacer
+from services.gateway.path_claims import PathClaims, claim_expects
 from services.gateway.queries import QueryClient
 
 Clock = Callable[[], datetime]
@@ -125,6 +126,7 @@ class CommandService:
         self.max_attempts = max_attempts
         self.max_content = max_content
         self.pacer = pacer
+        self.claims = PathClaims(log)
 
     def _envelope(
         self, ns: str, event: AnyEvent, actor: Actor, request_id: str, correlation_id: str | None
@@ -163,7 +165,7 @@ class CommandService:
         memory_id = memory_id_for(ns, req.key)
         subject = S.memory_subject(ns, cmd.store, memory_id)
         msg_id = f"{req.key}:{memory_id}"
-        store_last = 0  # the store's last sequence, as the log said when a claim lost (see _claim_expects)
+        store_last = 0  # the store's last sequence, as the log said when a claim lost (see path_claims.claim_expects)
         if self.pacer is not None:
             await self.pacer.pace()
 
@@ -183,13 +185,13 @@ class CommandService:
                         return await self._replay_of(ns, memory_id, min_seq, req)
                     return await self._replay_of(ns, memory_id, landed.seq, req, landed.headers)
                 owner, expected, expected_subject = po.memory_id, po.store_seq, S.store_filter(ns, cmd.store)
-                expected = _claim_expects(po.store_seq, store_last, min_seq)
+                expected = claim_expects(po.store_seq, store_last, min_seq)
             event = decider.decide_create(
                 cmd, memory_id=memory_id, path_owner=owner, max_content=self.max_content, actor=actor
             )
             env = self._envelope(ns, event, actor, request_id, correlation_id)
             try:
-                seq, dup = await self._append_claim(
+                seq, dup = await self.claims.append(
                     subject,
                     encode_envelope(env),
                     msg_id=msg_id,
@@ -210,66 +212,6 @@ class CommandService:
             return Written(evolve(None, env, seq), seq, event)
 
         return await self._retrying(attempt, min_seq, request_id)
-
-    async def _append_claim(
-        self,
-        subject: str,
-        data: bytes,
-        *,
-        msg_id: str,
-        expected: int,
-        expected_subject: str | None,
-        memory_id: str,
-        path: str | None,
-        digest: str,
-    ) -> tuple[int, bool]:
-        """Append; when a path claim loses only to events that cannot matter to it, retry at once.
-
-        A claim checks the whole store's last sequence, which every write in the store moves. If
-        the events in the lost window neither touch this memory nor put another memory at `path`
-        (a create there, a move there), the decision made at `expected` still holds at the new
-        last sequence: append again with it, without asking a projector (bounded).
-        """
-        for _ in range(8):
-            try:
-                return await self.log.append(
-                    subject,
-                    data,
-                    msg_id=msg_id,
-                    expected_seq=expected,
-                    expected_subject=expected_subject,
-                    digest=digest,
-                )
-            except WrongLastSequence as lost:
-                if expected_subject is None or path is None or lost.last_seq <= expected:
-                    raise
-                if not await self._window_clear(expected_subject, expected, lost.last_seq, memory_id, path, msg_id):
-                    raise
-                expected = lost.last_seq
-        raise WrongLastSequence(expected)
-
-    async def _window_clear(
-        self, store_filter: str, after: int, upto: int, memory_id: str, path: str, msg_id: str
-    ) -> bool:
-        if upto - after > 32:
-            return False
-        async for msg in self.log.after(store_filter, after, limit=upto - after):
-            if msg.seq > upto:
-                break
-            if (msg.headers or {}).get(S.HDR_MSG_ID) == msg_id:
-                return False  # our own write landed: the caller's conflict handling answers it as a retry
-            try:
-                env = decode_envelope(msg.data or b"")
-            except msgspec.DecodeError:
-                return False
-            ev = env.event
-            if env.aggregate_id == memory_id:
-                return False
-            if isinstance(ev, MemoryCreated) and ev.path == path:
-                return False
-            if isinstance(ev, MemoryMoved) and ev.to_path == path:
-                return False
-        return True
 
     async def _replay_of(
         self, ns: str, memory_id: str, seq: int, req: Request, headers: dict[str, str] | None = None
@@ -316,14 +258,14 @@ class CommandService:
                 )
                 owner = po.memory_id if po.memory_id != memory_id else None
                 expected, expected_subject = po.store_seq, S.store_filter(ns, state.store)
-                expected = _claim_expects(po.store_seq, store_last, min_seq)
+                expected = claim_expects(po.store_seq, store_last, min_seq)
             event = decide(state, owner)
             if event is None:
                 return Written(state, state.last_seq, None)
             env = self._envelope(ns, event, actor, request_id, correlation_id)
             subject = S.memory_subject(ns, state.store, memory_id)
             try:
-                seq, dup = await self._append_claim(
+                seq, dup = await self.claims.append(
                     subject,
                     encode_envelope(env),
                     msg_id=msg_id,
@@ -432,17 +374,3 @@ class CommandService:
             min_seq=min_seq,
             correlation_id=correlation_id,
         )
-
-
-def _claim_expects(store_seq: int, store_last: int, min_seq: int) -> int:
-    """The store's last sequence a path claim appends against.
-
-    Normally the projection's `store_seq`. A claim that lost learned the store's real last sequence from the
-    log (`store_last`); once the projection that answered the path question has applied at least that far
-    (`min_seq`, which the retry raised to it), its answer holds there, even if its own `store_seq` lags: a
-    message on the store's subjects that no fold can attribute (a change to a deleted memory, a forged or
-    replayed one) moves the log's figure and not the projection's, and every claim in the store would
-    otherwise lose forever."""
-    if store_last > store_seq and min_seq >= store_last:
-        return store_last
-    return store_seq
