@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -100,6 +101,34 @@ def _unconfirmed(failure: Exception) -> Unavailable:
         f"the event log (NATS JetStream) did not confirm the write ({type(failure).__name__}); it may or may not "
         "have been applied: retry with the same request_id (details.request_id) to apply it once"
     )
+
+
+class EventLogInterface(Protocol):
+    """What the write side uses of the log: `EventLog` here, and `InMemoryEventLog` (mneme/memory_log.py) for
+    application tests, both are one (mypy checks it there; tests/test_event_log_contract.py runs one contract)."""
+
+    async def append(
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected_seq: int | None,
+        expected_subject: str | None = None,
+        digest: str | None = None,
+    ) -> tuple[int, bool]: ...
+
+    def after(self, subject_filter: str, after_seq: int, limit: int = 64) -> AsyncIterator[Stored]: ...
+
+    async def landed(self, subject_filter: str, after_seq: int, msg_id: str) -> Stored | None: ...
+
+    async def header(self, seq: int, name: str) -> str | None: ...
+
+    async def last_on(self, subject: str) -> Stored | None: ...
+
+    async def last_record_time(self) -> datetime | None: ...
+
+    async def last_seq(self) -> int: ...
 
 
 class EventLog:

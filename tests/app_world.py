@@ -87,9 +87,9 @@ class App:
         rows = FoldedRows(log)
         nc: Any = SimpleNamespace(is_connected=False)  # no NATS: every query is answered in process
         queries = QueryClient(nc, timeout=0.5, local=rows)
-        marks = ReadYourWrites(log)  # type: ignore[arg-type]
+        marks = ReadYourWrites(log)
         clock = lambda: datetime.now(UTC)  # noqa: E731
-        reads = Reads(queries, log, marks, clock)  # type: ignore[arg-type]
-        graph = Graph(GraphCommands(log, queries, clock), marks)  # type: ignore[arg-type]
-        memories = Memories(CommandService(log, queries, clock=clock), reads, graph, marks)  # type: ignore[arg-type]
+        reads = Reads(queries, log, marks, clock)
+        graph = Graph(GraphCommands(log, queries, clock), marks)
+        memories = Memories(CommandService(log, queries, clock=clock), reads, graph, marks)
         return cls(log, rows, marks, reads, memories, graph)

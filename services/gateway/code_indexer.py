@@ -24,7 +24,7 @@ import msgspec
 from mneme.code import Chunker, DryRun, InvalidPath, SourceFile, dry_run, scan_project, validate_project_path
 from mneme.domain import code_decider
 from mneme.errors import MnemeError, ProjectionLag
-from mneme.eventlog import EventLog
+from mneme.eventlog import EventLogInterface
 from mneme.ids import envelope, new_id
 from schemas import subjects as S
 from schemas.code_events import (
@@ -81,7 +81,7 @@ def _chunk(f: SourceFile) -> list[CodeChunk]:
 class CodeIndexer:
     def __init__(
         self,
-        log_: EventLog,
+        log_: EventLogInterface,
         queries: QueryClient,
         clock: Callable[[], datetime],
         *,

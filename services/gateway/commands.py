@@ -19,7 +19,7 @@ import msgspec
 from mneme.domain import decider
 from mneme.domain.state import MemoryState, evolve
 from mneme.errors import ConcurrencyConflict, IdempotencyKeyReused, MemoryNotFound, MnemeError
-from mneme.eventlog import EventLog, WrongLastSequence
+from mneme.eventlog import EventLogInterface, WrongLastSequence
 from mneme.ids import envelope, memory_id_for, request_key
 from schemas import subjects as S
 from schemas.commands import (
@@ -110,7 +110,7 @@ class Written:
 class CommandService:
     def __init__(
         self,
-        log: EventLog,
+        log: EventLogInterface,
         queries: QueryClient,
         *,
         clock: Clock = utc_now,

@@ -17,7 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from mneme.domain import validation as v
 from mneme.errors import InvalidContext, InvalidInput, MnemeError, ScopeViolation
-from mneme.eventlog import EventLog
+from mneme.eventlog import EventLogInterface
 from mneme.ids import event_id_for, new_id
 from mneme.logs import request_id as request_id_var
 from mneme.principals import Directory, Principal
@@ -67,7 +67,7 @@ class Call:
 class Gateway:
     commands: CommandService
     queries: QueryClient
-    log: EventLog
+    log: EventLogInterface
     access: AccessLog
     principal: Principal = field(default_factory=lambda: Principal(agent_id="local-agent"))
     directory: Directory | None = None

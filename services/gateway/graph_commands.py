@@ -21,7 +21,7 @@ from mneme.domain import graph_decider as gd
 from mneme.domain import validation as v
 from mneme.domain.graph import MAX_NAME_CHARS, MAX_OBSERVATION_CHARS, distinct, name_key
 from mneme.errors import ConcurrencyConflict, EntityNotFound, InvalidInput
-from mneme.eventlog import EventLog, WrongLastSequence
+from mneme.eventlog import EventLogInterface, WrongLastSequence
 from mneme.ids import entity_id_for, envelope, relation_id_for
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, decode_envelope, encode_envelope
@@ -92,7 +92,7 @@ def observation(value: str, fld: str) -> str:
 
 
 class GraphCommands:
-    def __init__(self, log: EventLog, queries: QueryClient, clock: Callable[[], datetime]):
+    def __init__(self, log: EventLogInterface, queries: QueryClient, clock: Callable[[], datetime]):
         self.log, self.queries, self.clock = log, queries, clock
 
     # -- plumbing ----------------------------------------------------------------------------

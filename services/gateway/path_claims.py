@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import msgspec
 
-from mneme.eventlog import EventLog, WrongLastSequence
+from mneme.eventlog import EventLogInterface, WrongLastSequence
 from schemas import subjects as S
 from schemas.events import MemoryCreated, MemoryMoved, decode_envelope
 
 
 class PathClaims:
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: EventLogInterface) -> None:
         self.log = log
 
     async def append(

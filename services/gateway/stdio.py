@@ -53,7 +53,6 @@ from services.gateway.stdio_codec import (
 log = logging.getLogger("mneme.stdio")
 
 
-
 def _write(stream: BinaryIO, data: bytes) -> None:
     stream.write(data)
     stream.flush()

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mneme.eventlog import EventLog
+from mneme.eventlog import EventLogInterface
 
 Consistency = Literal["gateway", "linearizable"]
 
 
 @dataclass
 class ReadYourWrites:
-    log: EventLog
+    log: EventLogInterface
     consistency: Consistency = "gateway"
     high_water: int = 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from mneme.domain.reset_decider import ResetTally, decide_reset, keeps
 from mneme.errors import MnemeError
-from mneme.eventlog import EventLog
+from mneme.eventlog import EventLogInterface
 from mneme.ids import envelope
 from schemas import subjects as S
 from schemas.commands import DeleteMemory
@@ -32,7 +32,7 @@ BATCH = 500
 
 class Namespaces:
     def __init__(
-        self, log: EventLog, reads: Reads, memories: Memories, graph: Graph, code: Code, marks: ReadYourWrites,
+        self, log: EventLogInterface, reads: Reads, memories: Memories, graph: Graph, code: Code, marks: ReadYourWrites,
         clock: Clock,
     ) -> None:  # fmt: skip
         self.log, self.reads, self.memories, self.graph, self.code = log, reads, memories, graph, code

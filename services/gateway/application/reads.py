@@ -11,7 +11,7 @@ import msgspec
 
 from mneme.domain import validation as v
 from mneme.errors import InvalidInput, MemoryNotFound, ProjectionLag
-from mneme.eventlog import EventLog
+from mneme.eventlog import EventLogInterface
 from schemas.queries import AsOf, AsOfResolved, GetMemory, MemoryRow, Query, VersionInfo
 from services.gateway.application.caller import Caller
 from services.gateway.application.consistency import ReadYourWrites
@@ -22,7 +22,7 @@ Q = TypeVar("Q", bound=Query)
 
 
 class Reads:
-    def __init__(self, queries: QueryClient, log: EventLog, marks: ReadYourWrites, clock: Clock) -> None:
+    def __init__(self, queries: QueryClient, log: EventLogInterface, marks: ReadYourWrites, clock: Clock) -> None:
         self.queries, self.log, self.marks, self.clock = queries, log, marks, clock
 
     async def ask(self, call: Caller, kind: type[Query], /, *, wait_model: bool = True, **fields: Any) -> Any:
