@@ -7,9 +7,7 @@ of times (invariant 4). It never writes a read model (invariant 1).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,7 +16,7 @@ import msgspec
 
 from mneme.domain import decider
 from mneme.domain.state import MemoryState, evolve
-from mneme.errors import ConcurrencyConflict, IdempotencyKeyReused, MemoryNotFound, MnemeError
+from mneme.errors import IdempotencyKeyReused, MemoryNotFound, MnemeError
 from mneme.eventlog import EventLogInterface, WrongLastSequence
 from mneme.ids import envelope, memory_id_for, request_key
 from schemas import subjects as S
@@ -39,6 +37,7 @@ from schemas.queries import GetMemory, PathOwner
 from services.gateway.pacing import IndexPacer
 from services.gateway.path_claims import PathClaims, claim_expects
 from services.gateway.queries import QueryClient
+from services.gateway.retry import until_not_beaten
 
 Clock = Callable[[], datetime]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -141,17 +140,10 @@ class CommandService:
         return got.item.memory if got.item else None
 
     async def _retrying(self, attempt: Callable[[int], Awaitable[Written]], min_seq: int, request_id: str) -> Written:
-        """Run `attempt` until it is not beaten by another writer; a retryable failure names the request id."""
+        """Run `attempt` until it is not beaten by another writer (services/gateway/retry.py); a retryable
+        failure names the request id."""
         try:
-            for n in range(self.max_attempts):
-                try:
-                    return await attempt(min_seq)
-                except WrongLastSequence as conflict:
-                    min_seq = max(min_seq, conflict.last_seq)
-                    await asyncio.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
-            raise ConcurrencyConflict(
-                f"gave up after {self.max_attempts} attempts: other writers keep changing this memory; retry"
-            )
+            return await until_not_beaten(attempt, after=min_seq, attempts=self.max_attempts, what="this memory")
         except MnemeError as exc:
             if exc.retryable:
                 exc.details["request_id"] = request_id

@@ -9,8 +9,6 @@ reloads and decides again, so concurrent writers never lose each other's observa
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,8 +18,8 @@ from typing import Literal, TypeVar
 from mneme.domain import graph_decider as gd
 from mneme.domain import validation as v
 from mneme.domain.graph import MAX_NAME_CHARS, MAX_OBSERVATION_CHARS, distinct, name_key
-from mneme.errors import ConcurrencyConflict, EntityNotFound, InvalidInput
-from mneme.eventlog import EventLogInterface, WrongLastSequence
+from mneme.errors import EntityNotFound, InvalidInput
+from mneme.eventlog import EventLogInterface
 from mneme.ids import entity_id_for, envelope, relation_id_for
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, decode_envelope, encode_envelope
@@ -33,8 +31,8 @@ from schemas.graph_events import (
 )
 from schemas.queries import Entity, GraphEntities, GraphRelations, GraphResult, Relation
 from services.gateway.queries import QueryClient
+from services.gateway.retry import until_not_beaten
 
-MAX_ATTEMPTS = 25
 S_ = TypeVar("S_")
 Last = tuple[int, GraphEvent] | None  # a subject's last event and its sequence
 AnyEvent = AnyGraphEvent | None
@@ -144,24 +142,22 @@ class GraphCommands:
         expected: Callable[[S_], int],
         reload: Callable[[int], Awaitable[S_]],
     ) -> tuple[int, AnyGraphEvent | None, S_]:
-        """The one retry policy of the graph's writes: decide from `state`, append with the subject's expected
-        sequence; when another writer got there first, `reload(their seq)` and decide again (after a short
-        random pause; CONCURRENCY_CONFLICT after MAX_ATTEMPTS). Returns (seq, event, state decided on); no
-        event (and seq 0) when the decider found nothing to do."""
+        """Decide from `state`, append with the subject's expected sequence; when another writer got there first,
+        `reload(their seq)` and decide again (services/gateway/retry.py). Returns (seq, event, state decided
+        on); no event (and seq 0) when the decider found nothing to do."""
         actor, request_id = who
-        for n in range(MAX_ATTEMPTS):
-            event = decide(state)
+        decided: list[S_] = []  # the state the last attempt decided on
+
+        async def attempt(seq: int) -> tuple[int, AnyGraphEvent | None, S_]:
+            st = await reload(seq) if decided else state  # beaten: read what the other writer made
+            decided.append(st)
+            event = decide(st)
             if event is None:
-                return 0, None, state
-            try:
-                env = self._envelope(ns, aggregate, event, actor, request_id)
-                return await self._append(subject, env, expected(state)), event, state
-            except WrongLastSequence as lost:
-                state = await reload(lost.last_seq)
-                if n >= MAX_ATTEMPTS - 1:
-                    break
-                await asyncio.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
-        raise ConcurrencyConflict(f"gave up after {MAX_ATTEMPTS} attempts: other writers keep changing it; retry")
+                return 0, None, st
+            env = self._envelope(ns, aggregate, event, actor, request_id)
+            return await self._append(subject, env, expected(st)), event, st
+
+        return await until_not_beaten(attempt)
 
     async def _last_on(self, subject: str, _seq: int = 0) -> Last:
         return await self._last_event(subject)
