@@ -1,9 +1,8 @@
 """Follow the log from a checkpoint and fold it: the loop every consumer shares.
 
-Delivery: an ordered push consumer (the fastest nats-py delivery, with flow control
-and heartbeats, in order) starting right after the sink's committed checkpoint.
-The callback only queues; a bounded queue blocks it, which delays flow-control
-replies, which pauses the server: back-pressure end to end.
+Delivery (mneme/follow_delivery.py, the base of LogFollower): an ordered push consumer
+starting right after the sink's committed checkpoint, with back-pressure end to end,
+gaps fetched again, and the check that the sink's state is a prefix of the log.
 
 Two steps per event, both on a worker thread, in log order:
 - stage: fold the event into the sink's memory at once (`staged` advances). A
@@ -34,11 +33,10 @@ from typing import Any
 import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 
 from mneme.dead_letters import DeadLetters
-from mneme.sink import LogAhead, Positioned, Sink, ahead_of_log, mark_of, positions_of
+from mneme.follow_delivery import Delivery
+from mneme.sink import LogAhead, Positioned, Sink, mark_of
 from schemas import subjects as S
 from schemas.dead_letter import DeadLetter
 from schemas.events import decode_envelope
@@ -47,7 +45,7 @@ from schemas.placement import misplaced
 log = logging.getLogger("mneme.follow")
 
 
-class LogFollower:
+class LogFollower(Delivery):
     def __init__(
         self,
         js: JetStreamContext,
@@ -72,42 +70,30 @@ class LogFollower:
         `check`: why a decoded message cannot be on its subject (dead-lettered), or None: by default the
         event log's rule (schemas/placement.py).
         `catch_up_batch`: the events a commit holds while a backlog waits (None: `batch_max`)."""
-        self.js = js
-        self.stream, self.subjects, self.decode, self.check = stream, subjects, decode, check
-        self.sink = sink
+        super().__init__(
+            js,
+            sink,
+            stream=stream,
+            subjects=subjects,
+            queue_max=queue_max,
+            stop_at=stop_at,
+            pending_msgs_limit=pending_msgs_limit,
+            consumer=consumer,
+        )
+        self.decode, self.check = decode, check
         self.staged = self.committed = sink.checkpoint
         self.batch_max = batch_max
         self.catch_up_batch = max(batch_max, catch_up_batch or batch_max)
         self.linger = linger
-        self.advanced = asyncio.Condition()
-        self._queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=queue_max)
-        self._wake = asyncio.Event()
         self._commit_asked = False
         self._commit_wanted = 0  # the highest sequence a reader waits to see committed
-        self.stop_at = stop_at
-        self.pending_msgs_limit = pending_msgs_limit
-        self._last_seen = 0
-        self._resync_from: int | None = None
-        self.resyncs = 0
-        self.idle_check = 2.0  # seconds without a message before the tail of the stream is checked
-        self._stopping = False
-        self._ended = False  # stop() ends the loop
-        self._sub_gen = 0
-        self._last_arrival = 0.0
         self._paused = 0
         self._pending = 0
         self._first_pending = 0.0
         self._task: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Future[object] | None = None
-        self._sub: JetStreamContext.PushSubscription | None = None
-        self.consumer = consumer
         self.letters = DeadLetters(js, stream, consumer)
-        self.stalled: str | None = None  # why commits fail (the disk is full...): None while they succeed
         self.fold_failed = False  # a sink could not fold a decodable message: stopped until a restart
-        self._retry_in = 0.5
-        self.diverged: str | None = None  # why its state is ahead of the log (LogAhead): it folds no more
-        self.on_diverged: Callable[[str], None] | None = None  # told once, when that is found while running
-        self._reconnects = self._reconnects_now()
 
     @property
     def dead_letters(self) -> int:
@@ -121,11 +107,6 @@ class LogFollower:
     def applied(self) -> int:
         return self.staged
 
-    @property
-    def received(self) -> int:
-        """The last sequence received (queued, staged or committed)."""
-        return self._last_seen
-
     async def start(self) -> None:
         """Follow the log from the sink's checkpoint; LogAhead (nothing started) if that state is not the log's."""
         if (why := await self.check_log()) is not None:
@@ -134,154 +115,6 @@ class LogFollower:
         self._reconnects = self._reconnects_now()
         self._task = asyncio.create_task(self._loop(), name="log-follower")
         await self._subscribe(self.committed + 1)
-
-    async def check_log(self, positions: list[tuple[str, int, str | None]] | None = None) -> str | None:
-        """Why the sink's committed state (or `positions`) is not a prefix of the log, or None (ahead_of_log)."""
-        if positions is None:  # (every position: a FanOut starts from its lowest, maybe 0 while another is ahead)
-            positions = positions_of(self.sink, self.consumer or self.stream)
-        if all(seq == 0 for _, seq, _ in positions):  # a fresh read model asks nothing of the log
-            return None
-        return await ahead_of_log(self.js, self.stream, positions)
-
-    def _reconnects_now(self) -> int:
-        nc = getattr(self.js, "_nc", None)
-        return int(getattr(nc, "stats", {}).get("reconnects", 0)) if nc is not None else 0
-
-    async def _recheck_after_reconnect(self) -> bool:
-        """The connection came back (the server may have restarted on another store): True if the state is
-        ahead of the log, and then the follower has stopped folding."""
-        now = self._reconnects_now()
-        if now == self._reconnects:
-            return False
-        try:
-            why = await self.check_log()
-        except Exception:  # noqa: BLE001 - not reachable yet: check again at the next turn
-            return False
-        self._reconnects = now
-        if why is None:
-            return False
-        await self._diverge(why)
-        return True
-
-    async def _diverge(self, why: str) -> None:
-        """Stop folding for good (a restart or a rebuild takes over), say so once, and tell the owner."""
-        self.diverged = why
-        self.stalled = f"ahead of the log: {why}"[:500]
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-        log.error("%s: %s; it folds no more and is rebuilt from the log", self.consumer or self.stream, why)
-        self._ended = True
-        if self.on_diverged is not None:
-            self.on_diverged(why)
-        async with self.advanced:
-            self.advanced.notify_all()
-
-    async def _subscribe(self, start: int) -> None:
-        cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
-        self._last_seen = start - 1
-        # the tail check counts silence from here (from 0.0, the first wake-up, e.g. a reader's wait_for,
-        # took a subscription that had not delivered yet for a stalled one and subscribed again)
-        self._last_arrival = asyncio.get_running_loop().time()
-        # A 1 s heartbeat: after a NATS restart the ordered consumer notices its server-side
-        # consumer is gone within ~2 s (the default 5 s heartbeat took 10-14 s) and recreates it.
-        # (nats-py keeps its own default limit unless one is given)
-        extra: dict[str, Any] = {"pending_msgs_limit": self.pending_msgs_limit} if self.pending_msgs_limit else {}
-        self._sub_gen += 1
-        gen = self._sub_gen
-
-        async def on_msg(msg: Msg) -> None:
-            if gen == self._sub_gen:  # a message still in flight from a replaced subscription is not ours
-                await self._on_msg(msg)
-
-        self._sub = await self.js.subscribe(
-            self.subjects,
-            stream=self.stream,
-            cb=on_msg,
-            ordered_consumer=True,
-            config=cfg,
-            idle_heartbeat=1.0,
-            **extra,
-        )
-
-    async def _on_msg(self, msg: Msg) -> None:
-        seq = msg.metadata.sequence.stream
-        if self._resync_from is not None or seq <= self._last_seen:
-            return  # a gap was seen: everything until the new subscription is ignored (and refetched)
-        if seq != self._last_seen + 1 and not await self._is_hole(self._last_seen + 1):
-            # nats-py dropped messages (its pending buffer overflowed: it answers flow control on arrival,
-            # so the server does not wait for us) and the ordered consumer does not notice: fetch again
-            # from the first missing sequence.
-            log.warning(
-                "%s: sequences %d..%d were lost in delivery; fetching again from %d",
-                self.stream,
-                self._last_seen + 1,
-                seq - 1,
-                self._last_seen + 1,
-            )
-            self._resync_from = self._last_seen + 1
-            self.resyncs += 1
-            self._wake.set()
-            return
-        self._last_arrival = asyncio.get_running_loop().time()
-        if self.stop_at is None or seq <= self.stop_at:  # (past stop_at: not folded in a point-in-time copy)
-            # a put that never completes (the callback was abandoned: observed as exactly one lost sequence,
-            # queue_max + 1, in tests/test_follow_gaps.py; the nats-py path not pinned down) must not count
-            # as seen, so the next message reveals the gap
-            await self._queue.put(msg)
-        self._last_seen = seq
-        self._wake.set()
-
-    async def _is_hole(self, seq: int) -> bool:
-        """True when the stream itself has no message at `seq` (deleted or purged), so skipping it is right."""
-        try:
-            await self.js.get_msg(self.stream, seq=seq)
-        except NotFoundError:
-            return True
-        except Exception:  # noqa: BLE001 - cannot tell: fetch again, which is always safe
-            return False
-        return False
-
-    async def _check_tail(self) -> None:
-        """Nothing arrived for a while: if the stream holds more than we have seen, the last messages were
-        dropped in delivery (no later message will reveal that gap): fetch again."""
-        self._last_arrival = asyncio.get_running_loop().time()
-        if self._resync_from is not None or self._sub is None or self._stopping:
-            return
-        try:
-            head = (await self.js.stream_info(self.stream)).state.last_seq
-        except Exception:  # noqa: BLE001 - NATS unreachable: the ordered consumer reconnects by itself
-            return
-        if head < self.committed and self.stop_at is None:  # the log is shorter than what is folded
-            await self._diverge(f"{self.consumer or self.stream}: checkpoint at {self.stream} #{self.committed}, "
-                                f"past the log's last sequence #{head}")  # fmt: skip
-            return
-        if self.stop_at is not None:
-            head = min(head, self.stop_at)
-        if head > self._last_seen:
-            log.warning("%s: delivery stopped at %d of %d; fetching again", self.stream, self._last_seen, head)
-            self._resync_from = self._last_seen + 1
-            self.resyncs += 1
-
-    async def _resync(self) -> None:
-        start = self._resync_from
-        assert start is not None
-        if self._stopping:  # stop() has unsubscribed: no new subscription
-            return
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # the connection may be gone; the new subscription decides
-                log.debug("unsubscribe before a resync failed", exc_info=True)
-        self._resync_from = None
-        try:
-            await self._subscribe(start)
-        except Exception as exc:  # noqa: BLE001 - e.g. JetStream's API times out during a leader election:
-            # ask again at the next turn; a failure here must never end the loop (the replica would stop for good)
-            log.warning("%s: following again from %d failed (%s: %s); retrying", self.consumer or self.stream, start,
-                        type(exc).__name__, exc)  # fmt: skip
-            self._resync_from = start
-            await asyncio.sleep(self._retry_in)
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:

@@ -1,7 +1,12 @@
 """Queries the gateway asks a projector over NATS request/reply, and their replies (msgpack).
 
 Every query carries `min_seq` (read-your-writes, invariant 3) and `now` (the reader's
-clock, which decides what counts as expired).
+clock, which decides what counts as expired). The memories' own queries (get, list, stats,
+history, the category index) and the projector's status are here, with the tables of every
+operation; the other families stand beside it and are re-exported from here: the base
+(schemas/query_base.py), search (schemas/search_queries.py), the knowledge graph
+(schemas/graph_queries.py), the code index (schemas/code_queries.py) and the audit trail
+(schemas/audit_queries.py).
 """
 
 from __future__ import annotations
@@ -11,31 +16,36 @@ from typing import Any, ClassVar, Literal
 import msgspec
 from msgspec import Struct
 
+from schemas.audit_queries import AuditQuery as AuditQuery
+from schemas.audit_queries import AuditResult as AuditResult
+from schemas.audit_queries import AuditRow as AuditRow
+from schemas.code_queries import CodeFiles as CodeFiles
+from schemas.code_queries import CodeFilesResult as CodeFilesResult
+from schemas.code_queries import CodeHit as CodeHit
+from schemas.code_queries import CodeIndexStatus as CodeIndexStatus
+from schemas.code_queries import CodeProjects as CodeProjects
+from schemas.code_queries import CodeProjectsResult as CodeProjectsResult
+from schemas.code_queries import CodeSearchResult as CodeSearchResult
+from schemas.code_queries import CodeStatusResult as CodeStatusResult
+from schemas.code_queries import SearchCode as SearchCode
 from schemas.events import UtcTime
+from schemas.graph_queries import Entity as Entity
+from schemas.graph_queries import GraphEntities as GraphEntities
+from schemas.graph_queries import GraphRelations as GraphRelations
+from schemas.graph_queries import GraphResult as GraphResult
+from schemas.graph_queries import GraphTraverse as GraphTraverse
+from schemas.graph_queries import Relation as Relation
+from schemas.query_base import AsOf as AsOf
+from schemas.query_base import AsOfResolved as AsOfResolved
+from schemas.query_base import Query as Query
+from schemas.search_queries import SearchHit as SearchHit
+from schemas.search_queries import SearchMemories as SearchMemories
+from schemas.search_queries import SearchMode as SearchMode
+from schemas.search_queries import SearchResult as SearchResult
 from schemas.state import MemoryState
 
 SortBy = Literal["created_at", "updated_at", "accessed_at", "importance", "access_count"]
 StatusFilter = Literal["live", "active", "deprecated", "archived", "any"]
-
-
-class Query(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    OPERATION: ClassVar[str] = ""
-    namespace: str
-    now: UtcTime
-    min_seq: int = 0
-
-
-class AsOf(Struct, frozen=True, kw_only=True):
-    """A past position: a stream sequence, or a time (the newest sequence recorded at or before it); both: that
-    sequence, with expiry judged at that time (an audited read asked again as it was asked)."""
-
-    seq: int | None = None
-    time: UtcTime | None = None
-
-
-class AsOfResolved(Struct, frozen=True, kw_only=True):
-    seq: int  # the answer is the projection right after this sequence
-    time: UtcTime | None  # when the log recorded that sequence (what counts as expired then)
 
 
 class GetMemory(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -97,42 +107,6 @@ class ExpiredMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     OPERATION: ClassVar[str] = "memory.expired"
     store: str | None = None
     limit: int = 1000
-
-
-SearchMode = Literal["semantic", "keyword", "hybrid"]
-
-
-class SearchMemories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Semantic, keyword or hybrid search in `namespace`, plus verified memories of `rule_namespaces`
-    (the caller's organization rules). Answered from the vector projection."""
-
-    OPERATION: ClassVar[str] = "memory.search"
-    mode: SearchMode
-    query: str
-    rule_namespaces: tuple[str, ...] = ()
-    limit: int = 10
-    threshold: float | None = None  # None: the mode's default
-    kind: str | None = None
-    kinds: tuple[str, ...] = ()  # any of these kinds (a profile's closed vocabulary: profiles/vocab.py)
-    kinds_not: tuple[str, ...] = ()  # none of these kinds
-    category: str | None = None
-    subject: str | None = None
-    tags: tuple[str, ...] = ()  # all of them
-    importance_min: float | None = None
-    importance_max: float | None = None
-    status: Literal["live", "active", "any"] = "live"  # live: active and deprecated (deprecated scored lower)
-    include_expired: bool = False
-    include_invalid: bool = True  # memories whose valid time has ended, scored lower than valid ones
-    # hybrid: calibrated (absolute scores, services/projector/search.py); zscore and rrf: relative to the candidates
-    fusion: Literal["calibrated", "zscore", "rrf"] = "calibrated"
-    semantic_weight: float = 0.3  # hybrid: the keyword weight is 1 - semantic_weight (unless keyword_weight)
-    keyword_weight: float | None = None  # hybrid zscore: the keyword signal's weight (None: 1 - semantic_weight)
-    # hybrid zscore: the weight of a third signal, personalized PageRank over the namespace's knowledge graph,
-    # seeded from the entities the top hits mention and the entity names in the query (0: off)
-    graph_weight: float = 0.0
-    as_of: AsOf | None = None  # answer as the projection stood then
-    valid_at: UtcTime | None = None  # only memories valid then: valid_from <= t < valid_until
-    order: Literal["relevance", "tiers"] = "relevance"  # tiers: exact, own namespace, rules; demoted last in each
 
 
 class StoreCategories(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -230,25 +204,6 @@ class HistoryResult(Struct, frozen=True, kw_only=True):
     total: int
 
 
-class SearchHit(Struct, frozen=True, kw_only=True):
-    memory: MemoryState
-    score: float  # 0-1: the mode's absolute relevance times the memory's standing (services/projector/search.py)
-    semantic: float | None = None  # cosine similarity, when computed (semantic and calibrated hybrid searches)
-    keyword: float | None = None  # raw BM25, when computed (keyword and calibrated hybrid searches)
-    graph: float | None = None  # personalized PageRank mass of the memory, when the graph signal ran
-    group: Literal["exact", "scope", "rules"] = "scope"
-    demoted: bool = False  # deprecated, archived or no longer valid: its score scaled down
-
-
-class SearchResult(Struct, frozen=True, kw_only=True):
-    hits: list[SearchHit]
-    mode: str
-    threshold: float
-    model: str | None = None
-    as_of: AsOfResolved | None = None
-    subgraph_nodes: int = 0  # nodes of the knowledge graph the graph signal ran over (0: it did not run)
-
-
 class PathOwnerResult(Struct, frozen=True, kw_only=True):
     memory_id: str | None
     store_seq: int
@@ -269,182 +224,6 @@ class ReindexResult(Struct, frozen=True, kw_only=True):
     added: int  # rows the rebuild wrote (missing, or with another created_seq)
     removed: int  # rows the rebuild dropped (no version of a memory in the store justifies them)
     memories: int  # live memories in the store
-
-
-class AuditQuery(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Served by the auditor: who touched a memory, what an agent did, in a time window."""
-
-    OPERATION: ClassVar[str] = "audit.query"
-    namespaces: tuple[str, ...] = ()  # the namespaces the asking admin may read; empty: `namespace` only
-    memory_id: str | None = None
-    agent_id: str | None = None
-    action: str | None = None  # prefix: "memory_", "read:", "denied:"
-    outcome: str | None = None
-    since: UtcTime | None = None
-    until: UtcTime | None = None
-    limit: int = 100
-    offset: int = 0
-    trail_seq: int | None = None  # only this record
-
-
-class AuditRow(Struct, frozen=True, kw_only=True):
-    trail_seq: int
-    source: str
-    source_seq: int
-    recorded_at: UtcTime
-    action: str
-    outcome: str
-    namespace: str
-    agent_id: str
-    role: str
-    request_id: str
-    memory_ids: list[str]
-    code: str | None
-    occurred_at: UtcTime
-
-
-class AuditResult(Struct, frozen=True, kw_only=True):
-    records: list[AuditRow]
-    total: int
-
-
-class GraphEntities(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Entities of the knowledge graph (current, or as of a past position), with their relations.
-
-    Filters combine: `ids`, `names` (compared by name key), `text` (a case-insensitive substring of the name,
-    the type or an observation), `entity_type`. `relations`: none, those touching `either` end of a found
-    entity, or only those with `both` ends found."""
-
-    OPERATION: ClassVar[str] = "graph.entities"
-    ids: tuple[str, ...] | None = None
-    names: tuple[str, ...] | None = None
-    text: str | None = None
-    entity_type: str | None = None
-    relations: Literal["none", "either", "both"] = "either"
-    limit: int | None = None
-    offset: int = 0
-    as_of: AsOf | None = None
-
-
-class GraphRelations(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Relations by id (current, or as of a past position): what a delete of relations acts on."""
-
-    OPERATION: ClassVar[str] = "graph.relations"
-    ids: tuple[str, ...]
-    as_of: AsOf | None = None
-
-
-class GraphTraverse(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Entities and relations within `depth` hops of one entity, following relations out, in or both ways;
-    each entity once (cycles end there), at most `max_nodes` entities (then `truncated`)."""
-
-    OPERATION: ClassVar[str] = "graph.traverse"
-    entity_id: str
-    depth: int = 1
-    direction: Literal["outgoing", "incoming", "both"] = "outgoing"
-    max_nodes: int = 200
-    as_of: AsOf | None = None
-
-
-class Entity(Struct, frozen=True, kw_only=True):
-    id: str
-    name: str
-    entity_type: str
-    description: str | None
-    observations: list[str]
-    version: int
-    last_seq: int
-    created_at: UtcTime
-    depth: int | None = None  # in a traversal: hops from the start
-
-
-class Relation(Struct, frozen=True, kw_only=True):
-    id: str
-    from_id: str
-    from_name: str
-    to_id: str
-    to_name: str
-    relation_type: str
-    weight: float
-    version: int
-    last_seq: int
-
-
-class GraphResult(Struct, frozen=True, kw_only=True):
-    entities: list[Entity]
-    relations: list[Relation]
-    total: int  # entities matching, before limit/offset
-    truncated: bool = False
-
-
-class SearchCode(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Semantic search over the namespace's indexed code (chunks that have their vector)."""
-
-    OPERATION: ClassVar[str] = "code.search"
-    query: str
-    project_id: str | None = None
-    language: str | None = None
-    limit: int = 10
-
-
-class CodeIndexStatus(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    OPERATION: ClassVar[str] = "code.status"
-    project_id: str
-
-
-class CodeProjects(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    OPERATION: ClassVar[str] = "code.projects"
-
-
-class CodeFiles(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The files a project's index holds, with their content hashes (what an indexing run can skip)."""
-
-    OPERATION: ClassVar[str] = "code.files"
-    project_id: str
-
-
-class CodeHit(Struct, frozen=True, kw_only=True):
-    id: str
-    project_id: str
-    path: str
-    language: str
-    start_line: int
-    end_line: int
-    chunk_type: str
-    name: str | None
-    content: str
-    score: float
-
-
-class CodeSearchResult(Struct, frozen=True, kw_only=True):
-    hits: list[CodeHit]
-    pending: int  # chunks of the namespace still waiting for their vector (not searchable yet)
-    model: str | None = None
-
-
-class CodeStatusResult(Struct, frozen=True, kw_only=True):
-    project_id: str
-    found: bool
-    status: str = "pending"  # pending | indexing | completed | failed
-    root: str | None = None
-    total_files: int = 0
-    indexed_files: int = 0
-    total_chunks: int = 0
-    embedded_chunks: int = 0
-    progress_percent: float = 0.0
-    eta_seconds: float | None = None
-    started_at: UtcTime | None = None
-    completed_at: UtcTime | None = None
-    error: str | None = None
-
-
-class CodeProjectsResult(Struct, frozen=True, kw_only=True):
-    projects: list[CodeStatusResult]
-
-
-class CodeFilesResult(Struct, frozen=True, kw_only=True):
-    root: str | None
-    files: dict[str, str]  # path -> sha256
 
 
 class ProjectorStatus(Query, frozen=True, kw_only=True, forbid_unknown_fields=True):

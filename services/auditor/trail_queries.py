@@ -36,25 +36,18 @@ def _namespace_clause(patterns: tuple[str, ...]) -> tuple[str, list[Any]]:
 def _where(q: AuditQuery) -> tuple[str, list[Any]]:
     clause, args = _namespace_clause(q.namespaces or (q.namespace,))
     where = [clause]
-    if q.memory_id is not None:
-        where.append("list_contains(memory_ids, ?)")
-        args.append(q.memory_id)
-    for col, val in (("agent_id", q.agent_id), ("outcome", q.outcome)):
+    for cond, val in (
+        ("list_contains(memory_ids, ?)", q.memory_id),
+        ("agent_id = ?", q.agent_id),
+        ("outcome = ?", q.outcome),
+        ("starts_with(action, ?)", q.action),  # a prefix
+        ("occurred_at >= ?", q.since),
+        ("occurred_at < ?", q.until),
+        ("trail_seq = ?", q.trail_seq),
+    ):
         if val is not None:
-            where.append(f"{col} = ?")
+            where.append(cond)
             args.append(val)
-    if q.action is not None:
-        where.append("starts_with(action, ?)")
-        args.append(q.action)
-    if q.since is not None:
-        where.append("occurred_at >= ?")
-        args.append(q.since)
-    if q.until is not None:
-        where.append("occurred_at < ?")
-        args.append(q.until)
-    if q.trail_seq is not None:
-        where.append("trail_seq = ?")
-        args.append(q.trail_seq)
     return " AND ".join(where), args
 
 
@@ -69,28 +62,12 @@ def query(trail: Trail, q: AuditQuery) -> AuditResult:
     where, args = _where(q)
     cur = trail.con.cursor()
     total = _count(cur, where, args)
+    fields = AuditRow.__struct_fields__  # (columns of the trail, all but the record id and the hashes)
     rows = cur.execute(
-        f"SELECT {', '.join(COLUMNS)} FROM audit_trail WHERE {where} ORDER BY trail_seq LIMIT ? OFFSET ?",
+        f"SELECT {', '.join(fields)} FROM audit_trail WHERE {where} ORDER BY trail_seq LIMIT ? OFFSET ?",
         [*args, q.limit, q.offset],
     ).fetchall()
-    records = [
-        AuditRow(
-            trail_seq=r[0],
-            source=r[1],
-            source_seq=r[2],
-            recorded_at=r[3],
-            action=r[5],
-            outcome=r[6],
-            namespace=r[7],
-            agent_id=r[8],
-            role=r[9],
-            request_id=r[10],
-            memory_ids=list(r[11]),
-            code=r[12],
-            occurred_at=r[13],
-        )
-        for r in rows
-    ]
+    records = [AuditRow(**dict(zip(fields, r, strict=True))) for r in rows]
     return AuditResult(records=records, total=total)
 
 

@@ -34,7 +34,7 @@ from schemas.code_events import (
     CodeIndexStarted,
     CodeProjectDeleted,
 )
-from services.projector.memories_view import SMALL_BATCH, insert_rows, one_row
+from services.projector.duck_sql import SMALL_BATCH, insert_rows, one_row, thread_cursor
 
 log = logging.getLogger("mneme.projector.code")
 
@@ -280,12 +280,7 @@ class CodeView:
 
     # -- reads
     def reader(self) -> duckdb.DuckDBPyConnection:
-        cur = getattr(self._local, "cur", None)
-        if cur is None:
-            cur = self.con.cursor()
-            cur.execute("SET TimeZone = 'UTC'")
-            self._local.cur = cur
-        return cur
+        return thread_cursor(self.con, self._local)
 
     def matrix(self, ns: str) -> Matrix:
         """The namespace's embedded chunks as one normalized float32 matrix (with each row's id, project and

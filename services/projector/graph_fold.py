@@ -5,6 +5,8 @@ is the rows with `seq_to IS NULL AND NOT deleted`, the graph as of sequence S th
 `seq <= S < coalesce(seq_to, ∞) AND NOT deleted`. A delete is a version too (deleted = true), so nothing
 is removed from the history. MemoriesView stages graph events with its own, in log order, and writes both
 with one checkpoint in one transaction (invariant 5).
+
+The tables, the states and the pure fold of one event are services/projector/graph_states.py.
 """
 
 from __future__ import annotations
@@ -12,227 +14,78 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import duckdb
-import msgspec
-from msgspec import UNSET
 
 from mneme.domain.graph import mentions, name_key
 from mneme.ids import entity_id_for
 from schemas.events import Envelope
-from schemas.graph_events import (
-    ENTITY_EVENTS,
-    RELATION_EVENTS,
-    EntityChanged,
-    EntityCreated,
-    EntityDeleted,
-    GraphEvent,
-    RelationCreated,
-    RelationDeleted,
+from schemas.graph_events import ENTITY_EVENTS, RELATION_EVENTS, GraphEvent
+from services.projector.duck_sql import close_versions, columns
+from services.projector.graph_states import (
+    ENTITY_COLUMNS,
+    RELATION_COLUMNS,
+    EntityState,
+    RelationState,
+    entity_row,
+    entity_state,
+    evolve_entity,
+    evolve_relation,
+    relation_row,
+    relation_state,
 )
 
-GRAPH_SCHEMA = """
-CREATE TABLE IF NOT EXISTS graph_entities (
-    id VARCHAR NOT NULL, version INTEGER NOT NULL, namespace VARCHAR NOT NULL, name VARCHAR NOT NULL,
-    name_key VARCHAR NOT NULL, entity_type VARCHAR NOT NULL, description VARCHAR, observations VARCHAR[] NOT NULL,
-    deleted BOOLEAN NOT NULL, seq BIGINT NOT NULL, seq_to BIGINT, recorded_at TIMESTAMPTZ NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL, agent_id VARCHAR NOT NULL, created_seq BIGINT NOT NULL,
-    PRIMARY KEY (id, version)
-);
-CREATE TABLE IF NOT EXISTS graph_relations (
-    id VARCHAR NOT NULL, version INTEGER NOT NULL, namespace VARCHAR NOT NULL, from_id VARCHAR NOT NULL,
-    to_id VARCHAR NOT NULL, relation_type VARCHAR NOT NULL, weight DOUBLE NOT NULL, deleted BOOLEAN NOT NULL,
-    seq BIGINT NOT NULL, seq_to BIGINT, recorded_at TIMESTAMPTZ NOT NULL, agent_id VARCHAR NOT NULL,
-    PRIMARY KEY (id, version)
-);
-CREATE TABLE IF NOT EXISTS graph_mentions (
-    memory_id VARCHAR NOT NULL, entity_id VARCHAR NOT NULL, namespace VARCHAR NOT NULL, seq BIGINT NOT NULL,
-    seq_to BIGINT, explicit BOOLEAN NOT NULL  -- explicit: named by the writer (memory_add's entities), not found
-);
-CREATE INDEX IF NOT EXISTS graph_entities_key ON graph_entities (namespace, name_key);
-CREATE INDEX IF NOT EXISTS graph_mentions_memory ON graph_mentions (memory_id);
-CREATE INDEX IF NOT EXISTS graph_relations_from ON graph_relations (from_id);
-CREATE INDEX IF NOT EXISTS graph_relations_to ON graph_relations (to_id);
-"""
-GRAPH_TABLES = ("graph_entities", "graph_relations", "graph_mentions")
-GRAPH_CANONICAL = {
-    "graph_entities": ("id, version", "TRUE"),
-    "graph_relations": ("id, version", "TRUE"),
-    "graph_mentions": ("memory_id, entity_id, seq, explicit", "TRUE"),
-}
-
-ENTITY_COLUMNS = (
-    "id, version, namespace, name, name_key, entity_type, description, observations, deleted, seq, seq_to, "
-    "recorded_at, created_at, agent_id, created_seq"
-)
-RELATION_COLUMNS = (
-    "id, version, namespace, from_id, to_id, relation_type, weight, deleted, seq, seq_to, recorded_at, agent_id"
-)
+St = TypeVar("St", EntityState, RelationState)
 
 
-class EntityState(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    version: int
-    namespace: str
-    name: str
-    entity_type: str
-    description: str | None
-    observations: tuple[str, ...]
-    deleted: bool
-    seq: int
-    created_at: datetime
-    created_seq: int  # where this incarnation was created: entities list in the order they came to exist
+@dataclass
+class Versions(Generic[St]):
+    """One kind's staged versions (entities or relations): the newest state of each id staged, the version
+    rows to insert, and the committed versions they replace ((id, version) -> seq_to)."""
+
+    states: dict[str, St] = field(default_factory=dict)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    closed: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def fold(
+        self,
+        p: Any,
+        loaded: dict[str, St],
+        evolve: Callable[[St | None, Envelope, int], St | None],
+        row: Callable[[St, datetime, str], tuple[Any, ...]],
+    ) -> tuple[St | None, St] | None:
+        """Fold one event (Positioned) into its id's newest state (staged, else `loaded`): (the state before,
+        the new one) with the new version's row staged, or None when the event changes nothing."""
+        env = p.envelope
+        aid = env.aggregate_id
+        prev = self.states.get(aid) or loaded.get(aid)
+        new = evolve(prev, env, p.seq)
+        if new is None or new is prev:
+            return None
+        if prev is not None:
+            self.closed[(aid, prev.version)] = p.seq
+        self.states[aid] = new
+        self.rows.append(row(new, p.recorded_at, env.actor.agent_id))
+        return prev, new
 
 
-class RelationState(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    version: int
-    namespace: str
-    from_id: str
-    to_id: str
-    relation_type: str
-    weight: float
-    deleted: bool
-    seq: int
-
-
-def evolve_entity(prev: EntityState | None, env: Envelope, seq: int) -> EntityState | None:
-    """`prev` itself (nothing to fold) for an event whose version is not past it: a gateway never writes one,
-    a replayed or forged message may, and folding it would give two rows one (id, version)."""
-    ev = env.event
-    if prev is not None and isinstance(ev, GraphEvent) and ev.version <= prev.version:
-        return prev
-    if isinstance(ev, EntityCreated):
-        return EntityState(
-            id=ev.entity_id,
-            version=ev.version,
-            namespace=env.namespace,
-            name=ev.name,
-            entity_type=ev.entity_type,
-            description=ev.description,
-            observations=tuple(dict.fromkeys(ev.observations)),
-            deleted=False,
-            seq=seq,
-            created_at=env.occurred_at,
-            created_seq=seq,
-        )
-    if prev is None:
-        return None  # a change to an entity this projection never saw created
-    if isinstance(ev, EntityChanged):
-        removed = set(ev.removed)
-        kept = [o for o in prev.observations if o not in removed]
-        obs = tuple(dict.fromkeys([*kept, *ev.added]))
-        changes: dict[str, Any] = {"observations": obs}
-        if ev.entity_type is not UNSET:
-            changes["entity_type"] = ev.entity_type
-        if ev.description is not UNSET:
-            changes["description"] = ev.description
-        return msgspec.structs.replace(prev, version=ev.version, seq=seq, **changes)
-    if isinstance(ev, EntityDeleted):
-        return msgspec.structs.replace(prev, version=ev.version, seq=seq, deleted=True)
-    return prev
-
-
-def evolve_relation(prev: RelationState | None, env: Envelope, seq: int) -> RelationState | None:
-    ev = env.event
-    if prev is not None and isinstance(ev, GraphEvent) and ev.version <= prev.version:  # (as evolve_entity)
-        return prev
-    if isinstance(ev, RelationCreated):
-        return RelationState(
-            id=ev.relation_id,
-            version=ev.version,
-            namespace=env.namespace,
-            from_id=ev.from_id,
-            to_id=ev.to_id,
-            relation_type=ev.relation_type,
-            weight=ev.weight,
-            deleted=False,
-            seq=seq,
-        )
-    if prev is None:
-        return None
-    if isinstance(ev, RelationDeleted):
-        return msgspec.structs.replace(prev, version=ev.version, seq=seq, deleted=True)
-    return prev
-
-
-def entity_row(s: EntityState, recorded_at: datetime, agent_id: str) -> tuple[Any, ...]:
-    return (
-        s.id,
-        s.version,
-        s.namespace,
-        s.name,
-        name_key(s.name),
-        s.entity_type,
-        s.description,
-        list(s.observations),
-        s.deleted,
-        s.seq,
-        None,
-        recorded_at,
-        s.created_at,
-        agent_id,
-        s.created_seq,
-    )
-
-
-def relation_row(s: RelationState, recorded_at: datetime, agent_id: str) -> tuple[Any, ...]:
-    return (
-        s.id,
-        s.version,
-        s.namespace,
-        s.from_id,
-        s.to_id,
-        s.relation_type,
-        s.weight,
-        s.deleted,
-        s.seq,
-        None,
-        recorded_at,
-        agent_id,
-    )
-
-
-def entity_state(r: tuple[Any, ...]) -> EntityState:
-    """From a graph_entities row (ENTITY_COLUMNS order)."""
-    return EntityState(
-        id=r[0],
-        version=r[1],
-        namespace=r[2],
-        name=r[3],
-        entity_type=r[5],
-        description=r[6],
-        observations=tuple(r[7]),
-        deleted=r[8],
-        seq=r[9],
-        created_at=r[12],
-        created_seq=r[14],
-    )
-
-
-def relation_state(r: tuple[Any, ...]) -> RelationState:
-    return RelationState(
-        id=r[0],
-        version=r[1],
-        namespace=r[2],
-        from_id=r[3],
-        to_id=r[4],
-        relation_type=r[5],
-        weight=r[6],
-        deleted=r[7],
-        seq=r[8],
-    )
+def _load_current(
+    cur: duckdb.DuckDBPyConnection, table: str, cols: str, ids: set[str], state: Callable[[tuple[Any, ...]], St]
+) -> dict[str, St]:
+    """The current version (deleted or not) of each of `ids` in `table`, by id."""
+    if not ids:
+        return {}
+    rows = cur.execute(
+        f"SELECT {cols} FROM {table} WHERE seq_to IS NULL AND id IN (SELECT unnest(?))", [list(ids)]
+    ).fetchall()
+    return {r[0]: state(r) for r in rows}
 
 
 @dataclass
 class GraphStaged:
-    entities: dict[str, EntityState] = field(default_factory=dict)
-    relations: dict[str, RelationState] = field(default_factory=dict)
-    entity_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    relation_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    closed_entities: dict[tuple[str, int], int] = field(default_factory=dict)  # (id, version) -> seq_to
-    closed_relations: dict[tuple[str, int], int] = field(default_factory=dict)
+    entities: Versions[EntityState] = field(default_factory=Versions)
+    relations: Versions[RelationState] = field(default_factory=Versions)
     # memory -> (entity, explicit) -> since: its current mentions
     mentions: dict[str, dict[tuple[str, bool], int]] = field(default_factory=dict)
     mention_rows: list[tuple[Any, ...]] = field(default_factory=list)  # (memory, entity, namespace, since, explicit)
@@ -241,7 +94,7 @@ class GraphStaged:
     touched: set[str] = field(default_factory=set)  # namespaces whose graph or mentions this batch changes
 
     def __bool__(self) -> bool:
-        return bool(self.entity_rows or self.relation_rows or self.mention_rows or self.closed_mentions)
+        return bool(self.entities.rows or self.relations.rows or self.mention_rows or self.closed_mentions)
 
 
 # (namespace, a word of the name) -> memories of the namespace whose content holds the word: [(id, content)]
@@ -308,43 +161,35 @@ class GraphFold:
                 rel_ids.add(p.envelope.aggregate_id)
             elif self.has_graph(cur, p.envelope.namespace):
                 mem_ids.add(p.envelope.aggregate_id)
-        self._entities = self._load_entities(cur, ent_ids - st.entities.keys())
-        self._relations = self._load_relations(cur, rel_ids - st.relations.keys())
+        self._entities = _load_current(
+            cur, "graph_entities", ENTITY_COLUMNS, ent_ids - st.entities.states.keys(), entity_state
+        )
+        self._relations = _load_current(
+            cur, "graph_relations", RELATION_COLUMNS, rel_ids - st.relations.states.keys(), relation_state
+        )
         ids = [m for m in mem_ids if m not in st.mentions]
         self._mentions = self._load_mentions(cur, ids) if ids else {}
 
     def stage_one(self, cur: duckdb.DuckDBPyConnection, p: Any, find: FindMemories) -> None:
         """Fold one graph event (Positioned)."""
         st, env = self.st, p.envelope
-        aid = env.aggregate_id
-        if isinstance(env.event, ENTITY_EVENTS):
-            prev_e = st.entities.get(aid) or self._entities.get(aid)
-            new_e = evolve_entity(prev_e, env, p.seq)
-            if new_e is None or new_e is prev_e:
-                return
-            if prev_e is not None:
-                st.closed_entities[(aid, prev_e.version)] = p.seq
-            st.entities[aid] = new_e
-            st.entity_rows.append(entity_row(new_e, p.recorded_at, env.actor.agent_id))
-            st.touched.add(env.namespace)
-            names = self._namespace(cur, env.namespace)
-            self._ever[env.namespace] = True
-            key = name_key(new_e.name)
-            if new_e.deleted:
-                names.pop(key, None)
-            elif prev_e is None or prev_e.deleted:  # it comes to exist: the memories that name it mention it
-                names[key] = aid
-                self._link(cur, env.namespace, key, aid, p.seq, find)
+        if not isinstance(env.event, ENTITY_EVENTS):
+            if st.relations.fold(p, self._relations, evolve_relation, relation_row) is not None:
+                st.touched.add(env.namespace)
             return
-        prev_r = st.relations.get(aid) or self._relations.get(aid)
-        new_r = evolve_relation(prev_r, env, p.seq)
-        if new_r is None or new_r is prev_r:
+        folded = st.entities.fold(p, self._entities, evolve_entity, entity_row)
+        if folded is None:
             return
-        if prev_r is not None:
-            st.closed_relations[(aid, prev_r.version)] = p.seq
-        st.relations[aid] = new_r
-        st.relation_rows.append(relation_row(new_r, p.recorded_at, env.actor.agent_id))
+        prev_e, new_e = folded
         st.touched.add(env.namespace)
+        names = self._namespace(cur, env.namespace)
+        self._ever[env.namespace] = True
+        key = name_key(new_e.name)
+        if new_e.deleted:
+            names.pop(key, None)
+        elif prev_e is None or prev_e.deleted:  # it comes to exist: the memories that name it mention it
+            names[key] = env.aggregate_id
+            self._link(cur, env.namespace, key, env.aggregate_id, p.seq, find)
 
     def _current_mentions(self, mid: str) -> dict[tuple[str, bool], int]:
         st = self.st
@@ -352,17 +197,21 @@ class GraphFold:
             st.mentions[mid] = dict(self._mentions.get(mid, {}))
         return st.mentions[mid]
 
+    def _mention(self, mid: str, key: tuple[str, bool], ns: str, seq: int) -> None:
+        """`mid` mentions the entity `key` names (explicitly or not) from `seq` on, unless it does already."""
+        current = self._current_mentions(mid)
+        if key not in current:
+            current[key] = seq
+            self.st.mention_rows.append((mid, key[0], ns, seq, key[1]))
+            self.st.touched.add(ns)
+
     def _link(self, cur: duckdb.DuckDBPyConnection, ns: str, key: str, eid: str, seq: int, find: FindMemories) -> None:
         probe = max(key.split(" "), key=len)
         for mid, content in find(ns, probe):
             if mentions(content, {key: eid}):
                 if mid not in self.st.mentions and mid not in self._mentions:
                     self._mentions.update(self._load_mentions(cur, [mid]))
-                current = self._current_mentions(mid)
-                if (eid, False) not in current:
-                    current[(eid, False)] = seq
-                    self.st.mention_rows.append((mid, eid, ns, seq, False))
-                    self.st.touched.add(ns)
+                self._mention(mid, (eid, False), ns, seq)
 
     @staticmethod
     def _load_mentions(cur: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[tuple[str, bool], int]]:
@@ -403,69 +252,33 @@ class GraphFold:
         if explicit and content is not None:
             wanted += [(entity_id_for(ns, name_key(n)), True) for n in explicit]
         for key in wanted:
-            if key not in current:
-                current[key] = seq
-                self.st.mention_rows.append((mid, key[0], ns, seq, key[1]))
-                self.st.touched.add(ns)
-
-    @staticmethod
-    def _load_entities(cur: duckdb.DuckDBPyConnection, ids: set[str]) -> dict[str, EntityState]:
-        if not ids:
-            return {}
-        rows = cur.execute(
-            f"SELECT {ENTITY_COLUMNS} FROM graph_entities WHERE seq_to IS NULL AND id IN (SELECT unnest(?))",
-            [list(ids)],
-        ).fetchall()
-        return {r[0]: entity_state(r) for r in rows}
-
-    @staticmethod
-    def _load_relations(cur: duckdb.DuckDBPyConnection, ids: set[str]) -> dict[str, RelationState]:
-        if not ids:
-            return {}
-        rows = cur.execute(
-            f"SELECT {RELATION_COLUMNS} FROM graph_relations WHERE seq_to IS NULL AND id IN (SELECT unnest(?))",
-            [list(ids)],
-        ).fetchall()
-        return {r[0]: relation_state(r) for r in rows}
+            self._mention(mid, key, ns, seq)
 
     def write(self, w: duckdb.DuckDBPyConnection) -> None:
         """Inside the commit's transaction: new version rows, and the versions they close."""
         st = self.st
         if not st:
             return
-        for table, closed, rows, columns, at in (
-            ("graph_entities", st.closed_entities, st.entity_rows, ENTITY_COLUMNS, 10),
-            ("graph_relations", st.closed_relations, st.relation_rows, RELATION_COLUMNS, 9),
+        for table, versions, cols, at in (
+            ("graph_entities", st.entities, ENTITY_COLUMNS, 10),
+            ("graph_relations", st.relations, RELATION_COLUMNS, 9),
         ):
-            staged_closes = dict(closed)
+            staged_closes = dict(versions.closed)
             # a version staged and closed in this same batch is written closed (`at`: where seq_to is)
-            fixed = [(*r[:at], staged_closes.pop((r[0], r[1]), None), *r[at + 1 :]) for r in rows]
+            fixed = [(*r[:at], staged_closes.pop((r[0], r[1]), None), *r[at + 1 :]) for r in versions.rows]
             if fixed:
-                w.executemany(f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(fixed[0]))})", fixed)
-            if staged_closes:  # versions committed earlier that this batch replaced
-                ks = list(staged_closes)
-                w.execute(
-                    f"UPDATE {table} SET seq_to = c.s FROM (SELECT unnest(?) AS i, unnest(?) AS v, unnest(?) AS s) c "
-                    f"WHERE {table}.id = c.i AND {table}.version = c.v",
-                    [[k[0] for k in ks], [k[1] for k in ks], [staged_closes[k] for k in ks]],
-                )
+                w.executemany(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(fixed[0]))})", fixed)
+            close_versions(w, table, staged_closes)  # versions committed earlier that this batch replaced
         closes = dict(st.closed_mentions)
         rows = [(m, e, ns, since, closes.pop((m, e, since, x), None), x) for m, e, ns, since, x in st.mention_rows]
         if rows:
             w.executemany("INSERT INTO graph_mentions VALUES (?, ?, ?, ?, ?, ?)", rows)
         if closes:
-            ks3 = list(closes)
             w.execute(
                 "UPDATE graph_mentions SET seq_to = c.s FROM (SELECT unnest(?) AS m, unnest(?) AS e, unnest(?) AS f, "
                 "unnest(?) AS x, unnest(?) AS s) c WHERE memory_id = c.m AND entity_id = c.e AND seq = c.f "
                 "AND explicit = c.x",
-                [
-                    [k[0] for k in ks3],
-                    [k[1] for k in ks3],
-                    [k[2] for k in ks3],
-                    [k[3] for k in ks3],
-                    [closes[k] for k in ks3],
-                ],
+                columns((*k, s) for k, s in closes.items()),
             )
 
     def committed(self, checkpoint: int) -> None:

@@ -8,7 +8,7 @@ import duckdb
 
 from mneme.domain.graph import name_key
 from schemas.queries import AsOfResolved, Entity, GraphEntities, GraphRelations, GraphResult, GraphTraverse, Relation
-from services.projector.memories_queries import resolve_as_of
+from services.projector.memories_sql import resolve_as_of
 from services.projector.memories_view import MemoriesView
 
 MAX_TRAVERSE_NODES = 1000
@@ -64,20 +64,7 @@ def _relations(
         "WHERE r.namespace = ? AND " + rv + " AND " + ends + " ORDER BY r.seq, r.id",
         [*fargs, *targs, ns, *rargs, ids, ids],
     ).fetchall()
-    return [
-        Relation(
-            id=r[0],
-            from_id=r[1],
-            from_name=r[2],
-            to_id=r[3],
-            to_name=r[4],
-            relation_type=r[5],
-            weight=r[6],
-            version=r[7],
-            last_seq=r[8],
-        )
-        for r in rows
-    ]
+    return [_relation(r) for r in rows]
 
 
 def entities(view: MemoriesView, q: GraphEntities) -> GraphResult:

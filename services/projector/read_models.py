@@ -28,7 +28,8 @@ from services.projector.code_queries import CODE_HANDLERS
 from services.projector.generation import Generation
 from services.projector.graph_queries import HANDLERS as GRAPH_HANDLERS
 from services.projector.memories_queries import HANDLERS as MEMORY_HANDLERS
-from services.projector.memories_queries import STAGED_READS, resolve_as_of
+from services.projector.memories_queries import STAGED_READS
+from services.projector.memories_sql import resolve_as_of
 
 
 @dataclass(frozen=True)

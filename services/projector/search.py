@@ -34,22 +34,25 @@ Order: `order="relevance"` (the default) by score. `order="tiers"` (for a contra
 memories of the caller's namespace that contain the query ("exact"), then the rest of the caller's
 namespace ("scope"), then organization rules ("rules"); within each, the demoted (deprecated, archived,
 valid time ended) after the rest; then by score.
+
+The payload filter is services/projector/search_filter.py; the fusions' arithmetic services/projector/search_fusion.py.
 """
 
 from __future__ import annotations
 
 import math
-from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-from mneme.domain import validation as v
 from mneme.embed_cache import EmbeddingCache, text_key
 from mneme.embedding import ModelHandle
 from mneme.errors import InvalidInput
 from schemas.queries import AsOfResolved, SearchHit, SearchMemories, SearchResult
+from services.projector.bm25 import BM25
 from services.projector.graph_signal import GraphSignal
-from services.projector.vector_index import OPEN, Cond, Hit, Search, VectorIndex, Where
-from services.projector.vector_view import BM25, normalize_subject, state_of
+from services.projector.search_filter import where_of as where_of
+from services.projector.search_fusion import coverage, fuse, logistic, ramp, zfused
+from services.projector.vector_payload import state_of
+from services.projector.vector_port import Cond, Hit, Search, VectorIndex, Where
 
 DEFAULT_THRESHOLD = {"semantic": 0.2, "keyword": 0.0, "hybrid": 0.1}  # hybrid: the calibrated fusion
 RELATIVE_THRESHOLD = 0.0  # z-score and RRF scores are relative to their candidates: no default cut
@@ -58,7 +61,6 @@ COVERAGE_POWER = 1.25  # keyword coverage -> 0..1 in the calibrated fusion
 EXACT_BOOST = 0.1
 STATUS_FACTOR = {"active": 1.0, "deprecated": 0.7, "archived": 0.5}
 ENDED_FACTOR = 0.7  # valid time over
-RRF_K = 60
 FETCH_MIN = 50  # candidates per retriever before fusion and re-ranking
 MAX_PROBES = 64  # query words whose IDF is probed; the rest count at the probed words' mean
 TIERS = {"exact": 0, "scope": 1, "rules": 2}
@@ -68,46 +70,6 @@ def default_threshold(q: SearchMemories) -> float:
     if q.mode == "hybrid" and q.fusion != "calibrated":
         return RELATIVE_THRESHOLD
     return DEFAULT_THRESHOLD[q.mode]
-
-
-def where_of(q: SearchMemories, now: datetime, at: AsOfResolved | None = None) -> Where:
-    """The payload filter: scope, record interval (as_of), status, expiry and the caller's filters."""
-    scope: list[Cond | Where] = [Where(must=(Cond("namespace", "eq", q.namespace),))]
-    if q.rule_namespaces:
-        scope.append(
-            Where(must=(Cond("namespace", "any", list(q.rule_namespaces)), Cond("verification", "eq", "verified")))
-        )
-    must: list[Cond | Where] = [Where(should=tuple(scope))]
-    if at is None:
-        must.append(Cond("seq_to", "range", gte=OPEN))
-    else:  # the versions whose record interval [seq_from, seq_to) holds the position
-        must += [Cond("seq_from", "range", lte=at.seq), Cond("seq_to", "range", gt=at.seq)]
-    if q.status == "live":
-        must.append(Cond("status", "any", ["active", "deprecated"]))
-    elif q.status == "active":
-        must.append(Cond("status", "eq", "active"))
-    if not q.include_expired:
-        must.append(Cond("expires_at", "range", gt=now.timestamp()))
-    if not q.include_invalid:
-        must.append(Cond("valid_until", "range", gt=now.timestamp()))
-    if q.valid_at is not None:  # valid time: from inclusive, until exclusive
-        t = q.valid_at.timestamp()
-        must += [Cond("valid_from", "range", lte=t), Cond("valid_until", "range", gt=t)]
-    if q.kind:
-        must.append(Cond("kind", "eq", q.kind))
-    if q.kinds:
-        must.append(Cond("kind", "any", list(q.kinds)))
-    if q.kinds_not:
-        must.append(Where(must_not=(Cond("kind", "any", list(q.kinds_not)),)))
-    if q.category:
-        must.append(Cond("category", "eq", q.category))
-    if q.subject:
-        must.append(Cond("subject", "eq", normalize_subject(q.subject)))
-    for tag in v.tags(q.tags):  # normalised as stored tags are
-        must.append(Cond("tags", "eq", tag))
-    if q.importance_min is not None or q.importance_max is not None:
-        must.append(Cond("importance", "range", gte=q.importance_min, lte=q.importance_max))
-    return Where(must=tuple(must))
 
 
 class Searcher:
@@ -196,12 +158,12 @@ class Searcher:
         elif q.mode == "semantic":
             relevance = {i: max(c, 0.0) for i, c in cos.items()}
         elif q.mode == "keyword":
-            relevance = {i: _coverage(s, self_score) for i, s in bm.items()}
+            relevance = {i: coverage(s, self_score) for i, s in bm.items()}
         elif calibrated:
             w = q.semantic_weight
             relevance = {
-                i: w * _ramp(cos.get(i, 0.0), *SEMANTIC_RAMP)
-                + (1 - w) * _coverage(bm.get(i, 0.0), self_score) ** COVERAGE_POWER
+                i: w * ramp(cos.get(i, 0.0), *SEMANTIC_RAMP)
+                + (1 - w) * coverage(bm.get(i, 0.0), self_score) ** COVERAGE_POWER
                 for i in hit_of
             }
         else:
@@ -333,14 +295,6 @@ class Searcher:
         return sum(idf.get(t, mean) * w * own.get(t, 0.0) for t, w in terms.items())
 
 
-def _ramp(x: float, lo: float, hi: float) -> float:
-    return min(1.0, max(0.0, (x - lo) / (hi - lo)))
-
-
-def _coverage(bm25: float, self_score: float) -> float:
-    return min(1.0, bm25 / self_score) if self_score > 0 else 0.0
-
-
 def _norm(s: str) -> str:
     return " ".join(s.casefold().split())
 
@@ -355,61 +309,3 @@ def _distinct(hits: list[SearchHit]) -> list[SearchHit]:
             seen.add(key)
             out.append(h)
     return out
-
-
-def zfused(signals: dict[str, dict[str, float]], weights: dict[str, float], ids: list[str]) -> dict[str, float]:
-    """Each signal standardised over the candidates `ids` (a candidate without it counts as its lowest), then
-    weighted and summed. A signal that is the same for every candidate adds nothing."""
-    out = dict.fromkeys(ids, 0.0)
-    for name, values in signals.items():
-        if not values or not weights.get(name):
-            continue
-        floor = min(values.values())
-        xs = [values.get(i, floor) for i in ids]
-        mean = sum(xs) / len(xs)
-        std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
-        if std == 0:
-            continue
-        for i, x in zip(ids, xs, strict=True):
-            out[i] += weights[name] * (x - mean) / std
-    return out
-
-
-def fuse(
-    dense: list[Hit], keyword: list[Hit], method: str, w_sem: float, w_kw: float | None = None
-) -> dict[str, tuple[float, Hit]]:
-    """The relative fusions, kept for comparison: {point id: (fused score 0-1, hit)}. RRF: sum of w / (k + rank),
-    over its maximum. z-score: each retriever's scores standardised over its candidates (a miss counts as that
-    list's lowest), weighted, then squashed with a logistic."""
-    w = {"d": w_sem, "k": 1.0 - w_sem if w_kw is None else w_kw}
-    lists = {"d": dense, "k": keyword}
-    hit_of: dict[str, Hit] = {}
-    for lst in lists.values():
-        for h in lst:
-            hit_of.setdefault(h.id, h)
-    fused: dict[str, float] = dict.fromkeys(hit_of, 0.0)
-    if method == "rrf":
-        top = sum(w[n] / (RRF_K + 1) for n, lst in lists.items() if lst) or 1.0
-        for n, lst in lists.items():
-            for rank, h in enumerate(lst, 1):
-                fused[h.id] += w[n] / (RRF_K + rank)
-        return {i: (s / top, hit_of[i]) for i, s in fused.items()}
-    for n, lst in lists.items():
-        if not lst:
-            continue
-        scores = [h.score for h in lst]
-        mean = sum(scores) / len(scores)
-        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)) or 1.0
-        z: dict[str, Any] = {h.id: (h.score - mean) / std for h in lst}
-        floor = min(z.values())
-        for i in fused:
-            fused[i] += w[n] * z.get(i, floor)
-    return {i: (logistic(s), hit_of[i]) for i, s in fused.items()}
-
-
-def logistic(s: float) -> float:
-    """1 / (1 + e^-s) without overflow for any finite s."""
-    if s >= 0:
-        return 1.0 / (1.0 + math.exp(-s))
-    e = math.exp(s)
-    return e / (1.0 + e)

@@ -11,6 +11,9 @@ projector's `Plane` (mneme/query_server.py). A replica joins the queue group onl
 once it has caught up with the log as it stood at start, so a rebuilding replica
 never answers with stale rows. A query waits until `min_seq` is applied
 (read-your-writes), or fails with PROJECTION_LAG.
+
+Which follower feeds which read model is services/projector/generation.py (`wire`); how a new generation
+is swapped in, services/projector/blue_green.py.
 """
 
 from __future__ import annotations
@@ -26,23 +29,18 @@ from typing import Any
 from faststream.nats import NatsRouter
 from nats.aio.client import Client as NATS
 
-from mneme.catch_up import StallWatch, fold_progress
-from mneme.follow import LogFollower, access_follower
+from mneme.catch_up import fold_progress
+from mneme.follow import LogFollower
 from mneme.query_server import Answer, Plane, Tasks, answered
-from mneme.sink import FanOut, Sink
+from mneme.sink import Sink
 from schemas import subjects as S
 from schemas.control import SnapshotRequest, SwapReply, SwapRequest
-from schemas.queries import (
-    QUERY_TYPES,
-    REPAIR_TYPES,
-    Query,
-    Reply,
-)
-from services.projector.access_view import AccessView
+from schemas.queries import QUERY_TYPES, REPAIR_TYPES, Query, Reply
+from services.projector import blue_green
 from services.projector.answers import Answers
+from services.projector.catch_up import catch_up as catch_up
 from services.projector.code_view import CodeView
-from services.projector.generation import Generation, close_generation
-from services.projector.graph_signal import GraphSignal
+from services.projector.generation import Generation, wire
 from services.projector.index_pace import IndexPace
 from services.projector.memories_view import MemoriesView
 from services.projector.read_models import run_query
@@ -108,7 +106,7 @@ class Projector:
         self.plane = Plane(nc, log)  # the query and control planes (drained at stop)
         self.tasks = Tasks()  # the projector's other tasks (drained at stop too)
         self.swap_lock = asyncio.Lock()
-        self._retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
+        self.retired: list[LogFollower] = []  # swapped-out followers still feeding other sinks (the trail)
         self.start_target = 0  # the log head at start: semantic search answers INDEXING until dense reaches it
         self._vector_start: asyncio.Task[None] | None = None
         self.vector_clock: tuple[float, int] | None = None  # (when, position) the vector follower started at
@@ -127,43 +125,8 @@ class Projector:
         also: tuple[Sink, ...] = (),
         also_access: tuple[Sink, ...] = (),
     ) -> Generation:
-        sink: Sink = FanOut(view, *also) if also else view
-        follower = LogFollower(
-            self.js,
-            sink,
-            batch_max=self.batch_max,
-            catch_up_batch=self.catch_up_batch,
-            linger=self.linger,
-            stop_at=self.stop_at,
-            consumer="projector-rows",
-        )
-        access: Sink = AccessView(view)
-        access = FanOut(access, *also_access) if also_access else access
-        acc = access_follower(
-            self.js, access, batch_max=self.batch_max, linger=self.access_linger, consumer="projector-access"
-        )
-        gen = Generation(
-            view=view,
-            follower=follower,
-            access_follower=acc,
-            followers_own=not (also or also_access),
-            fold_access=self.fold_access,
-        )
-        if vectors is not None:  # a follower of its own: embedding never holds the rows back
-            gen.vectors = vectors
-            gen.vector_follower = LogFollower(
-                self.js,
-                vectors,
-                batch_max=self.vector_batch_max,
-                linger=self.linger,
-                stop_at=self.stop_at,
-                consumer="projector-vectors",
-            )
-            gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25, GraphSignal(view))
-        gen.code = self.code
-        for f in gen.followers:
-            f.on_diverged = self._ahead
-        return gen
+        """A generation of these read models, its followers wired (services/projector/generation.py)."""
+        return wire(self, view, vectors, also=also, also_access=also_access, on_diverged=self._ahead)
 
     def _ahead(self, why: str) -> None:
         """A follower found its read model ahead of the log while running: refuse reads from now on, and let the
@@ -304,7 +267,7 @@ class Projector:
         router = self.plane.router()
         if self.opener is not None:
             self.plane.control(
-                router, S.control_subject(control_id, "swap"), SwapRequest, self._answer_swap, _swap_failed
+                router, S.control_subject(control_id, "swap"), SwapRequest, self._answer_swap, blue_green.swap_failed
             )
         if self.snapshotter is not None:
             self.plane.control(
@@ -324,62 +287,19 @@ class Projector:
         await asyncio.gather(self.plane.stop(drain), self.tasks.drain(drain))
         if self.gen.vectors is not None:  # a stop must not wait for a backlog's embeddings (they are redone)
             self.gen.vectors.stop_embedding()
-        for f in [*self.gen.followers, *self._retired]:
+        for f in [*self.gen.followers, *self.retired]:
             await f.stop()
         if self.gen.vectors is not None:  # the vector position is saved lazily: save it now
             await asyncio.to_thread(self.gen.vectors.save)
 
     # -- blue/green ---------------------------------------------------------------------
     async def swap(self, view: MemoriesView, vectors: VectorView | None) -> Generation:
-        """Serve from a new generation: start its followers (from its own checkpoints), let it catch up with
-        the log while the current one keeps answering, then switch in one step. The old generation finishes
-        the queries it is running and is returned, stopped, for the caller to close."""
-        async with self.swap_lock:
-            old = self.gen
-            new = self.generation(view, vectors)  # its own followers; the trail stays with the old ones
-            await new.start()
-            if vectors is not None:  # a new model (a replay --model) answers semantic search before it serves
-                vectors.start_filler()
-                await asyncio.to_thread(vectors.model.wait, 600)
-                await asyncio.to_thread(vectors.fill_pending)
-            while True:
-                head = (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
-                if (
-                    await new.caught_up(head, 60)
-                    and head == (await self.js.stream_info(S.EVENTS_STREAM)).state.last_seq
-                ):
-                    while vectors is not None and vectors.dense_applied < vectors.committed:  # the filler's last
-                        await asyncio.sleep(0.01)
-                    break
-            self.gen = new  # one assignment: every query from here on reads the new generation
-            log.info("projector swapped to %s at sequence %d", view.path, new.follower.applied)
-            while old.inflight:
-                await asyncio.sleep(0.01)
-            if old.followers_own:
-                for f in old.followers:
-                    await f.stop()
-            else:  # the old followers keep feeding the other sinks (the code index), without the old views
-                for follower, sink in (
-                    (old.follower, old.view),
-                    (old.access_follower, None),
-                    (old.vector_follower, old.vectors),
-                ):
-                    if follower is None:
-                        continue
-                    if isinstance(follower.sink, FanOut):
-                        follower.sink.remove(sink if sink is not None else follower.sink.sinks[0])
-                        await follower.idle()
-                        self._retired.append(follower)
-                    else:
-                        await follower.stop()
-            return old
+        """Serve from a new generation, caught up with the log meanwhile; returns the old one, stopped, for the
+        caller to close (services/projector/blue_green.py)."""
+        return await blue_green.swap(self, view, vectors)
 
     async def _answer_swap(self, req: SwapRequest) -> SwapReply:
-        assert self.opener is not None
-        view, vectors = await asyncio.to_thread(self.opener, Path(req.path))
-        old = await self.swap(view, vectors)
-        close_generation(old)
-        return SwapReply(ok=True, seq=self.applied, path=view.path)
+        return await blue_green.answer_swap(self, req)
 
     async def snapshot(self) -> dict[str, Any]:
         """Write a snapshot of the serving generation now (its followers hold their commits meanwhile)."""
@@ -417,32 +337,3 @@ class Projector:
 
     def run_query(self, query: Any) -> Any:
         return run_query(self.gen, query)
-
-
-def _swap_failed(exc: Exception) -> SwapReply:  # reported to the replay command
-    return SwapReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-
-
-async def catch_up(
-    projector: Projector,
-    *,
-    progress: Callable[[int, int, float], None] | None = None,
-    target: int | None = None,
-    stall_after: float | None = None,
-) -> int:
-    """Wait until the projector has applied the log as it stands now (or up to `target`); report progress.
-
-    A fold that failed ends the wait at once; with `stall_after`, so do positions that have not moved for that
-    many seconds (CatchUpStalled, with the followers' reasons)."""
-    if target is None:
-        target = (await projector.js.stream_info(S.EVENTS_STREAM)).state.last_seq
-    start = time.monotonic()
-    followers = [f for f in (projector.follower, projector.vector_follower) if f is not None]
-    watch = StallWatch(followers, stall_after)
-    while not await projector.gen.caught_up(target, 0.5):
-        if progress:
-            progress(min(f.applied for f in followers), target, time.monotonic() - start)
-        watch.check(target)
-    if progress:
-        progress(projector.applied, target, time.monotonic() - start)
-    return target

@@ -26,8 +26,10 @@ from typing import Any, Protocol
 
 from mneme.sparse import copy_sparse, copytree_sparse, disk_usage
 from schemas.control import SnapshotReply, SnapshotRequest
+from services.projector.duck_sql import one_row
 from services.projector.generation import Generation
-from services.projector.memories_view import PROJECTION_VERSION, MemoriesView, one_row
+from services.projector.memories_schema import PROJECTION_VERSION
+from services.projector.memories_view import MemoriesView
 from services.projector.vector_index import DENSE, OPEN, Cond, EdgeIndex, Where
 from services.projector.vector_view import VectorView
 
