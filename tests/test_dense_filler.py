@@ -6,6 +6,7 @@ test opens."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ async def gated_stack(data_dir: Path, nats: EmbeddedNats) -> tuple[Stack, Gated]
     vectors = open_vectors(data_dir, handle)
     assert vectors.background
     stack = await start_stack(data_dir, nats, vectors=vectors)
-    stack.projector.wait_timeout = 0.5  # how long a semantic search waits for its dense vectors
+    stack.projector.tuning = dataclasses.replace(
+        stack.projector.tuning, wait_timeout=0.5
+    )  # how long a semantic search waits for its dense vectors
     return stack, gated
 
 

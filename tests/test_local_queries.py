@@ -4,6 +4,7 @@ the same errors, the same bounds, and NATS whenever the projector does not serve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ async def test_local_errors_are_the_query_planes(local_stack: Stack, monkeypatch
     assert e1 == e2 and e1["code"] == "INTERNAL" and "a bug" not in str(e1)  # no internals leak, either way
 
     lagging = GetMemory(namespace="default", now=utc_now(), min_seq=10**9, memory_id="0" * 32)
-    local_stack.projector.wait_timeout = 0.2
+    local_stack.projector.tuning = dataclasses.replace(local_stack.projector.tuning, wait_timeout=0.2)
     e1, e2 = await error_of(remote, lagging), await error_of(here, lagging)
     assert e1 == e2 and e1["code"] == "PROJECTION_LAG"
 

@@ -18,6 +18,7 @@ Three parts, everything real (nats-server, DuckDB, Qdrant Edge, the bundled embe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -829,7 +830,7 @@ async def test_embedding_failure_is_embedding_error(tmp_path: Path) -> None:
     await server.start()
     handle = ModelHandle(DEFAULT_MODEL, factory=broken).start()
     stack = await start_stack(tmp_path / "data", server, vectors=open_vectors(tmp_path / "data", model=handle))
-    stack.projector.wait_timeout = 1.0
+    stack.projector.tuning = dataclasses.replace(stack.projector.tuning, wait_timeout=1.0)
     try:
         async with Client(build_server(stack.gateway, profile="memento")) as c:
             s = Session(c)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -581,7 +582,7 @@ async def _model_stack(tmp_path: Path, factory: Any) -> tuple[Any, EmbeddedNats]
     await server.start()
     handle = ModelHandle(DEFAULT_MODEL, factory=factory).start()
     stack = await start_stack(tmp_path / "data", server, vectors=open_vectors(tmp_path / "data", model=handle))
-    stack.projector.wait_timeout = 1.0
+    stack.projector.tuning = dataclasses.replace(stack.projector.tuning, wait_timeout=1.0)
     return stack, server
 
 

@@ -6,6 +6,7 @@ concurrently (one waiting for its min_seq holds no other back), and a stop lets 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ async def test_a_timeout_answers_the_same_lag_error_from_projector_and_auditor(
     try:
         added = await stack.call("memory_add", content="The lag probe: one memory so the log is not empty")
         assert added["id"]
-        stack.projector.wait_timeout = 0.3
+        stack.projector.tuning = dataclasses.replace(stack.projector.tuning, wait_timeout=0.3)
         stack.auditor.wait_timeout = 0.3
         head = (await stack.nc.jetstream().stream_info(S.EVENTS_STREAM)).state.last_seq
         ahead = head + 1000  # a position the log will not reach during the test
@@ -83,7 +84,7 @@ async def test_a_query_waiting_for_its_min_seq_holds_no_other_back(tmp_path: Pat
     stack = await start_stack(tmp_path, nats_server)
     try:
         added = await stack.call("memory_add", content="The concurrency probe: answered while another query waits")
-        stack.projector.wait_timeout = 3.0
+        stack.projector.tuning = dataclasses.replace(stack.projector.tuning, wait_timeout=3.0)
         ahead = await stack.last_seq() + 1000
         client = QueryClient(stack.nc, timeout=10.0)
         now = datetime.now(UTC)

@@ -6,6 +6,7 @@ Qdrant Edge; the vector index's commits are held behind a gate the test opens.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ async def test_a_new_replica_serves_rows_while_its_search_index_folds(tmp_path: 
     held.gate = threading.Event()
     stack = await start_stack(replica, nats_server, vectors=held)
     try:
-        stack.projector.wait_timeout = 0.5
+        stack.projector.tuning = dataclasses.replace(stack.projector.tuning, wait_timeout=0.5)
         target = stack.projector.start_target
         assert target >= 30
         # the rows answer while not one point of the search index is written

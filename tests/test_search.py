@@ -15,6 +15,7 @@ shared stack) the replay, which folds the shared log a second time into a fresh 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -616,7 +617,9 @@ async def test_a_model_that_fails_to_load_leaves_keyword_search_working(
     assert not await asyncio.to_thread(handle.wait, 10)
     vectors = open_vectors(tmp_path / "data", model=handle)
     stack = await start_stack(tmp_path / "data", nats_server, vectors=vectors)
-    stack.projector.wait_timeout = 1.0  # a lagging answer fails fast
+    stack.projector.tuning = dataclasses.replace(
+        stack.projector.tuning, wait_timeout=1.0
+    )  # a lagging answer fails fast
     try:
         a = await stack.call("memory_add", content="The nightly backup is copied to the cold storage bucket")
         kw = await stack.call("memory_search", mode="keyword", query="backup")

@@ -41,6 +41,7 @@ from services.gateway.queries import Local, Progress, QueryClient
 from services.gateway.rate_limits import Limits
 from services.projector.code_view import CodeView
 from services.projector.memories_view import MemoriesView
+from services.projector.options import Control, Tuning
 from services.projector.service import Projector
 from services.projector.vector_index import ClientIndex, EdgeIndex, VectorIndex
 from services.projector.vector_view import VectorView
@@ -251,32 +252,14 @@ def projector(
     followers feed (one delivery, one decode). `stop_at`/`access=False`: a frozen copy's fold.
     """
     ps = ps or ProjectorSettings()
-    control = {}
+    control = None
     if live is not None:
-        control = {
-            "control_id": control_id(live),
-            "opener": opener(live, ps, vectors),
-            "snapshots": snapshot_dir(live, ps),
-            "snapshot_every": ps.snapshot_every,
-        }
-    return Projector(
-        nc,
-        view,
-        batch_max=ps.batch_max,
-        catch_up_batch=ps.catch_up_batch_max,
-        wait_timeout=ps.wait_timeout,
-        linger=ps.linger,
-        access_linger=ps.access_linger,
-        vectors=vectors,
-        vector_batch_max=ps.vector_batch_max,
-        also=also,
-        also_access=also_access,
-        stop_at=stop_at,
-        access=access,
-        log_nc=log_nc,
-        code=code,
-        **control,  # type: ignore[arg-type]
-    )
+        control = Control(control_id(live), opener(live, ps, vectors), snapshot_dir(live, ps), ps.snapshot_every)
+    tuning = Tuning(batch_max=ps.batch_max, catch_up_batch=ps.catch_up_batch_max, wait_timeout=ps.wait_timeout,
+                    linger=ps.linger, access_linger=ps.access_linger, vector_batch_max=ps.vector_batch_max,
+                    stop_at=stop_at, fold_access=access)  # fmt: skip
+    return Projector(nc, view, vectors=vectors, code=code, also=also, also_access=also_access, tuning=tuning,
+                     control=control, log_nc=log_nc)  # fmt: skip
 
 
 def trail(core: CoreSettings, aus: AuditorSettings | None = None) -> Trail:

@@ -31,6 +31,7 @@ from schemas.queries import (
 )
 from services.projector.generation import Generation, embedding_in_background
 from services.projector.memories_queries import get_known
+from services.projector.options import Tuning
 from services.projector.read_models import route_of, run_query
 from services.projector.vector_view import VectorView
 
@@ -42,7 +43,7 @@ class Serving(Protocol):
 
     gen: Generation
     js: JetStreamContext
-    wait_timeout: float
+    tuning: Tuning
     start_target: int
     vector_clock: tuple[float, int] | None
     rebuilding: str | None
@@ -76,12 +77,14 @@ class Answers:
             if as_of is not None or query.graph_weight > 0:  # the rows resolve as_of and hold the graph
                 waits.append((gen.follower, "projection"))
             await self.vectors_folded(gen)
-        await wait_applied(waits, need, self.p.wait_timeout, committed=committed)
+        await wait_applied(waits, need, self.p.tuning.wait_timeout, committed=committed)
         # read-your-reads: the access statistics include the reads the asking gateway recorded. Statistics a
         # moment old are still an answer: a backlog of read records delays it, never refuses it
         reads = query.min_access_seq if isinstance(query, ListMemories | MemoryStats) and gen.fold_access else 0
-        if reads and not await gen.access_follower.wait_for(reads, self.p.wait_timeout, committed=True):
-            log.info("access statistics behind %d after %.0f s: answered as they are", reads, self.p.wait_timeout)
+        if reads and not await gen.access_follower.wait_for(reads, self.p.tuning.wait_timeout, committed=True):
+            log.info(
+                "access statistics behind %d after %.0f s: answered as they are", reads, self.p.tuning.wait_timeout
+            )
         if isinstance(query, SearchMemories) and query.mode != "keyword":
             await self.dense_ready(gen, need)
 
@@ -174,7 +177,7 @@ class Answers:
         floor = self.p.start_target
         if vectors.dense_applied < floor:
             raise self.indexing(vectors, max(need, floor))
-        deadline = time.monotonic() + self.p.wait_timeout
+        deadline = time.monotonic() + self.p.tuning.wait_timeout
         while vectors.dense_applied < need:
             if time.monotonic() >= deadline:
                 raise self.indexing(vectors, need)
@@ -189,7 +192,7 @@ class Answers:
         if vf is None or vf.committed >= floor:
             return
         eta = fold_progress("folding", self.p.vector_clock, vf.committed, floor)["eta_s"]
-        if (eta is None or eta < self.p.wait_timeout) and await vf.wait_for(floor, self.p.wait_timeout):
+        if (eta is None or eta < self.p.tuning.wait_timeout) and await vf.wait_for(floor, self.p.tuning.wait_timeout):
             return
         p = fold_progress("folding", self.p.vector_clock, vf.committed, floor)
         left = f"about {p['eta_s']:.0f} s left" if p["eta_s"] is not None else "starting"

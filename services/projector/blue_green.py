@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +20,7 @@ from schemas import subjects as S
 from schemas.control import SwapReply, SwapRequest
 from services.projector.generation import Generation, close_generation
 from services.projector.memories_view import MemoriesView
+from services.projector.options import Control
 from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme.projector")
@@ -33,7 +33,7 @@ class Swapping(Protocol):
     js: JetStreamContext
     swap_lock: asyncio.Lock
     retired: list[LogFollower]  # swapped-out followers still feeding other sinks (the trail)
-    opener: Callable[[Path], tuple[MemoriesView, VectorView | None]] | None
+    control: Control | None
 
     @property
     def applied(self) -> int: ...
@@ -85,8 +85,8 @@ async def swap(p: Swapping, view: MemoriesView, vectors: VectorView | None) -> G
 
 async def answer_swap(p: Swapping, req: SwapRequest) -> SwapReply:
     """The control plane's swap request: open the generation it names, swap it in, close the old one."""
-    assert p.opener is not None
-    view, vectors = await asyncio.to_thread(p.opener, Path(req.path))
+    assert p.control is not None and p.control.opener is not None
+    view, vectors = await asyncio.to_thread(p.control.opener, Path(req.path))
     old = await swap(p, view, vectors)
     close_generation(old)
     return SwapReply(ok=True, seq=p.applied, path=view.path)

@@ -16,6 +16,7 @@ from services.projector.access_view import AccessView
 from services.projector.code_view import CodeView
 from services.projector.graph_signal import GraphSignal
 from services.projector.memories_view import MemoriesView
+from services.projector.options import Tuning
 from services.projector.search import Searcher
 from services.projector.vector_view import VectorView
 
@@ -69,13 +70,7 @@ class Wiring(Protocol):
     """What wiring a generation needs of its projector (services/projector/service.py's Projector)."""
 
     js: JetStreamContext
-    batch_max: int
-    catch_up_batch: int | None  # the rows' commits while catching up (LogFollower)
-    linger: float
-    access_linger: float
-    vector_batch_max: int
-    stop_at: int | None
-    fold_access: bool
+    tuning: Tuning
     code: CodeView | None
 
 
@@ -95,30 +90,32 @@ def wire(
     follower = LogFollower(
         p.js,
         sink,
-        batch_max=p.batch_max,
-        catch_up_batch=p.catch_up_batch,
-        linger=p.linger,
-        stop_at=p.stop_at,
+        batch_max=p.tuning.batch_max,
+        catch_up_batch=p.tuning.catch_up_batch,
+        linger=p.tuning.linger,
+        stop_at=p.tuning.stop_at,
         consumer="projector-rows",
     )
     access: Sink = AccessView(view)
     access = FanOut(access, *also_access) if also_access else access
-    acc = access_follower(p.js, access, batch_max=p.batch_max, linger=p.access_linger, consumer="projector-access")
+    acc = access_follower(
+        p.js, access, batch_max=p.tuning.batch_max, linger=p.tuning.access_linger, consumer="projector-access"
+    )
     gen = Generation(
         view=view,
         follower=follower,
         access_follower=acc,
         followers_own=not (also or also_access),
-        fold_access=p.fold_access,
+        fold_access=p.tuning.fold_access,
     )
     if vectors is not None:  # a follower of its own: embedding never holds the rows back
         gen.vectors = vectors
         gen.vector_follower = LogFollower(
             p.js,
             vectors,
-            batch_max=p.vector_batch_max,
-            linger=p.linger,
-            stop_at=p.stop_at,
+            batch_max=p.tuning.vector_batch_max,
+            linger=p.tuning.linger,
+            stop_at=p.tuning.stop_at,
             consumer="projector-vectors",
         )
         gen.searcher = Searcher(vectors.index, vectors.model, vectors.cache, vectors.bm25, GraphSignal(view))

@@ -23,7 +23,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from faststream.nats import NatsRouter
@@ -43,12 +42,14 @@ from services.projector.code_view import CodeView
 from services.projector.generation import Generation, wire
 from services.projector.index_pace import IndexPace
 from services.projector.memories_view import MemoriesView
+from services.projector.options import Control, Tuning
 from services.projector.read_models import run_query
 from services.projector.search import Searcher
 from services.projector.snapshot import Snapshots, snapshot_failed
 from services.projector.vector_view import VectorView
 
 log = logging.getLogger("mneme.projector")
+DEFAULT_TUNING = Tuning()
 
 
 class Projector:
@@ -57,43 +58,24 @@ class Projector:
         nc: NATS,
         view: MemoriesView,
         *,
-        batch_max: int = 5000,
-        catch_up_batch: int | None = None,
-        wait_timeout: float = 5.0,
-        linger: float = 0.1,
-        access_linger: float = 1.0,
+        vectors: VectorView | None = None,
+        code: CodeView | None = None,
         also: tuple[Sink, ...] = (),
         also_access: tuple[Sink, ...] = (),
-        vectors: VectorView | None = None,
-        vector_batch_max: int = 2000,
-        control_id: str | None = None,
-        opener: Callable[[Path], tuple[MemoriesView, VectorView | None]] | None = None,
-        stop_at: int | None = None,
-        access: bool = True,
-        snapshots: Path | None = None,
-        snapshot_every: int = 0,
+        tuning: Tuning = DEFAULT_TUNING,
+        control: Control | None = None,
         log_nc: NATS | None = None,
-        code: CodeView | None = None,
     ):
-        """`also` / `also_access`: more sinks fed by the same followers of the event log and of the
-        access stream (the code index; a benchmark's probes): one delivery, one decode.
-        `control_id` + `opener`: listen for `swap` requests from `mneme replay` on mneme.ctl.<control_id>.swap
-        and open the generation it names with `opener(path)`.
-        `stop_at`: fold the log only up to this sequence (a point-in-time copy); `access`: fold access records.
-        `snapshots` / `snapshot_every`: write a snapshot there every so many events (and on request).
-        `log_nc`: a second connection for the followers, so a catch-up that overruns the server's buffer for
-        its connection (a slow consumer, disconnected and resumed) never takes the query path with it."""
+        """The read models it folds into: `view` (rows, graph, access statistics), `vectors`, `code`, and
+        `also` / `also_access`: more sinks fed by the same followers of the event log and of the access stream
+        (a benchmark's probes): one delivery, one decode. `tuning`: how it folds and answers; `control`: the
+        control plane of the data directory it serves (services/projector/options.py). `log_nc`: a second
+        connection for the followers, so a catch-up that overruns the server's buffer for its connection (a
+        slow consumer, disconnected and resumed) never takes the query path with it."""
         self.nc = nc
         self.js = (log_nc or nc).jetstream()
-        self.wait_timeout = wait_timeout
-        self.batch_max, self.linger, self.vector_batch_max = batch_max, linger, vector_batch_max
-        self.catch_up_batch = catch_up_batch  # the rows' commits while catching up (LogFollower)
-        self.access_linger = access_linger  # read records: statistics nobody waits for (a waiter commits)
+        self.tuning, self.control = tuning, control
         self.also, self.also_access = also, also_access
-        self.control_id = control_id
-        self.opener = opener
-        self.stop_at, self.fold_access = stop_at, access
-        self.snapshots, self.snapshot_every = snapshots, snapshot_every
         self.code = code  # the code index: a sink of the event follower beside the views, answering code queries
         if code is not None:
             also = (*also, code)
@@ -101,7 +83,8 @@ class Projector:
         self.gen = self.generation(view, vectors, also=also, also_access=also_access)
         self.answers = Answers(self)
         self.pace = IndexPace(self)  # what a gateway beside it paces writes against
-        self.snapshotter = Snapshots(self, snapshots, snapshot_every) if snapshots is not None else None
+        snaps = control.snapshots if control is not None else None
+        self.snapshotter = Snapshots(self, snaps, control.snapshot_every) if control and snaps else None
         self.serving = asyncio.Event()
         self.plane = Plane(nc, log)  # the query and control planes (drained at stop)
         self.tasks = Tasks()  # the projector's other tasks (drained at stop too)
@@ -176,8 +159,8 @@ class Projector:
         target = await self.start_generation()
         if serve_queries:
             self._spawn(self._join_when_caught_up(target))
-        if self.control_id and (self.opener or self.snapshots):
-            await self.plane.serve(self.control_router(self.control_id))
+        if self.control is not None and (self.control.opener or self.control.snapshots):
+            await self.plane.serve(self.control_router(self.control.control_id))
         if self.snapshotter is not None and self.snapshotter.every:
             self._spawn(self.snapshotter.periodically())
 
@@ -265,7 +248,7 @@ class Projector:
         """The control plane of the data directory `control_id` names: swap (with an opener) and snapshot (with
         a snapshot directory)."""
         router = self.plane.router()
-        if self.opener is not None:
+        if self.control is not None and self.control.opener is not None:
             self.plane.control(
                 router, S.control_subject(control_id, "swap"), SwapRequest, self._answer_swap, blue_green.swap_failed
             )
@@ -283,7 +266,7 @@ class Projector:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._vector_start
         # no new requests; those already running (on worker threads) finish before the view closes
-        drain = self.wait_timeout + 5
+        drain = self.tuning.wait_timeout + 5
         await asyncio.gather(self.plane.stop(drain), self.tasks.drain(drain))
         if self.gen.vectors is not None:  # a stop must not wait for a backlog's embeddings (they are redone)
             self.gen.vectors.stop_embedding()
