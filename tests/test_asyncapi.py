@@ -56,7 +56,7 @@ async def test_the_planes_serve_exactly_the_request_reply_subjects_it_describes(
     stack = await start_stack(tmp_path, nats_server, replayable=True)
     try:
         served = [*stack.projector.plane.subjects, *stack.auditor.plane.subjects]
-        target = stack.projector.control_id
+        target = stack.projector.control.control_id if stack.projector.control else None
     finally:
         await stack.close()
     assert target
