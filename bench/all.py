@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import emit_json
+from bench.runner import Bench
+
 BENCHES = ("spine", "durability", "audit", "search", "replay", "locomo", "code", "graph", "cluster")
 # the figures the table shows unless --all: targets, ratios to the floor, quality, lag and rates
 _HEADLINE = ("targets.", "vs_", "ratio", "recall@", "mrr", "lag", "events_per_s", "bytes")
@@ -198,34 +201,23 @@ def worse(key: str, before: float, after: float, tolerance: float) -> bool:
     return change > tolerance if lower_is_better(key) else change < -tolerance
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="each bench with --quick")
-    ap.add_argument("--only", nargs="*", choices=BENCHES, help="a subset, in this order")
-    ap.add_argument("--save", type=Path, help="write this run's figures (JSON) here")
-    ap.add_argument("--compare", type=Path, help="an earlier run's saved figures to set beside these")
-    ap.add_argument("--tolerance", type=float, default=0.15, help="relative change flagged as a regression")
-    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per bench")
-    ap.add_argument("--all", action="store_true", help="every numeric figure, not only the headline ones")
-    ap.add_argument(
-        "--baseline", type=Path, default=BASELINE, help="the accepted figures (default bench/baseline.json)"
-    )
-    ap.add_argument("--accept", action="store_true", help="write this run's headline figures as the baseline")
-    args = ap.parse_args()
-
+def run_all(names: tuple[str, ...], quick: bool, timeout: float) -> dict[str, Any]:
+    """Each bench in turn, in its own process: its figures, or {"error": why}."""
     results: dict[str, Any] = {}
-    for name in args.only or BENCHES:
-        print(f"bench.all: bench.{name}{' --quick' if args.quick else ''} ...", file=sys.stderr, flush=True)
-        got, took, problem = run_one(name, args.quick, args.timeout)
+    for name in names:
+        print(f"bench.all: bench.{name}{' --quick' if quick else ''} ...", file=sys.stderr, flush=True)
+        got, took, problem = run_one(name, quick, timeout)
         results[name] = got if got is not None else {"error": problem}
         print(
             f"bench.all: bench.{name} {'ok' if got is not None else 'FAILED: ' + problem} in {took:.0f} s",
             file=sys.stderr,
             flush=True,
         )
-    if args.save:
-        args.save.write_text(json.dumps(results, indent=1, default=str))
+    return results
 
+
+def headlines(args: argparse.Namespace, results: dict[str, Any]) -> list[str]:
+    """The headline table against the baseline (accepted as the new baseline with --accept): the labels flagged."""
     mode = "quick" if args.quick else "full"
     accepted = json.loads(args.baseline.read_text()) if args.baseline.exists() else {}
     base_run = accepted.get(mode, {})
@@ -240,7 +232,11 @@ def main() -> None:
         accepted[mode] = {"machine": machine_of(results), "figures": now}
         args.baseline.write_text(json.dumps(accepted, indent=1, sort_keys=True) + "\n")
         print(f"accepted as the {mode} baseline: {args.baseline}")
+    return flagged
 
+
+def compare(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """With --compare or --all: every (headline) figure of each bench, beside the earlier run's."""
     base: dict[str, Any] = json.loads(args.compare.read_text()) if args.compare else {}
     for name, figures in results.items() if args.compare or args.all else ():
         print(f"\n## bench.{name}")
@@ -256,8 +252,28 @@ def main() -> None:
                 print(f"  {key:<60} {then[key]:>14.4g} -> {value:<14.4g}{'  <-- worse' if mark else ''}")
             elif not base:
                 print(f"  {key:<60} {value:>14.4g}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = Bench("all", __doc__, quick="each bench with --quick", keep=None).parser()
+    ap.add_argument("--only", nargs="*", choices=BENCHES, help="a subset, in this order")
+    ap.add_argument("--save", type=Path, help="write this run's figures (JSON) here")
+    ap.add_argument("--compare", type=Path, help="an earlier run's saved figures to set beside these")
+    ap.add_argument("--tolerance", type=float, default=0.15, help="relative change flagged as a regression")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per bench")
+    ap.add_argument("--all", action="store_true", help="every numeric figure, not only the headline ones")
+    ap.add_argument(
+        "--baseline", type=Path, default=BASELINE, help="the accepted figures (default bench/baseline.json)"
+    )
+    ap.add_argument("--accept", action="store_true", help="write this run's headline figures as the baseline")
+    args = ap.parse_args(argv)
+    results = run_all(tuple(args.only or BENCHES), args.quick, args.timeout)
+    if args.save:
+        args.save.write_text(json.dumps(results, indent=1, default=str))
+    flagged = headlines(args, results)
+    compare(args, results)
     failed = [n for n, f in results.items() if "error" in f]
-    print(json.dumps({"results": results, "failed": failed, "worse": flagged}, default=str))
+    emit_json({"results": results, "failed": failed, "worse": flagged})
     sys.exit(1 if failed else 0)
 
 

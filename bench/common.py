@@ -17,11 +17,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # -- statistics ---------------------------------------------------------------------------------
 
@@ -44,17 +46,25 @@ def median(values: Iterable[float]) -> float:
     return float(statistics.median(xs)) if xs else math.nan
 
 
-def latency_summary(seconds: Sequence[float]) -> dict[str, float | None]:
-    """Latency figures in milliseconds from samples in seconds."""
+def percentiles_ms(
+    seconds: Sequence[float], ps: Iterable[int] = (50, 95, 99), digits: int = 3, key: str = "p{}_ms"
+) -> dict[str, float | None]:
+    """The percentiles `ps` in milliseconds of samples in seconds, named by `key` ("p95_ms")."""
     ms = [s * 1000.0 for s in seconds]
-    return {
-        "n": len(ms),
-        "p50_ms": rnd(percentile(ms, 50), 3),
-        "p90_ms": rnd(percentile(ms, 90), 3),
-        "p99_ms": rnd(percentile(ms, 99), 3),
-        "max_ms": rnd(max(ms), 3) if ms else math.nan,
-        "mean_ms": rnd(sum(ms) / len(ms), 3) if ms else math.nan,
-    }
+    return {key.format(p): rnd(percentile(ms, p), digits) for p in ps}
+
+
+def latency_summary(
+    seconds: Sequence[float], ps: Iterable[int] = (50, 90, 99), digits: int = 3, *, mean: bool = True
+) -> dict[str, Any]:
+    """Latency figures in milliseconds from samples in seconds: n, the percentiles `ps`, max and (with `mean`)
+    the mean; None where there are no samples."""
+    ms = [s * 1000.0 for s in seconds]
+    out: dict[str, Any] = {"n": len(ms), **percentiles_ms(seconds, ps, digits)}
+    out["max_ms"] = rnd(max(ms), digits) if ms else None
+    if mean:
+        out["mean_ms"] = rnd(sum(ms) / len(ms), digits) if ms else None
+    return out
 
 
 def rnd(x: float | None, digits: int = 1) -> float | None:
@@ -67,6 +77,17 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
         return None
     return a / b
+
+
+async def timed_each(items: Iterable[T], call: Callable[[T], Awaitable[Any]]) -> tuple[float, list[float]]:
+    """Await `call(item)` for each item in turn: (seconds for them all, seconds of each)."""
+    lat = []
+    t0 = time.perf_counter()
+    for item in items:
+        t = time.perf_counter()
+        await call(item)
+        lat.append(time.perf_counter() - t)
+    return time.perf_counter() - t0, lat
 
 
 # -- per-process CPU (Linux /proc; no psutil) ------------------------------------------------------
@@ -230,6 +251,25 @@ def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]
     for r in cells:
         print("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)), file=out)
     out.flush()
+
+
+def rows(labelled: Iterable[tuple[Any, dict[str, Any]]], *keys: str) -> list[list[Any]]:
+    """Table rows from (label, figures) pairs: the label, then each of `keys` from the figures (None if absent)."""
+    return [[label, *(d.get(k) for k in keys)] for label, d in labelled]
+
+
+def header(name: str, mode: str, machine: dict[str, Any], more: str = "") -> None:
+    """The first line of a benchmark's report: which run, on what machine."""
+    print(
+        f"mneme bench.{name} ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
+        f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}{more}"
+    )
+
+
+def targets_line(targets: dict[str, dict[str, Any]], wall: float) -> None:
+    """The last lines of a benchmark's report: each target's verdict and the wall time."""
+    print("\nTargets: " + ", ".join(f"{k} {verdict(v['pass'])}" for k, v in targets.items()))
+    print(f"wall time {wall:.1f} s")
 
 
 def verdict(ok: bool | None) -> str:

@@ -15,17 +15,15 @@ bench.cluster's writes both ways: run `MNEME_NATS_SYNC=2m python -m bench.cluste
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
-import tempfile
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import emit_json, latency_summary, log, machine_info, median, rnd
-from bench.fixtures import connect_nats
+from bench.common import latency_summary, log, machine_info, median, rnd
+from bench.fixtures import connect_nats, run_dir
 from bench.floors import publish_awaited
+from bench.runner import Bench, mode_of
 from bench.stdio import mcp_session, serve_params, structured
 from bench.workload import PreEncoded
 from mneme.embedded_nats import EmbeddedNats
@@ -61,11 +59,7 @@ async def publish_floor(stack: AsyncExitStack, root: Path, rounds: int, n: int) 
 async def stdio_figures(stack: AsyncExitStack, root: Path, rounds: int, n: int) -> dict[str, Any]:
     sessions = {}
     for mode, sync in MODES.items():
-        os.environ["MNEME_NATS_SYNC"] = sync  # (serve_params passes the whole environment)
-        try:
-            params = serve_params(root / f"serve-{mode}")
-        finally:
-            del os.environ["MNEME_NATS_SYNC"]
+        params = serve_params(root / f"serve-{mode}", MNEME_NATS_SYNC=sync)
         errlog = stack.enter_context((root / f"serve-{mode}.stderr").open("w"))
         sessions[mode] = await stack.enter_async_context(mcp_session(params, errlog))
         structured(await sessions[mode].call_tool("memory_add", {"content": "warm up"}))
@@ -97,19 +91,17 @@ def _rates(rates: dict[str, list[float]]) -> dict[str, Any]:
     return {**{m: rnd(v, 1) for m, v in med.items()}, "cost": rnd(1 - med["always"] / med["timer"], 3)}
 
 
-async def amain(quick: bool) -> dict[str, Any]:
-    rounds, n_pub, n_add = (4, 500, 100) if quick else (8, 2000, 300)
-    with tempfile.TemporaryDirectory(prefix="mneme-bench-durability-") as tmp:
-        root = Path(tmp)
-        async with AsyncExitStack() as stack:
-            log(f"awaited publishes: {rounds} rounds of {n_pub}, sync always / 2m")
-            floor = await publish_floor(stack, root, rounds, n_pub)
-            log(f"memory_add and add -> get over stdio: {rounds} rounds of {n_add}")
-            stdio = await stdio_figures(stack, root, rounds, n_add)
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    rounds, n_pub, n_add = (4, 500, 100) if args.quick else (8, 2000, 300)
+    async with run_dir("durability", args.keep) as root, AsyncExitStack() as stack:
+        log(f"awaited publishes: {rounds} rounds of {n_pub}, sync always / 2m")
+        floor = await publish_floor(stack, root, rounds, n_pub)
+        log(f"memory_add and add -> get over stdio: {rounds} rounds of {n_add}")
+        stdio = await stdio_figures(stack, root, rounds, n_add)
     cost = stdio["memory_add_per_s"]["cost"]
     return {
         "bench": "durability",
-        "mode": "quick" if quick else "full",
+        "mode": mode_of(args),
         "machine": machine_info(),
         "publish_awaited_per_s": floor,
         **stdio,
@@ -119,11 +111,11 @@ async def amain(quick: bool) -> dict[str, Any]:
     }
 
 
+BENCH = Bench("durability", __doc__, quick="short run (4 rounds)")
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.durability", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short run (4 rounds)")
-    args = ap.parse_args(argv)
-    emit_json(asyncio.run(amain(args.quick)))
+    BENCH.main(amain, argv)
 
 
 if __name__ == "__main__":

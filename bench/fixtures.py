@@ -26,11 +26,14 @@ from bench.common import log, stop_process
 from mneme.app import compose
 from mneme.app.compose import close_nats, connect
 from mneme.app.settings import CoreSettings, ProjectorSettings
+from mneme.embed_cache import EmbeddingCache
 from mneme.embedded_nats import EmbeddedNats
+from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.eventlog import ensure_streams
 from services.auditor.trail import Trail
 from services.projector.memories_view import MemoriesView
-from services.projector.service import Projector
+from services.projector.service import Projector, catch_up
+from services.projector.vector_index import EdgeIndex
 from services.projector.vector_view import VectorView
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,6 +112,45 @@ def trail(path: Path | str, cls: type[T]) -> T: ...
 def trail(path: Path | str, cls: type[Trail] = Trail) -> Trail:
     """An audit trail file (or a bench-side subclass of Trail, `cls`) at `path`."""
     return cls(str(path))
+
+
+@dataclass
+class Recall:
+    """A projector with vectors in one directory: the DuckDB view, a Qdrant Edge index, the model and a fresh
+    embedding cache (what bench.graph and bench.locomo ask)."""
+
+    projector: Projector
+    view: MemoriesView
+    vectors: VectorView
+    model: ModelHandle
+
+
+def recall_projector(stack: AsyncExitStack, nc: NATS, tmp: Path, model_name: str = DEFAULT_MODEL) -> Recall:
+    """The projector (its model loading meanwhile), stopped and closed by `stack`; start it with `fold()`."""
+    model = ModelHandle(model_name).start()
+    view = memories_view(tmp / "projector.duckdb")
+    stack.callback(view.close)
+    vectors = vector_view(EdgeIndex(tmp / "vectors", model.dim), model, EmbeddingCache(tmp / "emb.sqlite"))
+    stack.callback(vectors.close)
+    proj = projector(nc, view, vectors=vectors)
+    stack.push_async_callback(proj.stop)
+    return Recall(proj, view, vectors, model)
+
+
+async def fold(r: Recall) -> tuple[float, float]:
+    """Start the projector, fold the log and embed every memory: (seconds until the rows were folded, seconds
+    until every vector was in). Then wait until it serves queries."""
+    t = time.perf_counter()
+    await r.projector.start()
+    await catch_up(r.projector)
+    rows_s = time.perf_counter() - t
+    await asyncio.to_thread(r.model.wait, 120)
+    assert r.projector.vector_follower is not None
+    await r.projector.vector_follower.wait_for(r.projector.applied, 600)
+    await asyncio.to_thread(r.vectors.fill_pending)
+    vectors_s = time.perf_counter() - t
+    await r.projector.serving.wait()
+    return rows_s, vectors_s
 
 
 # -- the run directory ------------------------------------------------------------------------------------

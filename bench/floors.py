@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bench.common import rnd, system_cpu_seconds
+from bench.common import rnd, system_cpu_seconds, timed_each
 from bench.workload import PreEncoded
 from mneme.embedding import OnnxEmbedder
 from schemas import subjects as S
@@ -23,19 +23,14 @@ from schemas import subjects as S
 
 
 async def publish_awaited(js: Any, msgs: list[PreEncoded], *, headers: bool = False) -> tuple[float, list[float]]:
-    lat = []
-    pub = js.publish
-    t0 = time.perf_counter()
-    for m in msgs:
-        t = time.perf_counter()
-        if headers:  # the same headers the domain path sends (dedupe id + expected subject sequence)
-            await pub(
-                m.subject, m.data, timeout=5.0, headers={S.HDR_MSG_ID: m.msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: "0"}
-            )
-        else:
-            await pub(m.subject, m.data, timeout=5.0)
-        lat.append(time.perf_counter() - t)
-    return time.perf_counter() - t0, lat
+    """One publish awaited at a time (with `headers`: the ones the domain path sends, the dedupe id and the
+    expected subject sequence): (seconds for all, seconds of each)."""
+
+    async def one(m: PreEncoded) -> None:
+        hdrs = {S.HDR_MSG_ID: m.msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: "0"} if headers else None
+        await js.publish(m.subject, m.data, timeout=5.0, headers=hdrs)
+
+    return await timed_each(msgs, one)
 
 
 async def publish_pipelined(js: Any, msgs: list[PreEncoded]) -> float:
@@ -60,6 +55,20 @@ async def load_log(js: Any, msgs: list[PreEncoded], chunk: int = 20000) -> float
 # -- raw ordered consumers: receive and decode a whole stream --------------------------------------------
 
 
+async def ordered_subscribe(
+    js: Any, stream: str, subjects: str, cb: Callable[[Any], Awaitable[None]], policy: DeliverPolicy = DeliverPolicy.ALL
+) -> Any:
+    """An ordered push consumer with a callback (what LogFollower uses), from `policy` on."""
+    return await js.subscribe(
+        subjects,
+        stream=stream,
+        cb=cb,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=policy),
+        idle_heartbeat=1.0,
+    )
+
+
 async def receive_all(
     js: Any, streams: Sequence[tuple[str, str, Callable[[bytes], Any], int]], timeout: float
 ) -> tuple[float, list[int]]:
@@ -80,16 +89,7 @@ async def receive_all(
                 if seq >= target:
                     done[k].set()
 
-            subs.append(
-                await js.subscribe(
-                    subjects,
-                    stream=stream,
-                    cb=cb,
-                    ordered_consumer=True,
-                    config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-                    idle_heartbeat=1.0,
-                )
-            )
+            subs.append(await ordered_subscribe(js, stream, subjects, cb))
         await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in done)), timeout)
         return time.perf_counter() - t0, counts
     finally:
@@ -111,6 +111,13 @@ async def echo_responder(nc: NATS, subject: str) -> Subscription:
         await msg.respond(msg.data)
 
     return await nc.subscribe(subject, cb=echo)
+
+
+async def echo_once(nc: NATS, subject: str, payload: bytes) -> float:
+    """Seconds of one request to an echo responder."""
+    t = time.perf_counter()
+    await nc.request(subject, payload, timeout=5)
+    return time.perf_counter() - t
 
 
 # -- the model ---------------------------------------------------------------------------------------------

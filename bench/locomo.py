@@ -1,6 +1,6 @@
 """Retrieval quality on LoCoMo (real conversations nobody here wrote): keyword, semantic, hybrid.
 
-    python -m bench.locomo [--data PATH] [--quick] [--model NAME]
+    python -m bench.locomo [--data PATH] [--quick] [--keep] [--model NAME]
 
 Protocol (../shared/data/locomo/README.md): every turn is a memory, one namespace per
 conversation, content "speaker: text" (plus " [image: caption]" when the turn shared an
@@ -28,32 +28,27 @@ object.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
-import tempfile
 import time
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench import fixtures
-from bench.common import emit_json, log, machine_info, print_table, rnd
-from bench.synthetic import publish
-from mneme.app.compose import close_nats, connect
+from bench.common import log, machine_info, print_table, rnd, rows
+from bench.fixtures import run_dir
+from bench.runner import Bench
+from bench.synthetic import envelope, publish
 from mneme.domain.graph import name_key
-from mneme.embed_cache import EmbeddingCache
-from mneme.embedded_nats import EmbeddedNats
-from mneme.embedding import DEFAULT_MODEL, ModelHandle
-from mneme.eventlog import ensure_streams
+from mneme.embedding import DEFAULT_MODEL
 from mneme.ids import entity_id_for, relation_id_for
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
 from schemas.graph_events import EntityCreated, RelationCreated
 from schemas.queries import SearchMemories, SearchMode
 from services.gateway.queries import QueryClient
-from services.projector.service import catch_up
-from services.projector.vector_index import EdgeIndex
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo-dev.json"
 KS = (1, 5, 10)
@@ -120,44 +115,25 @@ def turns_and_questions(data: list[dict[str, Any]], limit: int | None) -> tuple[
     return turns, questions
 
 
+ACTOR = Actor(agent_id="locomo")
+
+
 def envelopes(turns: list[tuple]) -> list[tuple[str, Envelope]]:
     out = []
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     for i, (ns, dia, content, when, speaker) in enumerate(turns):
         mid = f"{i:08x}-0000-4000-a000-{i:012x}"
-        ev = MemoryCreated(
-            memory_id=mid,
-            version=1,
-            store=None,
-            path=None,
-            content=content,
-            kind="turn",
-            subject=speaker,
-            metadata={"dia_id": dia},
-            valid_from=when,
+        ev = MemoryCreated(memory_id=mid, version=1, store=None, path=None, content=content, kind="turn",
+                           subject=speaker, metadata={"dia_id": dia}, valid_from=when)  # fmt: skip
+        out.append(
+            (S.memory_subject(ns, None, mid), envelope(ns, mid, ev, (f"evt-locomo-{i}", f"req-locomo-{i}"), t0, ACTOR))
         )
-        env = Envelope(
-            event_id=f"evt-locomo-{i}",
-            schema_version=1,
-            namespace=ns,
-            aggregate_id=mid,
-            occurred_at=t0,
-            actor=Actor(agent_id="locomo"),
-            request_id=f"req-locomo-{i}",
-            event=ev,
-        )
-        out.append((S.memory_subject(ns, None, mid), env))
     return out
 
 
-def graph_envelopes(turns: list[tuple], speakers: bool = True) -> list[tuple[str, Envelope]]:
-    """The knowledge graph an agent would keep of each conversation, built without a language model: its two
-    speakers (person) who know each other, and the capitalized words that are not sentence openers and
-    appear at least twice in its turns (concept: places, people, pets, events), each linked from the
-    speakers who say it, weighted by how often (at most 1). Memories mention them by name (the projector's
-    extraction), so the graph signal can walk from a question's hits to linked turns. Without `speakers`
-    (a diagnostic): the concepts alone, linked when two are said in one turn; no entity that every turn of
-    a speaker names."""
+def conversation_graphs(turns: list[tuple]) -> dict[str, dict[str, Any]]:
+    """Per conversation: its speakers, how often each capitalized non-opener word is said, by whom, and which
+    words are said together in one turn."""
     per_ns: dict[str, dict[str, Any]] = {}
     for ns, _, content, _, speaker in turns:
         g = per_ns.setdefault(ns, {"speakers": [], "turns": {}, "said": {}, "together": {}})
@@ -175,32 +151,34 @@ def graph_envelopes(turns: list[tuple], speakers: bool = True) -> list[tuple[str
             for b in set(seen):
                 if a < b:
                     g["together"][(a, b)] = g["together"].get((a, b), 0) + 1
-    out = []
-    i = 0
-    t0 = datetime(2025, 12, 31, tzinfo=UTC)
+    return per_ns
 
-    def env(ns: str, agg: str, ev: Any) -> Envelope:
-        nonlocal i
-        i += 1
-        return Envelope(
-            event_id=f"evt-locomo-graph-{i}",
-            schema_version=1,
-            namespace=ns,
-            aggregate_id=agg,
-            occurred_at=t0,
-            actor=Actor(agent_id="locomo"),
-            request_id=f"req-locomo-graph-{i}",
-            event=ev,
+
+class _GraphLog:
+    """The graph's events in order, each in its envelope (numbered from 1)."""
+
+    def __init__(self) -> None:
+        self.out: list[tuple[str, Envelope]] = []
+        self.t0 = datetime(2025, 12, 31, tzinfo=UTC)
+
+    def add(self, subject: str, ns: str, agg: str, ev: Any) -> None:
+        i = len(self.out) + 1
+        self.out.append(
+            (subject, envelope(ns, agg, ev, (f"evt-locomo-graph-{i}", f"req-locomo-graph-{i}"), self.t0, ACTOR))
         )
 
-    for ns, g in per_ns.items():
+    def conversation(self, ns: str, g: dict[str, Any], speakers: bool) -> None:
         ids: dict[str, str] = {}
         concepts = [w for w, n in g["turns"].items() if n >= 2 and w not in g["speakers"]]
         people = [(s, "person") for s in g["speakers"]] if speakers else []
         for name, etype in people + [(c, "concept") for c in concepts]:
             eid = ids[name] = entity_id_for(ns, name_key(name))
-            out.append((S.entity_subject(ns, eid), env(ns, eid, EntityCreated(version=1, entity_id=eid, name=name,
-                                                                              entity_type=etype))))  # fmt: skip
+            self.add(
+                S.entity_subject(ns, eid),
+                ns,
+                eid,
+                EntityCreated(version=1, entity_id=eid, name=name, entity_type=etype),
+            )
         if speakers:
             rels = [(a, b, "knows", 1.0) for a in g["speakers"] for b in g["speakers"] if a != b]
             rels += [(sp, w, "talks_about", min(1.0, n / 5)) for (sp, w), n in g["said"].items() if w in concepts]
@@ -212,8 +190,21 @@ def graph_envelopes(turns: list[tuple], speakers: bool = True) -> list[tuple[str
             rid = relation_id_for(ns, ids[a], rtype, ids[b])
             ev = RelationCreated(version=1, relation_id=rid, from_id=ids[a], to_id=ids[b], relation_type=rtype,
                                  weight=weight)  # fmt: skip
-            out.append((S.relation_subject(ns, rid), env(ns, rid, ev)))
-    return out
+            self.add(S.relation_subject(ns, rid), ns, rid, ev)
+
+
+def graph_envelopes(turns: list[tuple], speakers: bool = True) -> list[tuple[str, Envelope]]:
+    """The knowledge graph an agent would keep of each conversation, built without a language model: its two
+    speakers (person) who know each other, and the capitalized words that are not sentence openers and
+    appear at least twice in its turns (concept: places, people, pets, events), each linked from the
+    speakers who say it, weighted by how often (at most 1). Memories mention them by name (the projector's
+    extraction), so the graph signal can walk from a question's hits to linked turns. Without `speakers`
+    (a diagnostic): the concepts alone, linked when two are said in one turn; no entity that every turn of
+    a speaker names."""
+    glog = _GraphLog()
+    for ns, g in conversation_graphs(turns).items():
+        glog.conversation(ns, g, speakers)
+    return glog.out
 
 
 def score(ranked: list[list[str]], evidence: list[set[str]]) -> dict[str, float | None]:
@@ -230,91 +221,58 @@ def score(ranked: list[list[str]], evidence: list[set[str]]) -> dict[str, float 
     return out
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    data = json.loads(Path(args.data).read_text())
-    turns, questions = turns_and_questions(data, 1 if args.quick else None)
-    log(f"{len(turns)} turns, {len(questions)} questions (categories 1-4) from {args.data}")
-    tmp = Path(tempfile.mkdtemp(prefix="mneme-locomo-"))
-    nats = EmbeddedNats(tmp / "nats")
-    await nats.start()
-    nc = await connect(nats.url or "", "bench-locomo")
-    try:
-        await ensure_streams(nc.jetstream())
-        graph = graph_envelopes(
-            turns, speakers=not args.graph_without_speakers
-        )  # entities first: a memory's mentions are found as it is folded
-        await publish(nc.jetstream(), iter(graph + envelopes(turns)))
-        model = ModelHandle(args.model).start()
-        view = fixtures.memories_view(tmp / "projector.duckdb")
-        vectors = fixtures.vector_view(EdgeIndex(tmp / "vectors", model.dim), model, EmbeddingCache(tmp / "emb.sqlite"))
-        proj = fixtures.projector(nc, view, vectors=vectors)
-        t0 = time.perf_counter()
-        await proj.start()
-        await catch_up(proj)
-        assert proj.vector_follower is not None
-        await asyncio.to_thread(model.wait, 120)
-        await proj.vector_follower.wait_for(proj.applied, 600)
-        await asyncio.to_thread(vectors.fill_pending)
-        ingest_s = time.perf_counter() - t0
-        await proj.serving.wait()
-        log(f"ingested and embedded in {ingest_s:.1f} s")
-        qc = QueryClient(nc, timeout=30)
-        now = datetime.now(UTC)
-        results: dict[str, Any] = {}
-        timings: dict[str, float | None] = {}
-        defaults: dict[str, Any] = {}
-        for mode, label, extra in RUNS:
-            ranked = []
-            t1 = time.perf_counter()
-            for ns, q, _, _ in questions:
-                got = await qc.ask(
-                    SearchMemories(namespace=ns, now=now, mode=mode, query=q, limit=DEPTH, threshold=0.0, **extra)
-                )
-                ranked.append([h.memory.metadata.get("dia_id") for h in got.hits])
-            timings[label] = rnd((time.perf_counter() - t1) / len(questions) * 1000, 2)
-            results[label] = score(ranked, [e for _, _, e, _ in questions])
-            cut = []  # as a caller gets it: default threshold, limit 10
-            for ns, q, _, _ in questions:
-                got = await qc.ask(SearchMemories(namespace=ns, now=now, mode=mode, query=q, limit=10, **extra))
-                cut.append([h.memory.metadata.get("dia_id") for h in got.hits])
-            defaults[label] = {
-                "threshold": got.threshold,
-                **score(cut, [e for _, _, e, _ in questions]),
-                "mean_results": rnd(sum(map(len, cut)) / len(cut), 2),
-            }
-            if args.per_category:
-                results[label]["by_category"] = {
-                    str(c): score(
-                        [r for r, qq in zip(ranked, questions, strict=True) if qq[3] == c],
-                        [qq[2] for qq in questions if qq[3] == c],
-                    )
-                    for c in (1, 2, 3, 4)
-                }
-        await proj.stop()
-        vectors.close()
-        view.close()
-    finally:
-        await close_nats(nc)
-        await nats.stop()
-    modes = [label for _, label, _ in RUNS]
-    hyb = results["hybrid"]["recall@10"]
-    gain_kw = rnd((hyb - results["keyword"]["recall@10"]) * 100, 1)
-    gain_sem = rnd((hyb - results["semantic"]["recall@10"]) * 100, 1)
+async def ask_all(
+    qc: QueryClient, questions: list[tuple], mode: SearchMode, **fields: Any
+) -> tuple[list[list[str]], Any]:
+    """Each question in its conversation's namespace: the dia_ids of the hits, in order; and the last answer."""
+    now = datetime.now(UTC)
+    ranked, got = [], None
+    for ns, q, _, _ in questions:
+        got = await qc.ask(SearchMemories(namespace=ns, now=now, mode=mode, query=q, **fields))
+        ranked.append([h.memory.metadata.get("dia_id") for h in got.hits])
+    return ranked, got
+
+
+async def one_run(
+    qc: QueryClient, questions: list[tuple], run: tuple[SearchMode, str, dict[str, Any]], per_category: bool
+) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
+    """One mode: its scores over the top 50 (threshold 0), ms per query, and what a caller gets (defaults, 10)."""
+    mode, _, extra = run
+    evidence = [e for _, _, e, _ in questions]
+    t1 = time.perf_counter()
+    ranked, _ = await ask_all(qc, questions, mode, limit=DEPTH, threshold=0.0, **extra)
+    ms = rnd((time.perf_counter() - t1) / len(questions) * 1000, 2)
+    result: dict[str, Any] = score(ranked, evidence)
+    cut, last = await ask_all(
+        qc, questions, mode, limit=10, **extra
+    )  # as a caller gets it: default threshold, limit 10
+    default = {
+        "threshold": last.threshold,
+        **score(cut, evidence),
+        "mean_results": rnd(sum(map(len, cut)) / len(cut), 2),
+    }
+    if per_category:
+        result["by_category"] = {
+            str(c): score(
+                [r for r, qq in zip(ranked, questions, strict=True) if qq[3] == c],
+                [qq[2] for qq in questions if qq[3] == c],
+            )
+            for c in (1, 2, 3, 4)
+        }
+    return result, ms, default
+
+
+def report(results: dict[str, Any], timings: dict[str, float | None], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The tables; the graph signal's gain (on - off) in points."""
     print_table(
         "LoCoMo retrieval (recall of evidence turns, MRR over the top 50)",
         ["mode", "R@1", "R@5", "R@10", "MRR", "ms/query"],
-        [
-            [m, results[m]["recall@1"], results[m]["recall@5"], results[m]["recall@10"], results[m]["mrr"], timings[m]]
-            for m in modes
-        ],
+        [[*row, timings[row[0]]] for row in rows(results.items(), "recall@1", "recall@5", "recall@10", "mrr")],
     )
     print_table(
         "Default thresholds, limit 10 (what a caller gets; MRR within the 10)",
         ["mode", "threshold", "R@1", "R@5", "R@10", "MRR", "results per query"],
-        [
-            [m, d["threshold"], d["recall@1"], d["recall@5"], d["recall@10"], d["mrr"], d["mean_results"]]
-            for m, d in defaults.items()
-        ],
+        rows(defaults.items(), "threshold", "recall@1", "recall@5", "recall@10", "mrr", "mean_results"),
     )
     graph_gain = {
         k: rnd((results["hybrid-zscore-graph"][k] - results["hybrid-zscore-nograph"][k]) * 100, 2)
@@ -325,8 +283,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ["figure", "on - off"],
         list(graph_gain.items()),
     )
+    return graph_gain
+
+
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    data = json.loads(Path(args.data).read_text())
+    turns, questions = turns_and_questions(data, 1 if args.quick else None)
+    log(f"{len(turns)} turns, {len(questions)} questions (categories 1-4) from {args.data}")
+    results: dict[str, Any] = {}
+    timings: dict[str, float | None] = {}
+    defaults: dict[str, Any] = {}
+    async with run_dir("locomo", args.keep) as tmp, AsyncExitStack() as stack:
+        srv = await fixtures.start_nats(stack, tmp / "nats", "bench-locomo")
+        # entities first: a memory's mentions are found as it is folded
+        graph = graph_envelopes(turns, speakers=not args.graph_without_speakers)
+        await publish(srv.js, iter(graph + envelopes(turns)))
+        recall = fixtures.recall_projector(stack, srv.nc, tmp, args.model)
+        _, ingest_s = await fixtures.fold(recall)
+        log(f"ingested and embedded in {ingest_s:.1f} s")
+        qc = QueryClient(srv.nc, timeout=30)
+        for run in RUNS:
+            label = run[1]
+            results[label], timings[label], defaults[label] = await one_run(qc, questions, run, args.per_category)
+    graph_gain = report(results, timings, defaults)
+    hyb = results["hybrid"]["recall@10"]
+    gain_kw = rnd((hyb - results["keyword"]["recall@10"]) * 100, 1)
+    gain_sem = rnd((hyb - results["semantic"]["recall@10"]) * 100, 1)
     return {
-        **{m: results[m] for m in modes},
+        **results,
         "graph": {
             "speakers_as_entities": not args.graph_without_speakers,
             "entities": sum(1 for _, e in graph if isinstance(e.event, EntityCreated)),
@@ -337,7 +321,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "default_threshold_limit_10": defaults,
         "questions": len(questions),
         "turns": len(turns),
-        "model": model.model_id,
+        "model": recall.model.model_id,
         "hybrid_fusion": "calibrated, semantic_weight 0.3 (defaults); hybrid-zscore: zscore, semantic_weight 0.5",
         "ms_per_query": timings,
         "ingest_seconds": rnd(ingest_s, 2),
@@ -350,10 +334,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+BENCH = Bench("locomo", __doc__, quick="first conversation only")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = BENCH.parser()
     ap.add_argument("--data", default=str(DEFAULT_DATA))
-    ap.add_argument("--quick", action="store_true", help="first conversation only")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--per-category", action="store_true")
     ap.add_argument(
@@ -361,8 +347,7 @@ def main() -> None:
         action="store_true",
         help="diagnostic: the graph without the speakers (named in every turn), its concepts linked by co-occurrence",
     )
-    args = ap.parse_args()
-    emit_json(asyncio.run(run(args)))
+    BENCH.run(amain, ap.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import time
 from pathlib import Path
@@ -23,8 +22,10 @@ from typing import Any
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bench.common import emit_json, log, machine_info, print_table, rnd
+from bench.common import log, machine_info, print_table, rnd, rows
 from bench.fixtures import run_dir
+from bench.runner import Bench, mode_of
+from bench.synthetic import publish_windowed
 from mneme.app.cluster import LocalCluster
 
 
@@ -55,16 +56,9 @@ def balance(namespaces: int, shards: int, zipf_s: float, seed: int) -> dict[str,
 
 
 async def publish_rate(nc: Any, streams: list[str], n: int, size: int = 512) -> float:
-    js = nc.jetstream(timeout=10)
     body = b"x" * size
     t = time.perf_counter()
-    window: list[Any] = []
-    for i in range(n):
-        window.append(asyncio.ensure_future(js.publish(f"{streams[i % len(streams)]}.e", body)))
-        if len(window) >= 256:
-            await asyncio.gather(*window)
-            window = []
-    await asyncio.gather(*window)
+    await publish_windowed(nc.jetstream(), ((f"{streams[i % len(streams)]}.e", body, None) for i in range(n)), 256, 10)
     return n / (time.perf_counter() - t)
 
 
@@ -90,19 +84,14 @@ async def measured(root: Path, n: int) -> dict[str, Any]:
         await c.down()
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"mode": "quick" if args.quick else "full"}
-    sims = {}
-    for shards in (4, 8, 16):
-        sims[str(shards)] = balance(2000 if args.quick else 20000, shards, 1.1, 7)
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"mode": mode_of(args)}
+    sims = {str(shards): balance(2000 if args.quick else 20000, shards, 1.1, 7) for shards in (4, 8, 16)}
     out["balance_zipf_1.1"] = sims
     print_table(
         "(1) busiest shard / mean, namespaces with Zipf(1.1) load",
         ["shards", "hash partition", "directory (least loaded)", "busiest namespace share"],
-        [
-            [s, v["hash_max_over_mean"], v["directory_max_over_mean"], v["busiest_namespace_share"]]
-            for s, v in sims.items()
-        ],
+        rows(sims.items(), "hash_max_over_mean", "directory_max_over_mean", "busiest_namespace_share"),
     )
     async with run_dir("partition", args.keep) as root:
         log("(2) pipelined publishes: one stream vs three shard streams, replicas=3, local three-node cluster")
@@ -117,11 +106,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.partition")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--keep", action="store_true")
-    emit_json(asyncio.run(run(ap.parse_args())))
+BENCH = Bench("partition", __doc__, quick="2,000 namespaces simulated, 5,000 publishes measured")
+
+
+def main(argv: list[str] | None = None) -> None:
+    BENCH.main(amain, argv)
 
 
 if __name__ == "__main__":

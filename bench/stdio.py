@@ -4,9 +4,9 @@ mcp package's client, timed blocks of tool calls, and the processes to meter.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from bench.common import find_child
+from bench.common import find_child, timed_each
 from bench.fixtures import MNEME, REPO
 
 NOOP_SERVER = str(Path(__file__).resolve().parent / "noop_server.py")
@@ -29,12 +29,12 @@ async def mcp_session(params: StdioServerParameters, errlog: Any) -> AsyncIterat
         yield session
 
 
-def serve_params(data_dir: Path) -> StdioServerParameters:
+def serve_params(data_dir: Path, profile: str | None = None, **env: str) -> StdioServerParameters:
+    """`mneme serve` on `data_dir` (with `profile`, that tool profile), the environment plus `env`."""
     # the whole environment: the SDK passes a child only a few variables by default, and PYTHONPATH (a
     # baseline worktree measured side by side) must reach `mneme serve`, or it runs the installed tree
-    return StdioServerParameters(
-        command=MNEME, args=["serve", "--data-dir", str(data_dir)], cwd=str(REPO), env=dict(os.environ)
-    )
+    args = ["serve", "--data-dir", str(data_dir), *(["--profile", profile] if profile else [])]
+    return StdioServerParameters(command=MNEME, args=args, cwd=str(REPO), env={**os.environ, **env})
 
 
 def noop_params() -> StdioServerParameters:
@@ -52,14 +52,17 @@ def structured(res: Any) -> dict[str, Any]:
 
 
 async def mcp_block(session: ClientSession, tool: str, args_list: list[dict[str, Any]]) -> tuple[float, list[float]]:
-    lat = []
-    call = session.call_tool
-    t0 = time.perf_counter()
-    for args in args_list:
-        t = time.perf_counter()
-        structured(await call(tool, args))
-        lat.append(time.perf_counter() - t)
-    return time.perf_counter() - t0, lat
+    """`tool` called with each of `args_list` in turn (a failed call raises ToolFailed): (seconds, each call's)."""
+
+    async def one(args: dict[str, Any]) -> None:
+        structured(await session.call_tool(tool, args))
+
+    return await timed_each(args_list, one)
+
+
+async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One tool call's structured result (ToolFailed if it failed)."""
+    return structured(await session.call_tool(tool, args))
 
 
 def first_text(res: CallToolResult) -> str:
@@ -68,13 +71,23 @@ def first_text(res: CallToolResult) -> str:
     return block.text if isinstance(block, TextContent) else "?"
 
 
-def server_pids(client: int, server: int | None) -> dict[str, int]:
-    """The processes a stdio measurement's CPU meter reads: this client, the server (if found) and the
+def error_code(res: CallToolResult) -> str:
+    """The code of a failed call's structured error ("?" without one)."""
+    return str(json.loads(first_text(res)).get("error", {}).get("code", "?"))
+
+
+def server_pids(server: int | None, **clients: int) -> dict[str, int]:
+    """The processes a stdio measurement's CPU meter reads: the clients named, the server (if found) and the
     nats-server child it started (if any)."""
-    pids = {"client": client}
+    pids = dict(clients)
     if server:
         pids["server"] = server
         nats_pid = find_child(server, "nats-server")
         if nats_pid:
             pids["nats"] = nats_pid
     return pids
+
+
+def serve_child(data_dir: Path) -> int | None:
+    """The `mneme serve` child of this process that runs on `data_dir`."""
+    return find_child(os.getpid(), "serve", str(data_dir))

@@ -17,17 +17,19 @@ Last stdout line: one JSON object.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp.types import CallToolResult
+
+from bench.runner import Bench
+from bench.stdio import mcp_session, serve_params
 
 FACTS = [
     "Alice prefers dark roast coffee in the morning",
@@ -95,41 +97,43 @@ async def tool_lists() -> dict[str, Any]:
     return out
 
 
+QUERY = "what do people drink in the morning"
+CALLS: dict[str, tuple[str, dict[str, Any]]] = {  # label -> (tool, arguments); threshold 0: 10 results each
+    "memory_search": ("memory_search", {"query": QUERY, "limit": 10, "threshold": 0}),
+    "memory_search_full": ("memory_search", {"query": QUERY, "limit": 10, "threshold": 0, "detail": "full"}),
+    "memory_list": ("memory_list", {"limit": 10}),
+}
+
+
+def size_of(res: CallToolResult) -> dict[str, Any]:
+    """The bytes of one response as the client receives it, per result, and how much is memory content."""
+    whole = res.model_dump(mode="json", by_alias=True, exclude_none=True)
+    sc = res.structured_content or {}
+    items = next((v for v in sc.values() if isinstance(v, list)), [])
+    content = sum(len(str(m.get("content", "")).encode()) for m in items if isinstance(m, dict))
+    return {
+        "results": len(items),
+        "bytes": compact(whole),
+        "structured_bytes": compact(sc),
+        "bytes_per_result": round(compact(whole) / max(len(items), 1)),
+        "content_bytes": content,
+        "error": res.is_error,
+    }
+
+
 async def result_sizes(root: Path) -> dict[str, Any]:
-    mneme = str(Path(sys.executable).parent / "mneme")
-    params = StdioServerParameters(
-        command=mneme, args=["serve", "--data-dir", str(root)], env={**os.environ, "MNEME_LOG_LEVEL": "ERROR"}
-    )
     out: dict[str, Any] = {}
     with open(os.devnull, "w") as devnull:
-        async with stdio_client(params, errlog=devnull) as (r, w), ClientSession(r, w) as s:
-            await s.initialize()
+        async with mcp_session(serve_params(root, MNEME_LOG_LEVEL="ERROR"), devnull) as s:
             for i, fact in enumerate(FACTS):
                 await s.call_tool("memory_add", {"content": fact, "tags": ["bench", f"t{i % 3}"], "subject": "team"})
-            q = "what do people drink in the morning"
-            calls: dict[str, tuple[str, dict[str, Any]]] = {  # label -> (tool, arguments); threshold 0: 10 results each
-                "memory_search": ("memory_search", {"query": q, "limit": 10, "threshold": 0}),
-                "memory_search_full": ("memory_search", {"query": q, "limit": 10, "threshold": 0, "detail": "full"}),
-                "memory_list": ("memory_list", {"limit": 10}),
-            }
-            for label, (tool, args) in calls.items():
+            for label, (tool, args) in CALLS.items():
                 for _ in range(50):  # the model loads in the background: semantic tools answer once it is ready
                     res = await s.call_tool(tool, args)
                     if not res.is_error:
                         break
                     await asyncio.sleep(0.2)
-                whole = res.model_dump(mode="json", by_alias=True, exclude_none=True)
-                sc = res.structured_content or {}
-                items = next((v for v in sc.values() if isinstance(v, list)), [])
-                content = sum(len(str(m.get("content", "")).encode()) for m in items if isinstance(m, dict))
-                out[label] = {
-                    "results": len(items),
-                    "bytes": compact(whole),
-                    "structured_bytes": compact(sc),
-                    "bytes_per_result": round(compact(whole) / max(len(items), 1)),
-                    "content_bytes": content,
-                    "error": res.is_error,
-                }
+                out[label] = size_of(res)
     return out
 
 
@@ -168,10 +172,17 @@ def report(fig: dict[str, Any]) -> None:
     )
 
 
-def main() -> None:
-    fig = asyncio.run(measure())
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    fig = await measure()
     report(fig)
-    print(json.dumps({"bench": "surface", **fig}))
+    return {"bench": "surface", **fig}
+
+
+BENCH = Bench("surface", __doc__, quick="the same run (it is short)", keep=None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    BENCH.main(amain, argv)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from bench.audit.trail import TimedTrail, check_trail, verify_trail
 from bench.common import cpu_seconds, log, median, rnd, spawn
 from bench.fixtures import MNEME, REPO, stop_child, until
 from bench.floors import receive_all
-from bench.synthetic import history, publish
+from bench.synthetic import history, publish, publish_windowed
 from mneme.app import compose
 from mneme.app.settings import AuditorSettings
 from mneme.ids import event_id_for, new_id
@@ -32,10 +33,13 @@ from schemas.events import decode_envelope
 async def load_backlog(js: Any, cfg: Config) -> tuple[int, int, float]:
     t = time.perf_counter()
     last_evt = await publish(js, history(cfg.backlog_events, namespaces=4, seed=11))
-    now = datetime.now(UTC)
-    pending = []
-    last_acc = 0
-    for i in range(cfg.backlog_access):
+    last_acc = await publish_windowed(js, read_records(cfg.backlog_access, datetime.now(UTC)))
+    return last_evt, last_acc, time.perf_counter() - t
+
+
+def read_records(n: int, now: datetime) -> Iterator[tuple[str, bytes, dict[str, str]]]:
+    """`n` read records (memory_get) over 4 namespaces and 3 agents, as (subject, data, headers)."""
+    for i in range(n):
         ns = f"ns{i % 4}"
         rec = ReadRecorded(
             record_id=event_id_for(f"access:bench-{i}:memory_get"),
@@ -47,19 +51,7 @@ async def load_backlog(js: Any, cfg: Config) -> tuple[int, int, float]:
             operation="memory_get",
             memory_ids=(new_id(),),
         )
-        pending.append(
-            asyncio.ensure_future(
-                js.publish(
-                    S.access_subject("read", ns), encode_access(rec), timeout=30, headers={S.HDR_MSG_ID: rec.record_id}
-                )
-            )
-        )
-        if len(pending) >= 512:
-            last_acc = max(last_acc, *(a.seq for a in await asyncio.gather(*pending)))
-            pending = []
-    if pending:
-        last_acc = max(last_acc, *(a.seq for a in await asyncio.gather(*pending)))
-    return last_evt, last_acc, time.perf_counter() - t
+        yield S.access_subject("read", ns), encode_access(rec), {S.HDR_MSG_ID: rec.record_id}
 
 
 async def floor_catchup(js: Any, last_evt: int, last_acc: int) -> float:
@@ -135,6 +127,47 @@ async def subprocess_catchup(
     }
 
 
+def _median_of(runs: list[dict[str, Any]], key: str) -> float:
+    return median([x[key] for x in runs])
+
+
+def catchup_figures(
+    total: int, floor_s: list[float], inproc: list[dict[str, Any]], sub: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Records/s per round and their median, each beside the floor of the same round; CPU per record."""
+    f_rates = [total / s for s in floor_s]
+    i_rates = [total / x["seconds"] for x in inproc]
+    s_rates = [total / x["seconds"] for x in sub]
+
+    def rates(r: list[float]) -> dict[str, Any]:
+        return {"records_per_s": rnd(median(r), 1), "per_round": [rnd(x, 1) for x in r],
+                "vs_floor": rnd(median([a / b for a, b in zip(r, f_rates, strict=False)]), 3)}  # fmt: skip
+
+    floor = rates(f_rates)
+    del floor["vs_floor"]
+    return {
+        "floor": {**floor, "seconds": [rnd(x, 3) for x in floor_s]},
+        "inproc_auditor": {
+            **rates(i_rates),
+            "cpu_ms_per_record": rnd(_median_of(inproc, "cpu_s") * 1000 / total, 4),
+            "seconds": rnd(_median_of(inproc, "seconds"), 3),
+            "stage_us_per_record": rnd(_median_of(inproc, "stage_s") * 1e6 / total, 2),
+            "commit_us_per_record": rnd(_median_of(inproc, "commit_s") * 1e6 / total, 2),
+            "commits": int(_median_of(inproc, "commits")),
+            "verify": [x["verify"] for x in inproc],
+        },
+        "mneme_auditor": {
+            **rates(s_rates),
+            "seconds": rnd(_median_of(sub, "seconds"), 3),
+            "from_spawn_s": rnd(_median_of(sub, "from_spawn_s"), 3),
+            "startup_s": rnd(_median_of(sub, "startup_s"), 3),
+            "cpu_ms_per_record": rnd(_median_of(sub, "cpu_s") * 1000 / total, 4),
+            "exit_codes": [x["exit_code"] for x in sub],
+            "verify": [x["verify"] for x in sub],
+        },
+    }
+
+
 async def phase_catchup(cfg: Config, root: Path) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     async with AsyncExitStack() as stack:
@@ -172,44 +205,11 @@ async def phase_catchup(cfg: Config, root: Path) -> dict[str, Any]:
             for step in steps[k:] + steps[:k]:
                 await asyncio.sleep(0.5)  # the previous consumer's deliveries settle
                 await step(r)
-
-        def rates(secs: list[float]) -> list[float]:
-            return [total / s for s in secs]
-
-        f_rates = rates(floor_s)
-        i_rates = rates([x["seconds"] for x in inproc])
-        s_rates = rates([x["seconds"] for x in sub])
         return {
             "backlog_events": last_evt,
             "backlog_access": last_acc,
             "records": total,
             "load_seconds": rnd(load_s, 3),
             "load_rate_per_s": rnd(total / load_s, 1),
-            "floor": {
-                "records_per_s": rnd(median(f_rates), 1),
-                "per_round": [rnd(x, 1) for x in f_rates],
-                "seconds": [rnd(x, 3) for x in floor_s],
-            },
-            "inproc_auditor": {
-                "records_per_s": rnd(median(i_rates), 1),
-                "per_round": [rnd(x, 1) for x in i_rates],
-                "vs_floor": rnd(median([a / b for a, b in zip(i_rates, f_rates, strict=False)]), 3),
-                "cpu_ms_per_record": rnd(median([x["cpu_s"] for x in inproc]) * 1000 / total, 4),
-                "seconds": rnd(median([x["seconds"] for x in inproc]), 3),
-                "stage_us_per_record": rnd(median([x["stage_s"] for x in inproc]) * 1e6 / total, 2),
-                "commit_us_per_record": rnd(median([x["commit_s"] for x in inproc]) * 1e6 / total, 2),
-                "commits": int(median([x["commits"] for x in inproc])),
-                "verify": [x["verify"] for x in inproc],
-            },
-            "mneme_auditor": {
-                "records_per_s": rnd(median(s_rates), 1),
-                "per_round": [rnd(x, 1) for x in s_rates],
-                "vs_floor": rnd(median([a / b for a, b in zip(s_rates, f_rates, strict=False)]), 3),
-                "seconds": rnd(median([x["seconds"] for x in sub]), 3),
-                "from_spawn_s": rnd(median([x["from_spawn_s"] for x in sub]), 3),
-                "startup_s": rnd(median([x["startup_s"] for x in sub]), 3),
-                "cpu_ms_per_record": rnd(median([x["cpu_s"] for x in sub]) * 1000 / total, 4),
-                "exit_codes": [x["exit_code"] for x in sub],
-                "verify": [x["verify"] for x in sub],
-            },
+            **catchup_figures(total, floor_s, inproc, sub),
         }

@@ -28,30 +28,10 @@ class Config:
 
     @staticmethod
     def full() -> Config:
-        return Config(
-            rate=1000,
-            warmup_s=2,
-            paced_s=20,
-            path_every=10,
-            stores=64,
-            read_every=20,
-            max_in_flight=2000,
-            backlog_events=100_000,
-            backlog_access=10_000,
-            rounds=3,
-        )
+        return Config(rate=1000, warmup_s=2, paced_s=20, path_every=10, stores=64, read_every=20, max_in_flight=2000,
+                      backlog_events=100_000, backlog_access=10_000, rounds=3)  # fmt: skip
 
     @staticmethod
     def quick() -> Config:
-        return Config(
-            rate=1000,
-            warmup_s=1,
-            paced_s=5,
-            path_every=10,
-            stores=64,
-            read_every=20,
-            max_in_flight=2000,
-            backlog_events=20_000,
-            backlog_access=2_000,
-            rounds=2,
-        )
+        return Config(rate=1000, warmup_s=1, paced_s=5, path_every=10, stores=64, read_every=20, max_in_flight=2000,
+                      backlog_events=20_000, backlog_access=2_000, rounds=2)  # fmt: skip

@@ -10,14 +10,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import DeliverPolicy
 
 from bench.audit.config import TAGS, Config
 from bench.common import latency_summary, log
+from bench.floors import ordered_subscribe
 from bench.workload import TimedEventLog
 from schemas import subjects as S
 from schemas.commands import CreateMemory
-from schemas.queries import GetMemory
 from services.gateway.gateway import Call, Gateway
 
 # -- the paced write load through the gateway's core ---------------------------------------------------
@@ -59,12 +59,9 @@ async def one_write(load: Load, i: int, due: float, store: str | None) -> None:
     path = f"bench/w{i}" if store else None
     text = load.texts[i % len(load.texts)]
 
-    async def body(call: Call) -> str:  # memory_add's body
+    async def body(call: Call) -> str:  # memory_add's body (the application's create: after the mark, raises it)
         cmd = CreateMemory(namespace=call.namespace, store=store, path=path, content=text, kind="note", tags=TAGS)
-        w = await gw.commands.create(
-            cmd, actor=call.principal.actor, request_id=call.request_id, min_seq=await gw.min_seq()
-        )
-        gw.noted(w.seq)
+        w = await call.app.memories.create(call, cmd)
         assert w.memory is not None
         return w.memory.id
 
@@ -84,19 +81,7 @@ async def one_read(load: Load, mid: str) -> None:
     t = time.perf_counter()
 
     async def body(call: Call) -> None:  # memory_get's body (leaves one read record via the AccessLog)
-        row = await gw.resolve(call.namespace, mid, None, None, await gw.min_seq())
-        got = await gw.queries.ask(
-            GetMemory(
-                namespace=call.namespace,
-                now=gw.now(),
-                memory_id=row.memory.id,
-                min_seq=row.memory.last_seq,
-                include_expired=True,
-                history=5,
-            )
-        )
-        if got.item is None:
-            raise RuntimeError(f"memory {mid} not found")
+        row, _, _ = await call.app.reads.resolve_with_history(call, mid, history=5)
         call.read([row.memory.id])
 
     try:
@@ -186,16 +171,7 @@ class DeliveryFloor:
             self.samples.append((rec, now - rec))
 
         for stream, subjects in ((S.EVENTS_STREAM, S.EVENTS_SUBJECTS), (S.ACCESS_STREAM, S.ACCESS_SUBJECTS)):
-            self.subs.append(
-                await js.subscribe(
-                    subjects,
-                    stream=stream,
-                    cb=cb,
-                    ordered_consumer=True,
-                    config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
-                    idle_heartbeat=1.0,
-                )
-            )
+            self.subs.append(await ordered_subscribe(js, stream, subjects, cb, DeliverPolicy.NEW))
 
     async def stop(self) -> None:
         for s in self.subs:

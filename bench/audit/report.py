@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from bench.audit.config import LAG_P99_TARGET_MS, SLICES, Config
-from bench.common import median, print_table, rnd, verdict
+from bench.common import header, median, print_table, rnd, rows, targets_line, verdict
 from mneme.app.settings import AuditorSettings, ProjectorSettings
 
 
@@ -50,81 +51,82 @@ def catchup_table(cfg: Config, c: dict[str, Any], checks: list[tuple[str, dict[s
     return list(sa["exit_codes"])
 
 
-def report(
-    cfg: Config, mode: str, machine: dict[str, Any], p: dict[str, dict[str, Any]], c: dict[str, Any] | None, wall: float
-) -> tuple[dict[str, Any], list[str]]:
-    d, sv = p["distributed"], p["serve"]
-    print(
-        f"mneme bench.audit ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
-        f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}"
-    )
-    print(
-        f"auditor linger {AuditorSettings().linger} s, batch_max {AuditorSettings().batch_max}; projector linger "
-        f"{ProjectorSettings().linger} s; (1a) distributed: gateway core here, `mneme projector`, `mneme auditor` "
-        "and the probe auditor in their own processes; (1b) serve: gateway core, projector and auditor (on followers "
-        "of its own), "
-        "all in this process"
-    )
+@dataclass
+class AuditRun:
+    """What one run measured: (1) paced, per shape (distributed, serve); (2) the catch-up, unless skipped."""
 
-    def held(x: dict[str, Any]) -> bool:
+    cfg: Config
+    mode: str
+    machine: dict[str, Any]
+    p: dict[str, dict[str, Any]]
+    c: dict[str, Any] | None
+    wall: float
+
+    def held(self, x: dict[str, Any]) -> bool:
+        """The write load held: >= 95% of the rate, no failures."""
         ld = x["load"]
-        return ld["writes_per_s"] is not None and ld["writes_per_s"] >= 0.95 * cfg.rate and not ld["failures"]
+        return ld["writes_per_s"] is not None and ld["writes_per_s"] >= 0.95 * self.cfg.rate and not ld["failures"]
 
-    def wl(x: dict[str, Any], k: str) -> Any:
-        return x["load"]["write_latency_from_schedule"][k]
 
-    rows = [["writes (memory_add body: Gateway.run + CommandService.create)", d["load"]["writes"],
-             sv["load"]["writes"]],
-            ["writes/s achieved", d["load"]["writes_per_s"], sv["load"]["writes_per_s"]],
-            ["  of which store+path (PathOwner query first)", d["load"]["path_writes"], sv["load"]["path_writes"]],
-            ["reads (memory_get body, one read record each)", d["load"]["reads"], sv["load"]["reads"]],
-            ["failures", sum(d["load"]["failures"].values()), sum(sv["load"]["failures"].values())],
-            ["write p50 ms, from its scheduled start", wl(d, "p50_ms"), wl(sv, "p50_ms")],
-            ["write p99 ms, from its scheduled start", wl(d, "p99_ms"), wl(sv, "p99_ms")],
-            ["concurrency conflicts retried", d["load"]["conflicts"], sv["load"]["conflicts"]],
-            ["trail records in the window (events + read records)", d["load"]["records_in_window"],
-             sv["load"]["records_in_window"]],
-            ["trail records/s in the window", d["load"]["records_per_s"], sv["load"]["records_per_s"]],
-            ["this process's event loop: 10 ms sleep woken late, p99 ms", d["bench_event_loop_delay"]["p99_ms"],
-             sv["bench_event_loop_delay"]["p99_ms"]],
-            ["rate held (>= 95%, no failures)", verdict(held(d)), verdict(held(sv))]]  # fmt: skip
+def load_table(run: AuditRun) -> None:
+    d, sv = run.p["distributed"], run.p["serve"]
+
+    def both(f: Any) -> list[Any]:
+        return [f(d), f(sv)]
+
+    def ld(k: str) -> Any:
+        return lambda x: x["load"][k]
+
+    def wl(k: str) -> Any:
+        return lambda x: x["load"]["write_latency_from_schedule"][k]
+
+    rows = [["writes (memory_add body: Gateway.run + CommandService.create)", *both(ld("writes"))],
+            ["writes/s achieved", *both(ld("writes_per_s"))],
+            ["  of which store+path (PathOwner query first)", *both(ld("path_writes"))],
+            ["reads (memory_get body, one read record each)", *both(ld("reads"))],
+            ["failures", *both(lambda x: sum(x["load"]["failures"].values()))],
+            ["write p50 ms, from its scheduled start", *both(wl("p50_ms"))],
+            ["write p99 ms, from its scheduled start", *both(wl("p99_ms"))],
+            ["concurrency conflicts retried", *both(ld("conflicts"))],
+            ["trail records in the window (events + read records)", *both(ld("records_in_window"))],
+            ["trail records/s in the window", *both(ld("records_per_s"))],
+            ["this process's event loop: 10 ms sleep woken late, p99 ms",
+             *both(lambda x: x["bench_event_loop_delay"]["p99_ms"])],
+            ["rate held (>= 95%, no failures)", *both(lambda x: verdict(run.held(x)))]]  # fmt: skip
     print_table(
-        f"(1) Write load through the gateway's core, paced at {cfg.rate:,.0f}/s for {cfg.paced_s:.0f} s",
+        f"(1) Write load through the gateway's core, paced at {run.cfg.rate:,.0f}/s for {run.cfg.paced_s:.0f} s",
         ["measure", "(1a) distributed", "(1b) serve"],
         rows,
     )
 
-    def lag_row(name: str, x: dict[str, Any], target: bool) -> list[Any]:
-        a = x["lag_all"]
-        ok = a["p99_ms"] is not None and a["p99_ms"] < LAG_P99_TARGET_MS
-        sl = [v for v in a["p99_ms_per_slice"] if v is not None]
-        return [name, a["n"], a["p50_ms"], a["p95_ms"], a["p99_ms"], a["max_ms"],
-                x.get("lag_events", {}).get("p99_ms"), x.get("lag_access", {}).get("p99_ms"),
-                f"{min(sl):.0f}–{max(sl):.0f}" if sl else "-",
-                "< 200 ms" if target else "floor", verdict(ok) if target else ""]  # fmt: skip
 
-    targets: dict[str, dict[str, Any]] = {
-        "write_load_held_distributed": {
-            "writes_per_s": d["load"]["writes_per_s"],
-            "pass": held(d),
-            "target": f">= 0.95 x {cfg.rate:,.0f}/s, 0 failures",
-        },
-        "write_load_held_serve": {
-            "writes_per_s": sv["load"]["writes_per_s"],
-            "pass": held(sv),
-            "target": f">= 0.95 x {cfg.rate:,.0f}/s, 0 failures",
-        },
-        "auditor_lag_p99": {
-            "p99_ms": d["trail"]["lag_all"]["p99_ms"],
-            "target_ms": LAG_P99_TARGET_MS,
-            "pass": (d["trail"]["lag_all"]["p99_ms"] or 1e9) < LAG_P99_TARGET_MS,
-        },
-        "serve_trail_lag_p99": {
-            "p99_ms": sv["trail"]["lag_all"]["p99_ms"],
-            "target_ms": LAG_P99_TARGET_MS,
-            "pass": (sv["trail"]["lag_all"]["p99_ms"] or 1e9) < LAG_P99_TARGET_MS,
-        },
-    }
+def lag_row(name: str, x: dict[str, Any], target: bool) -> list[Any]:
+    a = x["lag_all"]
+    ok = a["p99_ms"] is not None and a["p99_ms"] < LAG_P99_TARGET_MS
+    sl = [v for v in a["p99_ms_per_slice"] if v is not None]
+    return [name, a["n"], a["p50_ms"], a["p95_ms"], a["p99_ms"], a["max_ms"],
+            x.get("lag_events", {}).get("p99_ms"), x.get("lag_access", {}).get("p99_ms"),
+            f"{min(sl):.0f}–{max(sl):.0f}" if sl else "-",
+            "< 200 ms" if target else "floor", verdict(ok) if target else ""]  # fmt: skip
+
+
+def paced_targets(run: AuditRun) -> dict[str, dict[str, Any]]:
+    d, sv = run.p["distributed"], run.p["serve"]
+
+    def held(x: dict[str, Any]) -> dict[str, Any]:
+        return {"writes_per_s": x["load"]["writes_per_s"], "pass": run.held(x),
+                "target": f">= 0.95 x {run.cfg.rate:,.0f}/s, 0 failures"}  # fmt: skip
+
+    def lag(x: dict[str, Any]) -> dict[str, Any]:
+        p99 = x["trail"]["lag_all"]["p99_ms"]
+        return {"p99_ms": p99, "target_ms": LAG_P99_TARGET_MS, "pass": (p99 or 1e9) < LAG_P99_TARGET_MS}
+
+    return {"write_load_held_distributed": held(d), "write_load_held_serve": held(sv),
+            "auditor_lag_p99": lag(d), "serve_trail_lag_p99": lag(sv)}  # fmt: skip
+
+
+def trail_tables(run: AuditRun) -> None:
+    d, sv, cfg = run.p["distributed"], run.p["serve"], run.cfg
     print_table("(1) Trail lag = commit finished − log timestamp, per record written in the window (ms)",
                 ["measure", "records", "p50", "p95", "p99", "max", "p99 events", "p99 reads",
                  f"p99 per {cfg.paced_s / SLICES:.3g} s", "target", ""],
@@ -132,14 +134,11 @@ def report(
                  lag_row("(1a) auditor: Auditor followers, own process", d["trail"], True),
                  lag_row("(1b) delivery floor: raw ordered consumer, serve process", sv["floor_delivery"], False),
                  lag_row("(1b) serve: the auditor's followers, in process", sv["trail"], True)])  # fmt: skip
-
     fc = sv["trail"]["projection_commit"]
+    keys = ("commits", "records_per_commit_mean", "commit_ms_p50", "commit_ms_p99", "commit_ms_max")
     print_table("(1) Trail commits while writing (ms)",
                 ["trail", "commits", "records/commit", "commit p50", "commit p99", "commit max"],
-                [["(1a) auditor (probe process)", d["trail"]["commits"], d["trail"]["records_per_commit_mean"],
-                  d["trail"]["commit_ms_p50"], d["trail"]["commit_ms_p99"], d["trail"]["commit_ms_max"]],
-                 ["(1b) serve: the trail", sv["trail"]["commits"], sv["trail"]["records_per_commit_mean"],
-                  sv["trail"]["commit_ms_p50"], sv["trail"]["commit_ms_p99"], sv["trail"]["commit_ms_max"]],
+                [*rows([("(1a) auditor (probe process)", d["trail"]), ("(1b) serve: the trail", sv["trail"])], *keys),
                  ["(1b) serve: the projection's commit (beside it)", fc["n"], None, fc["p50_ms"], fc["p99_ms"],
                   fc["max_ms"]]])  # fmt: skip
     procs = ("bench", "nats", "projector", "auditor", "probe", "others")
@@ -147,8 +146,12 @@ def report(
                 ["process", "(1a) ms/record", "(1a) share", "(1b) ms/record", "(1b) share"],
                 [[k, d["cpu_ms_per_record"].get(k), d["cpu_share_of_a_core"].get(k),
                   sv["cpu_ms_per_record"].get(k), sv["cpu_share_of_a_core"].get(k)] for k in procs])  # fmt: skip
-    for name, x in (("(1a)", d), ("(1b)", sv)):
-        if not held(x):
+
+
+def notes(run: AuditRun) -> None:
+    d, cfg = run.p["distributed"], run.cfg
+    for name, x in (("(1a)", d), ("(1b)", run.p["serve"])):
+        if not run.held(x):
             print(
                 f"NOTE {name}: the write load was not held ({x['load']['writes_per_s']:,.0f} writes/s of "
                 f"{cfg.rate:,.0f}, failures {x['load']['failures']}): its lag is not at the target's rate"
@@ -156,20 +159,25 @@ def report(
         others = x["cpu_share_of_a_core"].get("others") or 0
         if others > 0.25:
             print(f"NOTE {name}: other processes on this machine used {others:.2f} of a core meanwhile (contended)")
-    ma = d["mneme_auditor"]
     print(
         f"`mneme auditor` (real, untouched): an audit query after the last write saw it committed after "
-        f"{ma['audit_query_saw_last_write_ms']} ms (the query makes it commit what it has staged)"
+        f"{d['mneme_auditor']['audit_query_saw_last_write_ms']} ms (the query makes it commit what it has staged)"
     )
 
+
+def verification(run: AuditRun) -> list[str]:
+    """Every trail verified (the table), and the problems: broken trails, uncovered records, failed writes or
+    reads, children that did not exit 0."""
+    d, sv = run.p["distributed"], run.p["serve"]
+    ma = d["mneme_auditor"]
     checks = [
         ("(1a) auditor (probe)", d["trail"]["verify"]),
         ("(1a) `mneme auditor` while writing", ma["verify"]),
         ("(1b) serve (in-process)", sv["trail"]["verify"]),
     ]
     exit_codes = [ma["exit_code"], d["mneme_projector_exit_code"]]
-    if c is not None:
-        exit_codes += catchup_table(cfg, c, checks)
+    if run.c is not None:
+        exit_codes += catchup_table(run.cfg, run.c, checks)
     print_table(
         "Trail verification (hash chain; records = events + read records, per source)",
         ["trail", "records", "expected", "events", "reads", "first broken", "ok"],
@@ -188,22 +196,38 @@ def report(
             )
     if any(x != 0 for x in exit_codes):
         problems.append(f"`mneme auditor` / `mneme projector` exit codes: {exit_codes}")
+    return problems
+
+
+def report(run: AuditRun) -> tuple[dict[str, Any], list[str]]:
+    header("audit", run.mode, run.machine)
+    print(
+        f"auditor linger {AuditorSettings().linger} s, batch_max {AuditorSettings().batch_max}; projector linger "
+        f"{ProjectorSettings().linger} s; (1a) distributed: gateway core here, `mneme projector`, `mneme auditor` "
+        "and the probe auditor in their own processes; (1b) serve: gateway core, projector and auditor (on followers "
+        "of its own), "
+        "all in this process"
+    )
+    load_table(run)
+    targets = paced_targets(run)
+    trail_tables(run)
+    notes(run)
+    problems = verification(run)
     targets["trails_verified"] = {"pass": not problems, "problems": problems}
-    print("\nTargets: " + ", ".join(f"{k} {verdict(v['pass'])}" for k, v in targets.items()))
-    print(f"wall time {wall:.1f} s")
+    targets_line(targets, run.wall)
     result = {
         "bench": "audit",
-        "mode": mode,
-        "machine": machine,
-        "config": cfg.__dict__,
+        "mode": run.mode,
+        "machine": run.machine,
+        "config": run.cfg.__dict__,
         "settings": {
             "auditor_linger_s": AuditorSettings().linger,
             "auditor_batch_max": AuditorSettings().batch_max,
             "projector_linger_s": ProjectorSettings().linger,
         },
-        "paced": p,
-        "catchup": c,
+        "paced": run.p,
+        "catchup": run.c,
         "targets": targets,
-        "wall_seconds": rnd(wall, 1),
+        "wall_seconds": rnd(run.wall, 1),
     }
     return result, problems

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench import fixtures
 from bench.audit.config import SLICES
-from bench.common import percentile, rnd
+from bench.common import latency_summary, percentile, percentiles_ms, rnd
 from services.auditor.trail import ACCESS, EVENTS, Trail
 
 # -- the trail, with commit times noted (bench-side subclass; the core Trail is untouched) -----------
@@ -75,8 +75,7 @@ def commit_stats(commits: list[tuple[int, int, float, float]], since: float, unt
     return {
         "commits": len(inside),
         "records_per_commit_mean": rnd(sum(rows) / len(rows), 1) if rows else None,
-        "commit_ms_p50": rnd(percentile(secs, 50) * 1000, 2),
-        "commit_ms_p99": rnd(percentile(secs, 99) * 1000, 2),
+        **percentiles_ms(secs, (50, 99), 2, key="commit_ms_p{}"),
         "commit_ms_max": rnd(max(secs) * 1000, 2) if secs else None,
     }
 
@@ -111,17 +110,12 @@ def verify_trail(trail: Trail, events: int, access: int) -> dict[str, Any]:
 
 def lag_summary(pairs: list[tuple[float, float]], since: float, until: float) -> dict[str, Any]:
     """Lag percentiles (ms) over (recorded_at, lag) pairs, overall and p99 per SLICES-th of [since, until)."""
-    ms = [lag * 1000 for _, lag in pairs]
     slices: dict[int, list[float]] = {}
     width = (until - since) / SLICES
     for rec, lag in pairs:
         slices.setdefault(min(SLICES - 1, int((rec - since) // width)), []).append(lag * 1000)
     return {
-        "n": len(ms),
-        "p50_ms": rnd(percentile(ms, 50), 2),
-        "p95_ms": rnd(percentile(ms, 95), 2),
-        "p99_ms": rnd(percentile(ms, 99), 2),
-        "max_ms": rnd(max(ms), 2) if ms else None,
+        **latency_summary([lag for _, lag in pairs], (50, 95, 99), 2, mean=False),
         "p99_ms_per_slice": [rnd(percentile(slices[k], 99), 1) for k in sorted(slices)],
     }
 

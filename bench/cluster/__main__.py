@@ -7,20 +7,25 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import nats
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from bench.common import emit_json, latency_summary, log, machine_info, print_table, ratio, rnd
+import bench.cluster
+from bench.common import latency_summary, log, machine_info, print_table, ratio, rnd, rows
 from bench.fixtures import run_dir
+from bench.runner import Bench, mode_of
 from bench.synthetic import history, publish
 from mneme.app.cluster import LocalCluster, Service
 from mneme.app.settings import CoreSettings
 from schemas import subjects as S
 
 WRITERS = 4
+ENV = {"MNEME_LOG_LEVEL": "INFO"}
+SYNC = CoreSettings().nats_sync
 
 
 @contextlib.asynccontextmanager
@@ -139,43 +144,41 @@ async def catch_up(c: LocalCluster, events: int) -> dict[str, Any]:
     }
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    n = 200 if args.quick else 1000
-    events = 10_000 if args.quick else 100_000
-    out: dict[str, Any] = {"mode": "quick" if args.quick else "full", "writers": WRITERS, "calls": n}
-    env = {"MNEME_LOG_LEVEL": "INFO"}
-    async with run_dir("cluster", args.keep) as root:
-        log("single node: 1 NATS, 1 gateway, 1 projector")
-        single = LocalCluster(
-            root / "single", nodes=1, gateways=1, projectors=1, auditors=0, env=env, sync=CoreSettings().nats_sync
-        )
-        await single.up()
-        try:
-            out["single"] = await write_and_read(single, n, "single")
-        finally:
-            await single.down()
-        log("cluster: 3 NATS nodes (replicas=3), 2 gateways, 2 projectors, 1 auditor")
-        c = LocalCluster(
-            root / "cluster", nodes=3, gateways=2, projectors=2, auditors=1, env=env, sync=CoreSettings().nats_sync
-        )
-        t = time.monotonic()
-        await c.up()
-        out["cluster_up_s"] = rnd(time.monotonic() - t, 2)
-        try:
-            out["cluster"] = await write_and_read(c, n, "cluster")
-            log("reads with one projector replica (the other stopped)")
-            c.kill("projector2", 15)
-            urls = [s.url for s in c.layout.services if s.url]
-            first = await calls(urls, 1, "memory_add", adds("one-replica"))
-            ids = [r["id"] for r in first["results"].values()]
-            one = await calls(urls, n, "memory_get", lambda i: {"id": ids[0]})
-            out["cluster"]["reads_one_replica"] = {k: v for k, v in one.items() if k != "results"}
-            log(f"catch-up of a new replica on a log of {events:,} events")
-            out["catch_up"] = await catch_up(c, events)
-            log("the failed-publish window when the stream leader is killed")
-            out["leader_kill"] = await leader_kill_window(c)
-        finally:
-            await c.down()
+async def single_node(root: Path, n: int) -> dict[str, Any]:
+    log("single node: 1 NATS, 1 gateway, 1 projector")
+    single = LocalCluster(root / "single", nodes=1, gateways=1, projectors=1, auditors=0, env=ENV, sync=SYNC)
+    await single.up()
+    try:
+        return await write_and_read(single, n, "single")
+    finally:
+        await single.down()
+
+
+async def three_nodes(root: Path, n: int, events: int, out: dict[str, Any]) -> None:
+    """The cluster's writes and reads, with one replica, a new replica's catch-up, a leader killed."""
+    log("cluster: 3 NATS nodes (replicas=3), 2 gateways, 2 projectors, 1 auditor")
+    c = LocalCluster(root / "cluster", nodes=3, gateways=2, projectors=2, auditors=1, env=ENV, sync=SYNC)
+    t = time.monotonic()
+    await c.up()
+    out["cluster_up_s"] = rnd(time.monotonic() - t, 2)
+    try:
+        out["cluster"] = await write_and_read(c, n, "cluster")
+        log("reads with one projector replica (the other stopped)")
+        c.kill("projector2", 15)
+        urls = [s.url for s in c.layout.services if s.url]
+        first = await calls(urls, 1, "memory_add", adds("one-replica"))
+        ids = [r["id"] for r in first["results"].values()]
+        one = await calls(urls, n, "memory_get", lambda i: {"id": ids[0]})
+        out["cluster"]["reads_one_replica"] = {k: v for k, v in one.items() if k != "results"}
+        log(f"catch-up of a new replica on a log of {events:,} events")
+        out["catch_up"] = await catch_up(c, events)
+        log("the failed-publish window when the stream leader is killed")
+        out["leader_kill"] = await leader_kill_window(c)
+    finally:
+        await c.down()
+
+
+def report(out: dict[str, Any]) -> None:
     cl, si = out["cluster"], out["single"]
     out["ratios"] = {
         "writes_cluster_vs_single": ratio(cl["writes_one_gateway"]["per_s"], si["writes_one_gateway"]["per_s"]),
@@ -183,30 +186,39 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "reads_cluster_vs_single": ratio(cl["reads"]["per_s"], si["reads"]["per_s"]),
         "reads_two_vs_one_replica": ratio(cl["reads"]["per_s"], cl["reads_one_replica"]["per_s"]),
     }
+    labelled = (
+        ("single: writes, 1 gateway", si["writes_one_gateway"]),
+        ("single: reads", si["reads"]),
+        ("cluster: writes, 1 gateway", cl["writes_one_gateway"]),
+        ("cluster: writes, 2 gateways", cl["writes_two_gateways"]),
+        ("cluster: reads, 2 replicas", cl["reads"]),
+        ("cluster: reads, 1 replica", cl["reads_one_replica"]),
+    )
     print_table(
         "bench.cluster: calls from 4 MCP clients over streamable HTTP",
         ["", "calls/s", "p50 ms", "p99 ms", "errors"],
-        [
-            [label, d["per_s"], d["p50_ms"], d["p99_ms"], d["errors"]]
-            for label, d in (
-                ("single: writes, 1 gateway", si["writes_one_gateway"]),
-                ("single: reads", si["reads"]),
-                ("cluster: writes, 1 gateway", cl["writes_one_gateway"]),
-                ("cluster: writes, 2 gateways", cl["writes_two_gateways"]),
-                ("cluster: reads, 2 replicas", cl["reads"]),
-                ("cluster: reads, 1 replica", cl["reads_one_replica"]),
-            )
-        ],
+        rows(labelled, "per_s", "p50_ms", "p99_ms", "errors"),
     )
+
+
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    n = 200 if args.quick else 1000
+    events = 10_000 if args.quick else 100_000
+    out: dict[str, Any] = {"mode": mode_of(args), "writers": WRITERS, "calls": n}
+    async with run_dir("cluster", args.keep) as root:
+        out["single"] = await single_node(root, n)
+        await three_nodes(root, n, events, out)
+    report(out)
     out["machine"] = machine_info()
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.cluster")
-    ap.add_argument("--quick", action="store_true", help="200 calls per figure, catch-up at 10,000 events")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (every process's log)")
-    emit_json(asyncio.run(run(ap.parse_args())))
+BENCH = Bench("cluster", bench.cluster.__doc__, quick="200 calls per figure, catch-up at 10,000 events",
+              keep="keep the temporary directory (every process's log)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    BENCH.main(amain, argv)
 
 
 if __name__ == "__main__":

@@ -6,31 +6,21 @@ import argparse
 import asyncio
 import os
 import random
-import sys
 import time
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession
 
 import bench.code
 from bench.code.corpus import Corpus, build, queries
-from bench.common import (
-    CpuMeter,
-    emit_json,
-    find_child,
-    latency_summary,
-    log,
-    machine_info,
-    percentile,
-    print_table,
-    rnd,
-    verdict,
-)
-from bench.fixtures import MNEME, REPO, run_dir
+from bench.common import CpuMeter, latency_summary, log, machine_info, percentile, print_table, rnd, rows, verdict
+from bench.fixtures import run_dir
 from bench.floors import raw_rate
-from bench.stdio import ToolFailed, mcp_session, noop_params, structured
+from bench.runner import Bench, Size, mode_of
+from bench.stdio import ToolFailed, call, mcp_session, noop_params, serve_child, serve_params, server_pids
 from mneme.app.settings import ProjectorSettings
 from mneme.embedding import OnnxEmbedder
 from services.projector.code_view import FILL
@@ -38,20 +28,6 @@ from services.projector.code_view import FILL
 TARGET_RATIO = 0.70
 TARGET_P95_MS = 50.0
 STATUS_TIMEOUT = 3600.0  # seconds of indexing after which a failing status call ends the run
-
-
-def serve_params(data_dir: Path, profile: str) -> StdioServerParameters:
-    # the whole environment, so that PYTHONPATH (a worktree measured side by side) reaches `mneme serve`
-    return StdioServerParameters(
-        command=MNEME,
-        args=["serve", "--data-dir", str(data_dir), "--profile", profile],
-        cwd=str(REPO),
-        env=dict(os.environ),
-    )
-
-
-async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return structured(await session.call_tool(tool, args))
 
 
 async def model_ready(session: ClientSession, timeout: float = 180) -> float:
@@ -151,79 +127,93 @@ def filler_order_rate(onnx: OnnxEmbedder, texts: list[str], n: int) -> dict[str,
     return {"texts": len(part), "seconds": rnd(secs, 3), "per_s": rnd(len(part) / secs, 1)}
 
 
-async def amain(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    machine = machine_info()
-    ps = ProjectorSettings()
-    problems: list[str] = []
-    limit = args.files if args.files is not None else (100 if args.quick else None)
-    raw_n = args.raw or (800 if args.quick else 2000)
-    n_queries = args.queries or (100 if args.quick else 200)
-    async with run_dir("code", args.keep) as tmp:
-        t = time.perf_counter()
-        corpus = await asyncio.to_thread(build, tmp / "lib", 7, limit)
-        chunk_s = time.perf_counter() - t
-        log(f"{len(corpus.files)} files, {corpus.bytes / 1e6:.1f} MB, {len(corpus.texts):,} chunks (chunked here in "
-            f"{chunk_s:.1f} s)")  # fmt: skip
-        onnx = OnnxEmbedder(ps.embedding_model, threads=ps.embedding_threads)
-        sample = random.Random(11).sample(corpus.texts, min(raw_n, len(corpus.texts)))
-        onnx.embed(sample[:64])  # warm up
-        log(f"(1) raw model rate on {len(sample)} chunk texts (before)")
-        raw_before = await asyncio.to_thread(raw_rate, onnx, sample)
-        log(f"    {raw_before['per_s']:.1f} texts/s")
-        errlog = open(tmp / "servers-stderr.log", "w")  # noqa: SIM115 - closed by the exit stack
-        async with AsyncExitStack() as stack:
-            stack.callback(errlog.close)
-            noop = await stack.enter_async_context(mcp_session(noop_params(), errlog))
-            mneme = await stack.enter_async_context(mcp_session(serve_params(tmp / "serve", "memory-mcp"), errlog))
-            me = os.getpid()
-            server = find_child(me, "serve", str(tmp / "serve"))
-            pids = {"bench": me, **({"server": server} if server else {})}
-            nats_pid = find_child(server, "nats-server") if server else None
-            if nats_pid:
-                pids["nats"] = nats_pid
-            loaded = await model_ready(mneme)
-            log(f"(2) the server's model answered after {loaded:.1f} s; indexing {corpus.root}")
-            idx = await index_run(mneme, corpus, CpuMeter(pids))
-            log(f"    {idx['status']} in {idx['seconds']:.1f} s: {idx['files_per_s']} files/s, "
-                f"{idx['chunks_per_s']} chunks/s")  # fmt: skip
-            if idx["status_errors"]:
-                log(f"    get_index_status failed {idx['status_errors']} times: {idx['status_first_error']}")
-            if idx["status"] != "completed":
-                problems.append(f"indexing ended {idx['status']}: {idx['error']}")
-            if idx["total_files"] != len(corpus.files):
-                problems.append(f"the server indexed {idx['total_files']} files, the scan here {len(corpus.files)}")
-            if idx["total_chunks"] != len(corpus.texts):  # every chunk, pieces of one long line too (since cb5f52b)
-                problems.append(f"the server holds {idx['total_chunks']} chunks, the Chunker here {len(corpus.texts)}")
-            qs = queries(corpus, n_queries, 13)
-            log(f"(3) search_code: {len(qs)} queries, each beside a no-op call")
-            lat_s, lat_n, found = await search_rounds(mneme, noop, qs)
-        log("(1) raw model rate again (after)")
-        raw_after = await asyncio.to_thread(raw_rate, onnx, sample)
-        log(f"    {raw_after['per_s']:.1f} texts/s")
-        log("(1') diagnostic: the same model on consecutive chunks, 256 per call (as CodeView's filler takes them)")
-        in_order = await asyncio.to_thread(filler_order_rate, onnx, corpus.texts, len(sample))
-        log(f"    {in_order['per_s']:.1f} texts/s")
-    raw_mean = (raw_before["per_s"] + raw_after["per_s"]) / 2
-    ratio = idx["chunks_per_s"] / raw_mean if raw_mean else None
-    p95 = percentile([x * 1000 for x in lat_s], 95)
-    # CPU per text, which other work on a shared machine moves less than wall-clock rates: the model's own in
-    # the floor runs against the server's (its model, fold, gateway and MCP) per chunk while it indexed
-    raw_cpu_ms = [r["cpu_cores_used"] * r["seconds"] / r["texts"] * 1000 for r in (raw_before, raw_after)]
+@dataclass(frozen=True)
+class Config:
+    files: int | None  # a seeded sample of this many files (None: all)
+    queries: int  # search_code queries
+    raw: int  # chunk texts per raw-rate floor run
+
+    @staticmethod
+    def full() -> Config:
+        return Config(files=None, queries=200, raw=2000)
+
+    @staticmethod
+    def quick() -> Config:
+        return Config(files=100, queries=100, raw=800)
+
+
+BENCH = Bench(
+    "code",
+    bench.code.__doc__,
+    quick="a sample of 100 stdlib files",
+    sizes={
+        "files": Size("--files", int, "a seeded sample of N files (default: all; quick 100)"),
+        "queries": Size("--queries", int, "search_code queries (default 200; quick 100)"),
+        "raw": Size("--raw", int, "chunk texts per raw-rate floor run (default 2,000; quick 800)"),
+    },
+    wall=True,
+    problems_key=True,
+)
+
+
+@dataclass
+class Served:
+    """What the server did: its model's load, the indexing, the searches beside the no-op tool."""
+
+    loaded: float
+    idx: dict[str, Any]
+    lat_s: list[float]
+    lat_n: list[float]
+    found: float
+
+
+def index_problems(idx: dict[str, Any], corpus: Corpus) -> list[str]:
+    problems = []
+    if idx["status"] != "completed":
+        problems.append(f"indexing ended {idx['status']}: {idx['error']}")
+    if idx["total_files"] != len(corpus.files):
+        problems.append(f"the server indexed {idx['total_files']} files, the scan here {len(corpus.files)}")
+    if idx["total_chunks"] != len(corpus.texts):  # every chunk, pieces of one long line too (since cb5f52b)
+        problems.append(f"the server holds {idx['total_chunks']} chunks, the Chunker here {len(corpus.texts)}")
+    return problems
+
+
+async def serve(tmp: Path, corpus: Corpus, n_queries: int, problems: list[str]) -> Served:
+    """`mneme serve` (memory-mcp) beside the no-op server: its model loaded, the corpus indexed, then searched."""
+    errlog = open(tmp / "servers-stderr.log", "w")  # noqa: SIM115 - closed by the exit stack
+    async with AsyncExitStack() as stack:
+        stack.callback(errlog.close)
+        noop = await stack.enter_async_context(mcp_session(noop_params(), errlog))
+        mneme = await stack.enter_async_context(mcp_session(serve_params(tmp / "serve", "memory-mcp"), errlog))
+        pids = server_pids(serve_child(tmp / "serve"), bench=os.getpid())
+        loaded = await model_ready(mneme)
+        log(f"(2) the server's model answered after {loaded:.1f} s; indexing {corpus.root}")
+        idx = await index_run(mneme, corpus, CpuMeter(pids))
+        log(f"    {idx['status']} in {idx['seconds']:.1f} s: {idx['files_per_s']} files/s, "
+            f"{idx['chunks_per_s']} chunks/s")  # fmt: skip
+        if idx["status_errors"]:
+            log(f"    get_index_status failed {idx['status_errors']} times: {idx['status_first_error']}")
+        problems += index_problems(idx, corpus)
+        qs = queries(corpus, n_queries, 13)
+        log(f"(3) search_code: {len(qs)} queries, each beside a no-op call")
+        lat_s, lat_n, found = await search_rounds(mneme, noop, qs)
+    return Served(loaded, idx, lat_s, lat_n, found)
+
+
+def cpu_per_text(raw: tuple[dict[str, Any], dict[str, Any]], idx: dict[str, Any]) -> dict[str, Any]:
+    """CPU per text, which other work on a shared machine moves less than wall-clock rates: the model's own in
+    the floor runs against the server's (its model, fold, gateway and MCP) per chunk while it indexed."""
+    raw_cpu_ms = [r["cpu_cores_used"] * r["seconds"] / r["texts"] * 1000 for r in raw]
     server_cpu_ms = idx["cpu_seconds"].get("server", 0) / max(1, idx["total_chunks"]) * 1000
-    cpu = {
+    return {
         "raw_model_ms_per_text": rnd(sum(raw_cpu_ms) / 2, 2),
         "server_ms_per_chunk": rnd(server_cpu_ms, 2),
         "raw_vs_server": rnd(sum(raw_cpu_ms) / 2 / server_cpu_ms, 3) if server_cpu_ms else None,
     }
-    search = {**latency_summary(lat_s), "p95_ms": rnd(p95, 3), "source_file_in_top10": rnd(found, 3)}
-    noop_s = {**latency_summary(lat_n), "p95_ms": rnd(percentile([x * 1000 for x in lat_n], 95), 3)}
-    ratio_ok, p95_ok = ratio is not None and ratio >= TARGET_RATIO, p95 < TARGET_P95_MS
-    targets = {
-        "chunks_vs_raw": {"ratio": rnd(ratio, 3), "target": f">= {TARGET_RATIO}",
-                          "pass": ratio_ok},
-        "search_code_p95": {"p95_ms": search["p95_ms"], "target": f"< {TARGET_P95_MS:.0f}",
-                            "pass": p95_ok},
-    }  # fmt: skip
+
+
+def tables(corpus: Corpus, sv: Served, figures: dict[str, Any]) -> None:
+    idx, search, noop_s, ratio = sv.idx, figures["search_code"], figures["noop"], figures["targets"]["chunks_vs_raw"]
     print_table(
         f"Indexing {len(corpus.files)} stdlib files ({corpus.bytes / 1e6:.1f} MB, {idx['total_chunks']:,} chunks)",
         ["figure", "value", "target", "verdict"],
@@ -231,70 +221,101 @@ async def amain(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             ["seconds, index_project -> completed", idx["seconds"], "", ""],
             ["files/s", idx["files_per_s"], "", ""],
             ["chunks/s", idx["chunks_per_s"], "", ""],
-            ["raw model rate, texts/s (mean of 2)", rnd(raw_mean, 1), "", ""],
-            ["chunks/s / raw model rate", rnd(ratio, 3), f">= {TARGET_RATIO}",
-             verdict(ratio_ok)],
-            ["CPU ms per text: raw model / server per chunk", cpu["raw_vs_server"], "", ""],
+            ["raw model rate, texts/s (mean of 2)", figures["raw_per_s"], "", ""],
+            ["chunks/s / raw model rate", ratio["ratio"], f">= {TARGET_RATIO}", verdict(ratio["pass"])],
+            ["CPU ms per text: raw model / server per chunk", figures["cpu_per_text"]["raw_vs_server"], "", ""],
         ],
     )  # fmt: skip
     print_table(
         "search_code over stdio (limit 10) beside the no-op tool",
         ["series", "n", "p50 ms", "p95 ms", "p99 ms", "target", "verdict"],
         [
-            ["search_code", search["n"], search["p50_ms"], search["p95_ms"], search["p99_ms"], "p95 < 50",
-             verdict(p95_ok)],
-            ["no-op tool", noop_s["n"], noop_s["p50_ms"], noop_s["p95_ms"], noop_s["p99_ms"], "", ""],
+            [*rows([("search_code", search)], "n", "p50_ms", "p95_ms", "p99_ms")[0], "p95 < 50",
+             verdict(figures["targets"]["search_code_p95"]["pass"])],
+            [*rows([("no-op tool", noop_s)], "n", "p50_ms", "p95_ms", "p99_ms")[0], "", ""],
         ],
     )  # fmt: skip
+
+
+def corpus_figures(corpus: Corpus, chunk_s: float) -> dict[str, Any]:
+    return {
+        "source": "stdlib Lib (.py; tests, idlelib, tkinter, turtledemo, lib2to3, ensurepip left out)",
+        "files": len(corpus.files),
+        "bytes": corpus.bytes,
+        "chunks": len(corpus.texts),
+        "chunk_line_ranges": corpus.line_ranges,  # distinct (file, start, end): fewer than chunks on long lines
+        "chunk_chars_mean": rnd(sum(map(len, corpus.texts)) / max(1, len(corpus.texts)), 0),
+        "scan_skipped": corpus.skipped,
+        "chunked_here_s": rnd(chunk_s, 2),
+    }
+
+
+def figures(raw: tuple[dict[str, Any], dict[str, Any]], sv: Served) -> dict[str, Any]:
+    """The headline figures: indexing against the raw model, search_code against the no-op tool."""
+    raw_mean = (raw[0]["per_s"] + raw[1]["per_s"]) / 2
+    ratio = sv.idx["chunks_per_s"] / raw_mean if raw_mean else None
+    search = {**latency_summary(sv.lat_s, (50, 90, 95, 99)), "source_file_in_top10": rnd(sv.found, 3)}
+    noop_s = latency_summary(sv.lat_n, (50, 90, 95, 99))
+    targets = {
+        "chunks_vs_raw": {"ratio": rnd(ratio, 3), "target": f">= {TARGET_RATIO}",
+                          "pass": ratio is not None and ratio >= TARGET_RATIO},
+        "search_code_p95": {"p95_ms": search["p95_ms"], "target": f"< {TARGET_P95_MS:.0f}",
+                            "pass": percentile(sv.lat_s, 95) * 1000 < TARGET_P95_MS},
+    }  # fmt: skip
+    return {"targets": targets, "raw_per_s": rnd(raw_mean, 1), "cpu_per_text": cpu_per_text(raw, sv.idx),
+            "search_code": search, "noop": noop_s}  # fmt: skip
+
+
+async def amain(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    cfg = BENCH.config(args, Config.quick, Config.full)
+    machine = machine_info()
+    ps = ProjectorSettings()
+    problems: list[str] = []
+    async with run_dir("code", args.keep) as tmp:
+        t = time.perf_counter()
+        corpus = await asyncio.to_thread(build, tmp / "lib", 7, cfg.files)
+        chunk_s = time.perf_counter() - t
+        log(f"{len(corpus.files)} files, {corpus.bytes / 1e6:.1f} MB, {len(corpus.texts):,} chunks (chunked here in "
+            f"{chunk_s:.1f} s)")  # fmt: skip
+        onnx = OnnxEmbedder(ps.embedding_model, threads=ps.embedding_threads)
+        sample = random.Random(11).sample(corpus.texts, min(cfg.raw, len(corpus.texts)))
+        onnx.embed(sample[:64])  # warm up
+        raw_before = await raw_model(onnx, sample, "(1) raw model rate on {n} chunk texts (before)")
+        sv = await serve(tmp, corpus, cfg.queries, problems)
+        raw_after = await raw_model(onnx, sample, "(1) raw model rate again (after)")
+        log("(1') diagnostic: the same model on consecutive chunks, 256 per call (as CodeView's filler takes them)")
+        in_order = await asyncio.to_thread(filler_order_rate, onnx, corpus.texts, len(sample))
+        log(f"    {in_order['per_s']:.1f} texts/s")
+    fig = figures((raw_before, raw_after), sv)
+    tables(corpus, sv, fig)
     result = {
-        "mode": "quick" if args.quick else "full",
-        "targets": targets,
-        "corpus": {
-            "source": "stdlib Lib (.py; tests, idlelib, tkinter, turtledemo, lib2to3, ensurepip left out)",
-            "files": len(corpus.files),
-            "bytes": corpus.bytes,
-            "chunks": len(corpus.texts),
-            "chunk_line_ranges": corpus.line_ranges,  # distinct (file, start, end): fewer than chunks on long lines
-            "chunk_chars_mean": rnd(sum(map(len, corpus.texts)) / max(1, len(corpus.texts)), 0),
-            "scan_skipped": corpus.skipped,
-            "chunked_here_s": rnd(chunk_s, 2),
-        },
-        "model": {"id": ps.embedding_model, "threads": ps.embedding_threads, "server_ready_s": rnd(loaded, 2)},
+        "mode": mode_of(args),
+        "targets": fig["targets"],
+        "corpus": corpus_figures(corpus, chunk_s),
+        "model": {"id": ps.embedding_model, "threads": ps.embedding_threads, "server_ready_s": rnd(sv.loaded, 2)},
         "raw_before": raw_before,
         "raw_after": raw_after,
-        "raw_per_s": rnd(raw_mean, 1),
+        "raw_per_s": fig["raw_per_s"],
         "raw_filler_order": in_order,  # diagnostic: no sorting by length across the whole sample
-        "index": idx,
-        "cpu_per_text": cpu,
-        "search_code": search,
-        "noop": noop_s,
-        "search_vs_noop_p50_ms": rnd((search["p50_ms"] or 0) - (noop_s["p50_ms"] or 0), 3),
+        "index": sv.idx,
+        "cpu_per_text": fig["cpu_per_text"],
+        "search_code": fig["search_code"],
+        "noop": fig["noop"],
+        "search_vs_noop_p50_ms": rnd((fig["search_code"]["p50_ms"] or 0) - (fig["noop"]["p50_ms"] or 0), 3),
         "machine": machine,
     }
     return result, problems
 
 
+async def raw_model(onnx: OnnxEmbedder, sample: list[str], what: str) -> dict[str, Any]:
+    log(what.format(n=len(sample)))
+    got = await asyncio.to_thread(raw_rate, onnx, sample)
+    log(f"    {got['per_s']:.1f} texts/s")
+    return got
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.code", description=(bench.code.__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a sample of 100 stdlib files")
-    ap.add_argument("--files", type=int, help="a seeded sample of N files (default: all; quick 100)")
-    ap.add_argument("--queries", type=int, help="search_code queries (default 200; quick 100)")
-    ap.add_argument("--raw", type=int, help="chunk texts per raw-rate floor run (default 2,000; quick 800)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    try:
-        result, problems = asyncio.run(amain(args))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted: the servers stopped, temporary directory removed")
-        sys.exit(130)
-    result["wall_seconds"] = rnd(time.perf_counter() - t0, 1)
-    result["problems"] = problems
-    emit_json(result)
-    for line in problems:
-        log(f"PROBLEM: {line}")
-    if problems:
-        sys.exit(1)
+    BENCH.main(amain, argv)
 
 
 if __name__ == "__main__":

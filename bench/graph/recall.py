@@ -11,31 +11,27 @@ second size by more events on the same log, and the same rounds run again.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench import fixtures
-from bench.common import log, percentile, rnd
+from bench.common import log, percentiles_ms, rnd
 from bench.fixtures import until
-from bench.synthetic import publish
+from bench.synthetic import envelope, publish
 from bench.workload import _WORDS
 from mneme.domain.graph import name_key
-from mneme.embed_cache import EmbeddingCache
-from mneme.embedding import DEFAULT_MODEL, ModelHandle
 from mneme.ids import entity_id_for, relation_id_for
 from schemas import subjects as S
 from schemas.events import Actor, Envelope, MemoryCreated
 from schemas.graph_events import AnyGraphEvent, EntityCreated, RelationCreated
 from schemas.queries import SearchMemories
 from services.gateway.queries import QueryClient
-from services.projector.service import catch_up
-from services.projector.vector_index import EdgeIndex
 
 NS = "graphbench"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -52,9 +48,18 @@ _SYL = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 class GraphConfig:
     entities: int
     memories: int
-    sizes: tuple[int, ...]  # relations at each measured step
-    queries: int
+    queries: int  # per size and series
+    stdio_entities: int  # created over stdio (server-memory)
+    sizes: tuple[int, ...] = (10_000, 100_000)  # relations at each measured step
     seed: int = 5
+
+    @staticmethod
+    def full() -> GraphConfig:
+        return GraphConfig(entities=20_000, memories=10_000, queries=300, stdio_entities=10_000)
+
+    @staticmethod
+    def quick() -> GraphConfig:
+        return GraphConfig(entities=5_000, memories=2_000, queries=100, stdio_entities=2_000)
 
 
 def names(n: int, seed: int) -> list[str]:
@@ -67,15 +72,8 @@ def names(n: int, seed: int) -> list[str]:
 
 
 def _env(i: int, agg: str, event: Any) -> Envelope:
-    return Envelope(
-        event_id=f"evt-graphbench-{i}",
-        schema_version=1,
-        namespace=NS,
-        aggregate_id=agg,
-        occurred_at=T0 + timedelta(milliseconds=i),
-        actor=ACTOR,
-        request_id=f"req-graphbench-{i}",
-        event=event,
+    return envelope(
+        NS, agg, event, (f"evt-graphbench-{i}", f"req-graphbench-{i}"), T0 + timedelta(milliseconds=i), ACTOR
     )
 
 
@@ -138,23 +136,15 @@ async def rounds(qc: QueryClient, texts: list[str]) -> dict[str, Any]:
     for k, text in enumerate(texts):
         tops = {}
         for series in ("graph", "plain") if k % 2 == 0 else ("plain", "graph"):
-            q = SearchMemories(
-                namespace=NS, now=now, mode="hybrid", query=text, limit=10, fusion="zscore",
-                graph_weight=GRAPH_WEIGHT if series == "graph" else 0.0,
-                semantic_weight=SEMANTIC, keyword_weight=KEYWORD,
-            )  # fmt: skip
             t = time.perf_counter()
-            got = await qc.ask(q)
+            got = await qc.ask(query(text, now, series == "graph"))
             lat[series].append(time.perf_counter() - t)
             tops[series] = [h.memory.id for h in got.hits]
             if series == "graph":
                 nodes = max(nodes, got.subgraph_nodes)
                 seeded += any(h.graph for h in got.hits)
         changed += tops["graph"] != tops["plain"]
-    out: dict[str, Any] = {}
-    for series, xs in lat.items():
-        ms = [x * 1000 for x in xs]
-        out[series] = {f"p{p}_ms": rnd(percentile(ms, p), 3) for p in (50, 95, 99)} | {"n": len(ms)}
+    out: dict[str, Any] = {series: percentiles_ms(xs) | {"n": len(xs)} for series, xs in lat.items()}
     out["graph_minus_plain_p50_ms"] = rnd(out["graph"]["p50_ms"] - out["plain"]["p50_ms"], 3)
     out["subgraph_nodes"] = nodes
     out["queries_with_graph_mass"] = seeded
@@ -166,18 +156,47 @@ def folded_to(view: Any, head: int) -> Callable[[], bool]:
     return lambda: view.checkpoint >= head
 
 
+def query(text: str, now: datetime, graph: bool = True) -> SearchMemories:
+    """Hybrid with memory-mcp's recall weights, with the graph signal or without it (graph weight 0)."""
+    return SearchMemories(namespace=NS, now=now, mode="hybrid", query=text, limit=10, fusion="zscore",
+                          graph_weight=GRAPH_WEIGHT if graph else 0.0, semantic_weight=SEMANTIC,
+                          keyword_weight=KEYWORD)  # fmt: skip
+
+
 async def cold_query(qc: QueryClient, text: str) -> float:
     """One graph query right after a fold: the subgraph is built again (its cache is keyed by position)."""
-    q = SearchMemories(namespace=NS, now=datetime.now(UTC), mode="hybrid", query=text, limit=10, fusion="zscore",
-                       graph_weight=GRAPH_WEIGHT, semantic_weight=SEMANTIC, keyword_weight=KEYWORD)  # fmt: skip
+    q = query(text, datetime.now(UTC))
     t = time.perf_counter()
     await qc.ask(q)
     return (time.perf_counter() - t) * 1000
 
 
-async def phase_recall(cfg: GraphConfig, tmp: Path) -> dict[str, Any]:
-    from contextlib import AsyncExitStack
+async def grow(srv: fixtures.Nats, view: Any, more: list[tuple[str, Envelope]]) -> dict[str, Any]:
+    """More relations published and folded: how long each took."""
+    t = time.perf_counter()
+    head = await publish(srv.js, iter(more))
+    pub_s = time.perf_counter() - t
+    await until(folded_to(view, head), 900, "the fold of the new relations", step=0.05)
+    fold = time.perf_counter() - t
+    log(f"    {len(more):,} more relations published in {pub_s:.1f} s, folded by {fold:.1f} s")
+    return {"relations": len(more), "publish_s": rnd(pub_s, 2), "folded_s": rnd(fold, 2),
+            "relations_per_s": rnd(len(more) / fold, 0)}  # fmt: skip
 
+
+async def measure_size(qc: QueryClient, size: int, texts: list[str]) -> dict[str, Any]:
+    """At one size: the first graph query after the fold, 19 more to warm up, then the rounds."""
+    cold = await cold_query(qc, texts[0])
+    for text in texts[1:20]:  # warm-up
+        await cold_query(qc, text)
+    log(f"(1) {size:,} relations: first graph query after the fold {cold:.0f} ms; {len(texts) - 20} queries")
+    res = await rounds(qc, texts[20:])
+    res["first_query_after_fold_ms"] = rnd(cold, 1)
+    log(f"    p95 graph {res['graph']['p95_ms']} ms, plain {res['plain']['p95_ms']} ms; "
+        f"{res['subgraph_nodes']:,} subgraph nodes")  # fmt: skip
+    return res
+
+
+async def phase_recall(cfg: GraphConfig, tmp: Path) -> dict[str, Any]:
     rng = random.Random(cfg.seed)
     ents = names(cfg.entities, cfg.seed)
     events = entity_events(ents, 0) + memory_events(ents, cfg.memories, cfg.seed + 1, cfg.entities)
@@ -191,22 +210,9 @@ async def phase_recall(cfg: GraphConfig, tmp: Path) -> dict[str, Any]:
         head = await publish(srv.js, iter(events))
         log(f"(1) published {head:,} events: {cfg.entities:,} entities, {cfg.memories:,} memories, "
             f"{cfg.sizes[0]:,} relations")  # fmt: skip
-        model = ModelHandle(DEFAULT_MODEL).start()
-        view = fixtures.memories_view(tmp / "projector.duckdb")
-        stack.callback(view.close)
-        vectors = fixtures.vector_view(EdgeIndex(tmp / "vectors", model.dim), model, EmbeddingCache(tmp / "emb.sqlite"))
-        stack.callback(vectors.close)
-        proj = fixtures.projector(srv.nc, view, vectors=vectors)
-        stack.push_async_callback(proj.stop)
+        recall = fixtures.recall_projector(stack, srv.nc, tmp)
         t = time.perf_counter()
-        await proj.start()
-        await catch_up(proj)
-        fold_s = time.perf_counter() - t
-        await asyncio.to_thread(model.wait, 120)
-        assert proj.vector_follower is not None
-        await proj.vector_follower.wait_for(proj.applied, 600)
-        await asyncio.to_thread(vectors.fill_pending)
-        await proj.serving.wait()
+        fold_s, _ = await fixtures.fold(recall)
         out["first_fold_s"] = rnd(fold_s, 2)
         out["ingest_s"] = rnd(time.perf_counter() - t, 2)
         qc = QueryClient(qnc, timeout=30)
@@ -214,22 +220,7 @@ async def phase_recall(cfg: GraphConfig, tmp: Path) -> dict[str, Any]:
         for step, size in enumerate(cfg.sizes):
             if step:
                 more = relation_events(ents, size - cfg.sizes[step - 1], rng, taken, n0 + cfg.sizes[step - 1])
-                t = time.perf_counter()
-                head = await publish(srv.js, iter(more))
-                pub_s = time.perf_counter() - t
-                await until(folded_to(view, head), 900, "the fold of the new relations", step=0.05)
-                fold = time.perf_counter() - t
-                log(f"    {len(more):,} more relations published in {pub_s:.1f} s, folded by {fold:.1f} s")
-                out[f"fold_{size}"] = {"relations": len(more), "publish_s": rnd(pub_s, 2), "folded_s": rnd(fold, 2),
-                                       "relations_per_s": rnd(len(more) / fold, 0)}  # fmt: skip
+                out[f"fold_{size}"] = await grow(srv, recall.view, more)
             base = step * (cfg.queries + 20)
-            cold = await cold_query(qc, texts[base])
-            for text in texts[base + 1 : base + 20]:  # warm-up
-                await cold_query(qc, text)
-            log(f"(1) {size:,} relations: first graph query after the fold {cold:.0f} ms; {cfg.queries} queries")
-            res = await rounds(qc, texts[base + 20 : base + 20 + cfg.queries])
-            res["first_query_after_fold_ms"] = rnd(cold, 1)
-            log(f"    p95 graph {res['graph']['p95_ms']} ms, plain {res['plain']['p95_ms']} ms; "
-                f"{res['subgraph_nodes']:,} subgraph nodes")  # fmt: skip
-            out[f"relations_{size}"] = res
+            out[f"relations_{size}"] = await measure_size(qc, size, texts[base : base + 20 + cfg.queries])
     return out

@@ -11,47 +11,22 @@ ratio of its rate to the no-op's.
 
 from __future__ import annotations
 
-import os
 import random
-import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession
 
-from bench.common import CpuMeter, find_child, log, percentile, rnd
-from bench.fixtures import MNEME, REPO
+from bench.common import CpuMeter, log, percentiles_ms, rnd
 from bench.graph.recall import TYPES, names
-from bench.stdio import mcp_session, noop_params
+from bench.stdio import mcp_block, mcp_session, noop_params, serve_child, serve_params, server_pids
 from bench.workload import _WORDS
 
 
-def serve_params(data_dir: Path) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=MNEME,
-        args=["serve", "--data-dir", str(data_dir), "--profile", "server-memory"],
-        cwd=str(REPO),
-        env=dict(os.environ),  # PYTHONPATH must reach `mneme serve`
-    )
-
-
-async def block(session: ClientSession, tool: str, args_list: list[dict[str, Any]]) -> tuple[float, list[float]]:
-    lat = []
-    t0 = time.perf_counter()
-    for args in args_list:
-        t = time.perf_counter()
-        res = await session.call_tool(tool, args)
-        lat.append(time.perf_counter() - t)
-        if res.is_error:
-            raise RuntimeError(f"{tool} failed: {res.content[0] if res.content else '?'}")
-    return time.perf_counter() - t0, lat
-
-
 def summary(secs: float, lat: list[float]) -> dict[str, Any]:
-    ms = [x * 1000 for x in lat]
     return {"calls": len(lat), "seconds": rnd(secs, 2), "calls_per_s": rnd(len(lat) / secs, 1),
-            "p50_ms": rnd(percentile(ms, 50), 3), "p95_ms": rnd(percentile(ms, 95), 3)}  # fmt: skip
+            **percentiles_ms(lat, (50, 95))}  # fmt: skip
 
 
 def workload(n: int, reads: int, seed: int) -> dict[str, list[dict[str, Any]]]:
@@ -71,6 +46,21 @@ def workload(n: int, reads: int, seed: int) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+async def beside_noop(
+    mneme: ClientSession, noop: ClientSession, op: str, calls: list[dict[str, Any]], chunk: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`op` with each of `calls`, block by block, each block followed by as many no-op calls: both summaries."""
+    secs, nsecs = 0.0, 0.0
+    lat: list[float] = []
+    nlat: list[float] = []
+    for i in range(0, len(calls), chunk):
+        s, ls = await mcp_block(mneme, op, calls[i : i + chunk])
+        secs, lat = secs + s, lat + ls
+        s, ls = await mcp_block(noop, "noop", [{"text": str(a)[:200]} for a in calls[i : i + chunk]])
+        nsecs, nlat = nsecs + s, nlat + ls
+    return summary(secs, lat), summary(nsecs, nlat)
+
+
 async def phase_server_memory(n: int, reads: int, tmp: Path, chunk: int = 500) -> dict[str, Any]:
     work = workload(n, reads, 9)
     errlog = open(tmp / "servers-stderr.log", "w")  # noqa: SIM115 - closed by the exit stack
@@ -78,26 +68,16 @@ async def phase_server_memory(n: int, reads: int, tmp: Path, chunk: int = 500) -
     async with AsyncExitStack() as stack:
         stack.callback(errlog.close)
         noop = await stack.enter_async_context(mcp_session(noop_params(), errlog))
-        mneme = await stack.enter_async_context(mcp_session(serve_params(tmp / "serve"), errlog))
-        server = find_child(os.getpid(), "serve", str(tmp / "serve"))
-        nats_pid = find_child(server, "nats-server") if server else None
-        meter = CpuMeter({k: v for k, v in (("server", server), ("nats", nats_pid)) if v})
+        mneme = await stack.enter_async_context(mcp_session(serve_params(tmp / "serve", "server-memory"), errlog))
+        meter = CpuMeter(server_pids(serve_child(tmp / "serve")))
         for args in work["open_nodes"][:20]:  # warm-up (nothing exists yet: empty answers)
             await mneme.call_tool("open_nodes", args)
             await noop.call_tool("noop", {"text": "warm"})
         for op, calls in work.items():
             log(f"(2) server-memory: {len(calls):,} {op} calls, each block of {chunk} beside as many no-op calls")
-            secs, nsecs = 0.0, 0.0
-            lat: list[float] = []
-            nlat: list[float] = []
             meter.start()
-            for i in range(0, len(calls), chunk):
-                s, ls = await block(mneme, op, calls[i : i + chunk])
-                secs, lat = secs + s, lat + ls
-                s, ls = await block(noop, "noop", [{"text": str(a)[:200]} for a in calls[i : i + chunk]])
-                nsecs, nlat = nsecs + s, nlat + ls
+            got, floor = await beside_noop(mneme, noop, op, calls, chunk)
             cpu = meter.stop()
-            got, floor = summary(secs, lat), summary(nsecs, nlat)
             got["vs_noop"] = rnd(got["calls_per_s"] / floor["calls_per_s"], 3)
             got["cpu_s"] = {k: rnd(v, 2) for k, v in cpu.items()}
             out[op] = {**got, "noop": floor}

@@ -8,6 +8,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,198 +80,188 @@ def completeness(db: Path, target: int) -> dict[str, Any]:
     }
 
 
-async def run_replay(
-    label: str,
-    core: CoreSettings,
-    ps: ProjectorSettings,
-    out: Path,
-    meter: Meter,
-    prof: Profiler | None,
-    noise: Noise,
-    target: int,
-) -> dict[str, Any]:
-    log(f"(2) {label}: replay() into {out.name}")
-    if prof is not None:
-        await prof.start()
-    mark = noise.mark()
-    seen = {"done": -1, "at": time.perf_counter()}
-    plog = progress_logger(label)
+@dataclass
+class Bed:
+    """What every replay runs against and is measured with: the settings, the log (its NATS connection and its
+    last sequence), the CPU meter and the NATS trouble counter."""
 
-    def progress(done: int, tgt: int, secs: float) -> None:
-        if done != seen["done"]:
-            seen.update(done=done, at=time.perf_counter())
-        plog(done, tgt, secs)
+    core: CoreSettings
+    ps: ProjectorSettings
+    nc: Any
+    target: int
+    meter: Meter
+    noise: Noise
 
-    meter.start()
-    t0 = time.perf_counter()
-    task = asyncio.ensure_future(replay(core, ps, output=out, use_snapshots=False, swap=False, progress=progress))
-    stalled = None
+    @property
+    def js(self) -> Any:
+        return self.nc.jetstream()
+
+
+class Progress:
+    """A replay's progress callback: logs every 15 s, and notes when it last moved (to see a stall)."""
+
+    def __init__(self, label: str):
+        self.log = progress_logger(label)
+        self.done, self.at = -1, time.perf_counter()
+
+    def __call__(self, done: int, target: int, secs: float) -> None:
+        if done != self.done:
+            self.done, self.at = done, time.perf_counter()
+        self.log(done, target, secs)
+
+
+async def watch(task: asyncio.Future[Any], progress: Progress, label: str, target: int) -> int | None:
+    """Until the replay ends; one that applies nothing for STALL_S is cancelled: the sequence it stalled at."""
     while not task.done():
         await asyncio.wait({task}, timeout=5)
-        if not task.done() and time.perf_counter() - seen["at"] > STALL_S:
-            stalled = seen["done"]
-            log(f"(2) {label}: STALLED at {stalled:,} of {target:,}: nothing applied for {STALL_S:.0f} s; stopping it")
+        if not task.done() and time.perf_counter() - progress.at > STALL_S:
+            log(f"(2) {label}: STALLED at {progress.done:,} of {target:,}: nothing applied for {STALL_S:.0f} s; "
+                "stopping it")  # fmt: skip
             task.cancel()
             try:
                 await task
             except BaseException:  # noqa: BLE001 - cancelled on purpose
                 pass
-    cpu = meter.stop()
-    nats_noise = noise.since(mark)
-    profile = await prof.stop() if prof is not None else None
-    log(f"(2) {label}: NATS: {nats_noise or 'nothing to report'}")
-    last_progress_s = seen["at"] - t0
+            return progress.done
+    return None
+
+
+def replay_result(
+    task: asyncio.Future[Any], stalled: int | None, target: int, last_progress_s: float
+) -> tuple[dict[str, Any], Any]:
+    """replay()'s result and what failed (its verification, or the stall)."""
     if stalled is not None:
+        verify = {"stalled_at": stalled, "last_progress_s": rnd(last_progress_s, 1)}
         res = {
             "events": target,
             "seconds": None,
             "events_per_s": None,
             "embedded": None,
             "digest": None,
-            "verify": {"stalled_at": stalled, "last_progress_s": rnd(last_progress_s, 1)},
+            "verify": verify,
         }
-        failed: Any = f"stalled at {stalled} of {target}"
-    else:
-        try:
-            res = task.result()
-            failed = None
-        except ReplayFailed as exc:
-            res, failed = exc.result, exc.result.get("verify")
-        log(
-            f"(2) {label}: {res['events']:,} events in {res['seconds']:.1f} s = {res['events_per_s']:,.0f} events/s; "
-            f"embedded {res['embedded']}; verify {'ok' if failed is None else failed}"
-        )
-    folded = completeness(out / ps.db_name, target)
+        return res, f"stalled at {stalled} of {target}"
+    try:
+        return task.result(), None
+    except ReplayFailed as exc:
+        return exc.result, exc.result.get("verify")
+
+
+async def run_replay(bed: Bed, label: str, ps: ProjectorSettings, out: Path, prof: Profiler | None) -> dict[str, Any]:
+    log(f"(2) {label}: replay() into {out.name}")
+    if prof is not None:
+        await prof.start()
+    mark = bed.noise.mark()
+    progress = Progress(label)
+    bed.meter.start()
+    t0 = time.perf_counter()
+    task = asyncio.ensure_future(replay(bed.core, ps, output=out, use_snapshots=False, swap=False, progress=progress))
+    stalled = await watch(task, progress, label, bed.target)
+    cpu = bed.meter.stop()
+    nats_noise = bed.noise.since(mark)
+    profile = await prof.stop() if prof is not None else None
+    log(f"(2) {label}: NATS: {nats_noise or 'nothing to report'}")
+    last_progress_s = progress.at - t0
+    res, failed = replay_result(task, stalled, bed.target, last_progress_s)
+    if stalled is None:
+        log(f"(2) {label}: {res['events']:,} events in {res['seconds']:.1f} s = {res['events_per_s']:,.0f} events/s; "
+            f"embedded {res['embedded']}; verify {'ok' if failed is None else failed}")  # fmt: skip
+    folded = completeness(out / ps.db_name, bed.target)
     if stalled is not None and folded.get("versions") is not None:
         folded["folded_per_s"] = rnd(folded["versions"] / last_progress_s, 1)  # what it really folded, until it stopped
     if folded.get("missing_events"):
-        log(
-            f"(2) {label}: the DuckDB view has NO version for {folded['missing_events']:,} of {target:,} events "
-            f"(checkpoint {folded['checkpoint']:,}; {folded['gaps']} gaps, "
-            f"first {folded['first_gaps'][:2]})"
-        )
-    return {
-        "events": res["events"],
-        "seconds": res["seconds"],
-        "events_per_s": res["events_per_s"],
-        "embedded": res["embedded"],
-        "verify": res["verify"],
-        "digest": res["digest"],
-        "folded": folded,
-        "cpu_share_of_a_core": cpu,
-        "profile": profile,
-        "failed": failed,
-        "nats": nats_noise,
-        "disk_mb": rnd(du(out) / 1e6, 1),
-    }
+        missing, gaps = folded["missing_events"], folded["gaps"]
+        log(f"(2) {label}: the DuckDB view has NO version for {missing:,} of {bed.target:,} events (checkpoint "
+            f"{folded['checkpoint']:,}; {gaps} gaps, first {folded['first_gaps'][:2]})")  # fmt: skip
+    keys = ("events", "seconds", "events_per_s", "embedded", "verify", "digest")
+    return {**{k: res[k] for k in keys}, "folded": folded, "cpu_share_of_a_core": cpu, "profile": profile,
+            "failed": failed, "nats": nats_noise, "disk_mb": rnd(du(out) / 1e6, 1)}  # fmt: skip
 
 
-async def vectors_only(
-    core: CoreSettings,
-    ps: ProjectorSettings,
-    js: Any,
-    out: Path,
-    target: int,
-    meter: Meter,
-    prof: Profiler | None,
-    noise: Noise,
-) -> dict[str, Any]:
-    """A LogFollower into a VectorView alone (what the replay's vector follower does), parts timed."""
-    log(f"(2) vectors only: a LogFollower into a VectorView in {out.name}")
-    out.mkdir(parents=True)
-    vv = open_vectors(core, ps, base=out)
-    assert vv is not None
-    tm = Timings()
-    parts = (
-        (vv, "stage", "stage (worker thread or loop)"),
-        (vv.index, "retrieve", "  stage: Edge retrieve (previous states)"),
-        (vv.bm25, "document", "  stage: BM25 sparse encoding"),
-        (vv, "commit", "commit (worker thread)"),
-        (vv, "_vectors", "  commit: cache lookups + vectors to lists"),
-        (vv.cache, "get_many", "    of which EmbeddingCache.get_many"),
-        (vv.index, "upsert", "  commit: Edge upsert (build points + update)"),
-        (vv.index, "set_payload", "  commit: Edge set_payload (seq_to), one call per seq"),
-        (vv.index, "save_checkpoint", "  commit: Edge flush + checkpoint file"),
-    )
-    commits: list[tuple[float, int, float, float, float]] = []  # (end, committed seq, commit s, upsert s, flush s)
-    flush_label, upsert_label, commit_label = parts[8][2], parts[6][2], parts[3][2]
+VECTOR_PARTS = (  # (the view's part, its method, the label)
+    ("", "stage", "stage (worker thread or loop)"),
+    ("index", "retrieve", "  stage: Edge retrieve (previous states)"),
+    ("bm25", "document", "  stage: BM25 sparse encoding"),
+    ("", "commit", "commit (worker thread)"),
+    ("", "_vectors", "  commit: cache lookups + vectors to lists"),
+    ("cache", "get_many", "    of which EmbeddingCache.get_many"),
+    ("index", "upsert", "  commit: Edge upsert (build points + update)"),
+    ("index", "set_payload", "  commit: Edge set_payload (seq_to), one call per seq"),
+    ("index", "save_checkpoint", "  commit: Edge flush + checkpoint file"),
+)
+COMMIT, UPSERT, FLUSH = VECTOR_PARTS[3][2], VECTOR_PARTS[6][2], VECTOR_PARTS[8][2]
+
+
+def timed_parts(vv: Any, tm: Timings) -> list[tuple[float, int, float, float, float]]:
+    """Wrap the view's parts; the commits noted as they end (end, committed seq, commit s, upsert s, flush s)."""
+    commits: list[tuple[float, int, float, float, float]] = []
 
     def noted(label: str, dt: float) -> None:
-        if label == commit_label:
-            commits.append((time.perf_counter(), vv.committed, dt, tm.last[upsert_label], tm.last[flush_label]))
-            tm.last[upsert_label] = tm.last[flush_label] = 0.0
+        commits.append((time.perf_counter(), vv.committed, dt, tm.last[UPSERT], tm.last[FLUSH]))
+        tm.last[UPSERT] = tm.last[FLUSH] = 0.0
 
-    for obj, name, label in parts:
-        tm.wrap(obj, name, label, noted if label == commit_label else None)
-    follower = LogFollower(js, vv, batch_max=ps.vector_batch_max, linger=ps.linger, stop_at=target)
-    await asyncio.to_thread(vv.model.wait, 120)  # as in a replay, the model loads meanwhile; not needed: cache warm
-    if prof is not None:
-        await prof.start()
-    mark = noise.mark()
-    meter.start()
+    for part, name, label in VECTOR_PARTS:
+        tm.wrap(getattr(vv, part) if part else vv, name, label, noted if label == COMMIT else None)
+    return commits
+
+
+async def follow(follower: LogFollower, target: int) -> tuple[float, int | None, float | None]:
+    """Until the follower has committed `target`: (seconds, the sequence it stalled at, seconds to its last
+    progress) — a follower that commits nothing for STALL_S has stalled."""
     t0 = time.perf_counter()
     await follower.start()
     last_log = t0
-    stalled = None
     moved = (follower.committed, time.perf_counter())
     while not await follower.wait_for(target, 0.5):
         if follower.committed != moved[0]:
             moved = (follower.committed, time.perf_counter())
         elif time.perf_counter() - moved[1] > STALL_S:
-            stalled = follower.committed
-            last_progress = moved[1] - t0
-            log(f"(2) vectors only: STALLED at {stalled:,} of {target:,}: nothing committed for {STALL_S:.0f} s")
-            break
+            log(f"(2) vectors only: STALLED at {follower.committed:,} of {target:,}: nothing committed for "
+                f"{STALL_S:.0f} s")  # fmt: skip
+            return time.perf_counter() - t0, follower.committed, moved[1] - t0
         if time.perf_counter() - last_log >= 15:
             last_log = time.perf_counter()
-            log(
-                f"    vectors only: {follower.committed:,} of {target:,} "
-                f"({follower.committed / (last_log - t0):,.0f} events/s)"
-            )
-    secs = time.perf_counter() - t0
-    cpu = meter.stop()
-    nats_noise = noise.since(mark)
+            log(f"    vectors only: {follower.committed:,} of {target:,} "
+                f"({follower.committed / (last_log - t0):,.0f} events/s)")  # fmt: skip
+    return time.perf_counter() - t0, None, None
+
+
+async def vectors_only(bed: Bed, out: Path, prof: Profiler | None) -> dict[str, Any]:
+    """A LogFollower into a VectorView alone (what the replay's vector follower does), parts timed."""
+    log(f"(2) vectors only: a LogFollower into a VectorView in {out.name}")
+    out.mkdir(parents=True)
+    vv = open_vectors(bed.core, bed.ps, base=out)
+    assert vv is not None
+    tm = Timings()
+    commits = timed_parts(vv, tm)
+    follower = LogFollower(bed.js, vv, batch_max=bed.ps.vector_batch_max, linger=bed.ps.linger, stop_at=bed.target)
+    await asyncio.to_thread(vv.model.wait, 120)  # as in a replay, the model loads meanwhile; not needed: cache warm
+    if prof is not None:
+        await prof.start()
+    mark = bed.noise.mark()
+    bed.meter.start()
+    t0 = time.perf_counter()
+    secs, stalled, last_progress = await follow(follower, bed.target)
+    cpu = bed.meter.stop()
+    nats_noise = bed.noise.since(mark)
     log(f"(2) vectors only: NATS: {nats_noise or 'nothing to report'}")
     profile = await prof.stop() if prof is not None else None
     await follower.stop()
     points = vv.index.count(all_points())
     embedded = vv.embedded
     vv.close()
-    tenths = by_tenth(commits, t0, target)
-    per = {label: rnd(tm.s[label] * 1e6 / target, 2) for _, _, label in parts}
-    calls = {label: tm.n[label] for _, _, label in parts}
-    log(
-        f"(2) vectors only: {follower.committed:,} events in {secs:.1f} s = {follower.committed / secs:,.0f} events/s; "
-        f"{points:,} points; embedded {embedded}"
-    )
-    rate = None if stalled is not None else rnd(target / secs, 1)
-    done = stalled if stalled is not None else target
-    if stalled is not None:  # per event over what it got through, until it stopped
-        per = {label: rnd(tm.s[label] * 1e6 / max(done, 1), 2) for _, _, label in parts}
-    return {
-        "events": target,
-        "seconds": rnd(secs, 3),
-        "events_per_s": rate,
-        "points": points,
-        "embedded": embedded,
-        "us_per_event": per,
-        "calls": calls,
-        "cpu_share_of_a_core": cpu,
-        "nats": nats_noise,
-        "stalled_at": stalled,
-        "events_done": done,
-        "stalled": None
-        if stalled is None
-        else {
-            "at": stalled,
-            "last_progress_s": rnd(last_progress, 1),
-            "points": points,
-            "points_per_s": rnd(points / last_progress, 1),
-        },
-        "profile": profile,
-        "disk_mb": rnd(du(out) / 1e6, 1),
-        "by_tenth": tenths,
-    }
+    log(f"(2) vectors only: {follower.committed:,} events in {secs:.1f} s = {follower.committed / secs:,.0f} "
+        f"events/s; {points:,} points; embedded {embedded}")  # fmt: skip
+    done = stalled if stalled is not None else bed.target  # per event over what it got through, until it stopped
+    stall = None if stalled is None or last_progress is None else {
+        "at": stalled, "last_progress_s": rnd(last_progress, 1), "points": points,
+        "points_per_s": rnd(points / last_progress, 1)}  # fmt: skip
+    rate = None if stalled is not None else rnd(bed.target / secs, 1)
+    return {"events": bed.target, "seconds": rnd(secs, 3), "events_per_s": rate, "points": points, "embedded": embedded,
+            "us_per_event": {label: rnd(tm.s[label] * 1e6 / max(done, 1), 2) for *_, label in VECTOR_PARTS},
+            "calls": {label: tm.n[label] for *_, label in VECTOR_PARTS}, "cpu_share_of_a_core": cpu,
+            "nats": nats_noise, "stalled_at": stalled, "events_done": done, "stalled": stall, "profile": profile,
+            "disk_mb": rnd(du(out) / 1e6, 1), "by_tenth": by_tenth(commits, t0, bed.target)}  # fmt: skip
 
 
 def by_tenth(commits: list[tuple[float, int, float, float, float]], t0: float, target: int) -> list[dict[str, Any]]:

@@ -14,9 +14,10 @@ from typing import Any
 from bench.common import CpuMeter, log, rnd, system_cpu_seconds
 from bench.search.corpus import TARGET_NS, Config, Memory, corpus
 from bench.search.timing import TimedVectorView, Timers
+from bench.synthetic import envelope, publish_windowed
 from mneme.ids import event_id_for, memory_id_for
 from schemas import subjects as S
-from schemas.events import Actor, Envelope, MemoryCreated, encode_envelope
+from schemas.events import Actor, MemoryCreated, encode_envelope
 from services.projector.service import Projector
 
 
@@ -53,34 +54,15 @@ def build_log(cfg: Config) -> tuple[list[Encoded], list[Memory], dict[str, int]]
             tags=m.tags,
             importance=m.importance,
         )
-        at = t0 + timedelta(seconds=j * 60)
-        env = Envelope(
-            event_id=event_id_for(msg_id),
-            schema_version=1,
-            namespace=ns,
-            aggregate_id=mid,
-            occurred_at=at,
-            actor=actor,
-            request_id=request_id,
-            event=ev,
-        )
+        env = envelope(ns, mid, ev, (event_id_for(msg_id), request_id), t0 + timedelta(seconds=j * 60), actor)
         out.append(Encoded(S.memory_subject(ns, None, mid), encode_envelope(env), msg_id))
     return out, per_ns[TARGET_NS], {ns: len(v) for ns, v in per_ns.items()}
 
 
 async def publish_log(js: Any, msgs: list[Encoded], window: int = 1000) -> int:
     """Pipelined appends with the gateway's headers (dedupe id, expected last subject sequence 0)."""
-    last = 0
-    pending: list[asyncio.Future[Any]] = []
-    for m in msgs:
-        headers = {S.HDR_MSG_ID: m.msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: "0"}
-        pending.append(asyncio.ensure_future(js.publish(m.subject, m.data, timeout=60, headers=headers)))
-        if len(pending) >= window:
-            last = max(last, *(a.seq for a in await asyncio.gather(*pending)))
-            pending = []
-    if pending:
-        last = max(last, *(a.seq for a in await asyncio.gather(*pending)))
-    return last
+    headed = ((m.subject, m.data, {S.HDR_MSG_ID: m.msg_id, S.HDR_EXPECTED_LAST_SUBJECT_SEQ: "0"}) for m in msgs)
+    return await publish_windowed(js, headed, window, timeout=60)
 
 
 async def catch_up(

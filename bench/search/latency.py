@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import latency_summary, percentile, rnd, system_cpu_seconds
-from bench.floors import echo_responder
+from bench.common import latency_summary, rnd, system_cpu_seconds
+from bench.floors import echo_once, echo_responder
 from bench.search.corpus import MODES, QUERY_TEMPLATES, TARGET_NS, QuerySpec, filter_name
 from bench.search.timing import Timers
 from schemas.queries import SearchMemories, SearchMode, SearchResult
@@ -46,8 +46,7 @@ class Series:
             self.first_failure = f"{type(exc).__name__}: {exc}"
 
     def summary(self) -> dict[str, Any]:
-        s: dict[str, Any] = dict(latency_summary(self.lat))
-        s["p95_ms"] = rnd(percentile([x * 1000 for x in self.lat], 95), 3)
+        s: dict[str, Any] = latency_summary(self.lat, (50, 90, 95, 99))
         s["failures"] = self.failures
         if self.first_failure:
             s["first_failure"] = self.first_failure
@@ -122,65 +121,80 @@ def rotated(i: int) -> tuple[SearchMode, ...]:
     return MODES[k:] + MODES[:k]
 
 
-async def latency_rounds(
-    qc: QueryClient,
-    nc: Any,
-    projector: Projector,
-    timers: Timers,
-    index: EdgeIndex,
-    bm25: BM25,
-    embedder: Any,
-    nats_specs: dict[SearchMode, list[QuerySpec]],
-    inproc_specs: dict[SearchMode, list[QuerySpec]],
-    raw_specs: list[QuerySpec],
-) -> dict[str, Any]:
+@dataclass
+class Searchers:
+    """What the latency rounds ask: the projector through NATS and in-process, the Edge index and BM25 alone,
+    the model alone, and NATS alone (an echo)."""
+
+    qc: QueryClient
+    nc: Any
+    projector: Projector
+    timers: Timers
+    index: EdgeIndex
+    bm25: BM25
+    embedder: Any
+
+
+@dataclass
+class Specs:
+    """Each series' own query texts: per mode through NATS and in-process, and for the raw floors."""
+
+    nats: dict[SearchMode, list[QuerySpec]]
+    inproc: dict[SearchMode, list[QuerySpec]]
+    raw: list[QuerySpec]
+
+
+async def cold_pass(ss: Searchers, specs: Specs, vecs: Any, out: dict[str, Any]) -> None:
+    """Pass 1: cold texts through NATS and in-process, with the floors (raw Edge queries with the vectors `vecs`
+    computed beforehand), query by query."""
+    S_, raw = out["series"], out["raw"]
+    for i in range(len(specs.raw)):
+        for mode in rotated(i):
+            await ask_nats(ss.qc, ss.timers, S_[f"nats_cold {mode}"], specs.nats[mode][i], mode)
+            ask_in_process(ss.projector, ss.timers, S_[f"inproc_cold {mode}"], specs.inproc[mode][i], mode)
+        ask_edge(ss.index, ss.bm25, vecs[i], specs.raw[i], raw)
+        t = time.perf_counter()
+        ss.embedder.embed([specs.raw[i].text])
+        out["embed_one"].lat.append(time.perf_counter() - t)
+        out["echo"].lat.append(await echo_once(ss.qc.nc, ECHO, PAYLOAD))
+
+
+async def warm_pass(ss: Searchers, specs: Specs, out: dict[str, Any]) -> None:
+    """Pass 2: the NATS texts again, warm (their vectors cached), through NATS and in-process."""
+    S_ = out["series"]
+    for i in range(len(specs.raw)):
+        for mode in rotated(i):
+            await ask_nats(ss.qc, ss.timers, S_[f"nats_warm {mode}"], specs.nats[mode][i], mode)
+            ask_in_process(ss.projector, ss.timers, S_[f"inproc_warm {mode}"], specs.nats[mode][i], mode)
+
+
+ECHO, PAYLOAD = "bench.search.echo", b"x" * 200
+
+
+async def latency_rounds(ss: Searchers, specs: Specs) -> dict[str, Any]:
     """Every series interleaved query by query (modes in a rotating order), so the machine's noise falls on
     all alike. Pass 1: cold texts (NATS; in-process) with the floors; pass 2: the NATS texts again, warm."""
-    S_ = {
-        f"{tag} {m}": Series(f"{tag} {m}")
-        for tag in ("nats_cold", "nats_warm", "inproc_cold", "inproc_warm")
-        for m in MODES
+    tags = ("nats_cold", "nats_warm", "inproc_cold", "inproc_warm")
+    out: dict[str, Any] = {
+        "series": {f"{tag} {m}": Series(f"{tag} {m}") for tag in tags for m in MODES},
+        "raw": {k: Series(k) for k in RAW},
+        "embed_one": Series("embed one query"),
+        "echo": Series("core NATS request/reply echo"),
     }
-    raw = {k: Series(k) for k in RAW}
-    emb1 = Series("embed one query")
-    echo = Series("core NATS request/reply echo")
-    vecs = embedder.embed([s.text for s in raw_specs])
-
-    sub = await echo_responder(nc, "bench.search.echo")
-    payload = b"x" * 200
+    vecs = ss.embedder.embed([s.text for s in specs.raw])
+    sub = await echo_responder(ss.nc, ECHO)
     for _ in range(20):
-        await qc.nc.request("bench.search.echo", payload, timeout=5)
-    n = len(raw_specs)
+        await ss.qc.nc.request(ECHO, PAYLOAD, timeout=5)
     cpu0, sys0, t0 = time.process_time(), system_cpu_seconds(), time.perf_counter()
     try:
-        for i in range(n):
-            for mode in rotated(i):
-                await ask_nats(qc, timers, S_[f"nats_cold {mode}"], nats_specs[mode][i], mode)
-                ask_in_process(projector, timers, S_[f"inproc_cold {mode}"], inproc_specs[mode][i], mode)
-            ask_edge(index, bm25, vecs[i], raw_specs[i], raw)
-            t = time.perf_counter()
-            embedder.embed([raw_specs[i].text])
-            emb1.lat.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            await qc.nc.request("bench.search.echo", payload, timeout=5)
-            echo.lat.append(time.perf_counter() - t)
-        for i in range(n):
-            for mode in rotated(i):
-                await ask_nats(qc, timers, S_[f"nats_warm {mode}"], nats_specs[mode][i], mode)
-                ask_in_process(projector, timers, S_[f"inproc_warm {mode}"], nats_specs[mode][i], mode)
+        await cold_pass(ss, specs, vecs, out)
+        await warm_pass(ss, specs, out)
     finally:
         await sub.unsubscribe()
     secs = time.perf_counter() - t0
     ours = time.process_time() - cpu0
     others = max(0.0, system_cpu_seconds() - sys0 - ours)  # nats-server counts as "others" here (small)
-    return {
-        "series": S_,
-        "raw": raw,
-        "embed_one": emb1,
-        "echo": echo,
-        "seconds": secs,
-        "others_cores": rnd(others / secs, 2),
-    }
+    return {**out, "seconds": secs, "others_cores": rnd(others / secs, 2)}
 
 
 def selectivity(index: EdgeIndex, now: datetime) -> dict[str, Any]:

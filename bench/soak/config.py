@@ -9,10 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import (
-    cpu_seconds,
-    system_cpu_seconds,
-)
+from bench.common import cpu_seconds, system_cpu_seconds
 from bench.soak.memory import at, detail, signal_roots
 from bench.soak.targets import Target, rss_mb
 

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import (
-    latency_summary,
-    percentile,
-    rnd,
-)
+from bench.common import latency_summary, percentile, ratio, rnd
 from bench.soak.config import Samples
 from bench.soak.workload import Tally
 
@@ -101,3 +97,70 @@ def errors_by_code(tally: Tally) -> dict[str, dict[str, int]]:
         d[cls] += n
         d["kinds"] += 1
     return out
+
+
+def call_figures(tally: Tally, smp: Samples, lo: float, hi: float) -> dict[str, Any]:
+    """Calls per kind over the window, by thirds, and each kind's p50 in the first third against the last."""
+    window = hi - lo
+    kinds = per_kind(tally, lo, hi)
+    total = sum(k["n"] for k in kinds.values())
+    step = window / 3
+    first, last = per_kind(tally, lo, lo + step), per_kind(tally, hi - step, hi)
+    return {
+        "calls": {"total": total, "per_s": rnd(total / window, 1), "window_s": rnd(window, 1)},
+        "kinds": kinds,
+        "thirds": thirds(tally, smp, lo, hi),
+        "p50_ms_first_vs_last_third": {
+            k: [first[k]["p50_ms"], last[k]["p50_ms"], rnd(ratio(last[k]["p50_ms"], first[k]["p50_ms"]), 2)]
+            for k in kinds
+            if k in first and k in last
+        },
+    }
+
+
+def cpu_cores(smp: Samples, lo: float, hi: float) -> dict[str, Any]:
+    """Cores each process used over the measured window, and what the rest of the machine took."""
+    a, b = smp.cpu.get("start", {}), smp.cpu.get("end", {})
+    cores = {n: (b[n] - a[n]) / (hi - lo) for n in b if n in a}
+    cores["others (not this run)"] = cores.get("machine (every process)", 0.0) - sum(
+        v for n, v in cores.items() if n != "machine (every process)"
+    )
+    return {n: rnd(v, 2) for n, v in cores.items()}
+
+
+def lag_figures(smp: Samples, lo: float) -> dict[str, Any]:
+    in_window = [x for x in smp.lag if x["t"] >= lo]
+    return {
+        "samples": len(in_window),
+        "projection_events": dist([x["events"] for x in in_window], digits=0),
+        "projection_s": dist([x["seconds"] for x in in_window], digits=3),
+        "vector_events": dist([x["vector_events"] for x in in_window if x["vector_events"] is not None], digits=0),
+        "probe_visible_ms": dist(smp.visible_s, 1000),
+        "probe_audited_ms": dist(smp.audited_s, 1000),
+        "projection_lag_p99_ms": rnd(percentile(smp.visible_s, 99) * 1000, 1),
+        "audit_lag_p99_ms": rnd(percentile(smp.audited_s, 99) * 1000, 1),
+    }
+
+
+def floor_ratios(out: dict[str, Any]) -> dict[str, Any]:
+    noop, kinds = out["floors"]["noop_http"], out["kinds"]
+    get, add = kinds.get("get", {}), kinds.get("add", {})
+    return {
+        "all_calls_per_s_over_noop_per_s": rnd(ratio(out["calls"]["per_s"], noop["per_s"]), 3),
+        "get_p50_over_noop_p50": rnd(ratio(get.get("p50_ms"), noop["p50_ms"]), 2),
+        "add_p50_over_noop_p50": rnd(ratio(add.get("p50_ms"), noop["p50_ms"]), 2),
+    }
+
+
+def checks(v: dict[str, Any], tally: Tally, log_errors: list[str], exited: list[str]) -> dict[str, int]:
+    """What must all be 0."""
+    return {
+        "lost_acknowledged_writes": v["lost_total"],
+        "deleted_still_readable": v["deleted_checked"] - v["deleted_not_found"],
+        "writes_missing_from_audit": v["audit"]["missing"],
+        "unexpected_errors": tally.unexpected(),
+        "failed_checks": sum(tally.failures.values()),
+        "dead_letters": tally.dead_letters,
+        "server_log_errors": len(log_errors),
+        "processes_exited": len(exited),
+    }

@@ -8,27 +8,19 @@ import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
 
-from bench.common import (
-    latency_summary,
-    log,
-    machine_info,
-    percentile,
-    ratio,
-    rnd,
-    spawn,
-    stop_process,
-)
+from bench.common import latency_summary, log, machine_info, rnd, spawn, stop_process
 from bench.fixtures import REPO
 from bench.floors import echo_responder
 from bench.soak import targets
 from bench.soak.config import Config, Samples, now, poll
-from bench.soak.figures import dist, errors_by_code, per_kind, rss_figures, thirds
+from bench.soak.figures import call_figures, checks, cpu_cores, errors_by_code, floor_ratios, lag_figures, rss_figures
 from bench.soak.memory import memory_figures
 from bench.soak.targets import NAMESPACE, Target
 from bench.soak.verify import verify
@@ -244,48 +236,38 @@ async def nats_conn(target: Target) -> AsyncIterator[NATS]:
         await nc.close()
 
 
-async def soak(cfg: Config, root: Path) -> dict[str, Any]:
-    """Run the soak under `root` (a fresh directory); the result, with `ok` and `checks`."""
-    up = targets.cluster(root) if cfg.cluster else targets.serve(root)
-    t_up = time.perf_counter()
-    out: dict[str, Any] = {
-        "mode": "cluster" if cfg.cluster else "single",
-        "clients": cfg.clients,
-        "duration_s": cfg.duration,
-        "warmup_s": cfg.warm,
-        "seed": cfg.seed,
-        "transport": "streamable HTTP, mcp ClientSession",
-        "mix": MIX,
-    }
-    async with up as target, nats_conn(target) as nc:
-        qc = QueryClient(nc, timeout=30)
-        out["up_s"] = rnd(time.perf_counter() - t_up, 2)
-        log(f"{target.mode}: {len(target.urls)} gateway(s), processes {sorted(target.processes())}")
-        tally = Tally()
-        out["ready"] = await ready(target, tally)
-        if cfg.floor_s > 0:
-            log("floors: a no-op MCP tool over HTTP, a NATS echo")
-            out["floors"] = await floors(cfg, root, nc)
-        sizes = target.log_sizes()
-        shared = Shared(run=f"soak{int(time.time())}", project=target.project)
-        tally = Tally()
-        smp = Samples(t0=tally.t0, signal=cfg.signal_marks)
-        shared.steady, shared.reads_only = cfg.steady, cfg.reads_only
-        clients = [
-            Client(
-                k,
-                target.urls[k % len(target.urls)],
-                cfg.seed,
-                shared,
-                tally,
-                reindex_every=cfg.reindex_every if k == 0 else 0,
-            )
+@dataclass
+class Load:
+    """The measured part of a soak: the clients with the sampler beside them, marks along the window."""
+
+    cfg: Config
+    target: Target
+    qc: QueryClient
+    shared: Shared = field(init=False)
+    tally: Tally = field(default_factory=Tally)
+    smp: Samples = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.shared = Shared(run=f"soak{int(time.time())}", project=self.target.project)
+        self.smp = Samples(t0=self.tally.t0, signal=self.cfg.signal_marks)
+        self.shared.steady, self.shared.reads_only = self.cfg.steady, self.cfg.reads_only
+
+    def clients(self) -> list[Client]:
+        cfg, urls = self.cfg, self.target.urls
+        return [
+            Client(k, urls[k % len(urls)], cfg.seed, self.shared, self.tally,
+                   reindex_every=cfg.reindex_every if k == 0 else 0)
             for k in range(cfg.clients)
-        ]
+        ]  # fmt: skip
+
+    async def run(self) -> tuple[float, float]:
+        """Warm-up (with --steady: until the live set is filled), then `duration` s of load: the window (lo, hi)
+        in seconds since the tally's start."""
+        cfg, shared, smp, target = self.cfg, self.shared, self.smp, self.target
         loop = asyncio.get_running_loop()
         start = loop.time()
-        running = [asyncio.create_task(c.run()) for c in clients]  # until shared.stop_at, set below
-        running.append(asyncio.create_task(sampler(target, qc, tally, shared, smp, cfg)))
+        running = [asyncio.create_task(c.run()) for c in self.clients()]  # until shared.stop_at, set below
+        running.append(asyncio.create_task(sampler(target, self.qc, self.tally, shared, smp, cfg)))
         fill = f" (and until {cfg.steady:,} live memories)" if cfg.steady else ""
         log(f"{cfg.clients} clients for {cfg.warm:.0f} s warm-up{fill}")
         await asyncio.sleep(cfg.warm)
@@ -294,92 +276,59 @@ async def soak(cfg: Config, root: Path) -> dict[str, Any]:
         warm_end = loop.time()
         shared.stop_at, shared.measuring = warm_end + cfg.duration, True
         log(f"warm after {warm_end - start:.0f} s ({shared.live:,} live); {cfg.duration:.0f} s of load")
-        marks = [
-            asyncio.create_task(at_mark(target, smp, "start", warm_end)),
-            asyncio.create_task(at_mark(target, smp, "third1", warm_end + cfg.duration / 3)),
-            asyncio.create_task(at_mark(target, smp, "middle", warm_end + cfg.duration / 2)),
-            asyncio.create_task(at_mark(target, smp, "third2", warm_end + cfg.duration * 2 / 3)),
-        ]
+        marks = [asyncio.create_task(at_mark(target, smp, name, warm_end + cfg.duration * frac))
+                 for name, frac in (("start", 0), ("third1", 1 / 3), ("middle", 1 / 2), ("third2", 2 / 3))]  # fmt: skip
         await asyncio.gather(*running, *marks)
         smp.mark(target, "end")
-        lo, hi = warm_end - start, time.perf_counter() - tally.t0
+        return warm_end - start, time.perf_counter() - self.tally.t0
+
+
+async def final_status(qc: QueryClient, root: Path) -> dict[str, Any]:
+    st = await qc.ask(ProjectorStatus(namespace=NAMESPACE, now=now()))
+    data_mb = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 2**20
+    return {"data_dir_mb": rnd(data_mb, 1), "memories": st.memories, "entities": st.entities,
+            "relations": st.relations, "code_chunks": st.code_chunks, "log_head": st.head_seq}  # fmt: skip
+
+
+async def soak(cfg: Config, root: Path) -> dict[str, Any]:
+    """Run the soak under `root` (a fresh directory); the result, with `ok` and `checks`."""
+    up = targets.cluster(root) if cfg.cluster else targets.serve(root)
+    t_up = time.perf_counter()
+    out: dict[str, Any] = {"mode": "cluster" if cfg.cluster else "single", "clients": cfg.clients,
+                           "duration_s": cfg.duration, "warmup_s": cfg.warm, "seed": cfg.seed,
+                           "transport": "streamable HTTP, mcp ClientSession", "mix": MIX}  # fmt: skip
+    async with up as target, nats_conn(target) as nc:
+        qc = QueryClient(nc, timeout=30)
+        out["up_s"] = rnd(time.perf_counter() - t_up, 2)
+        log(f"{target.mode}: {len(target.urls)} gateway(s), processes {sorted(target.processes())}")
+        out["ready"] = await ready(target, Tally())
+        if cfg.floor_s > 0:
+            log("floors: a no-op MCP tool over HTTP, a NATS echo")
+            out["floors"] = await floors(cfg, root, nc)
+        sizes = target.log_sizes()
+        load = Load(cfg, target, qc)
+        lo, hi = await load.run()
         exited = target.alive()
         log_errors = target.log_errors(sizes)
-        log(f"load stopped after {hi:.0f} s; verifying {len(shared.ledger):,} memories")
-        out["verify"] = await verify(target, cfg, qc, shared, tally)
-        st = await qc.ask(ProjectorStatus(namespace=NAMESPACE, now=now()))
-        data_mb = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 2**20
-        out["final_status"] = {
-            "data_dir_mb": rnd(data_mb, 1),
-            "memories": st.memories,
-            "entities": st.entities,
-            "relations": st.relations,
-            "code_chunks": st.code_chunks,
-            "log_head": st.head_seq,
-        }
-
-    window = hi - lo
-    kinds = per_kind(tally, lo, hi)
-    total = sum(k["n"] for k in kinds.values())
-    out["calls"] = {"total": total, "per_s": rnd(total / window, 1), "window_s": rnd(window, 1)}
-    out["kinds"] = kinds
-    out["thirds"] = thirds(tally, smp, lo, hi)
-    step = window / 3
-    first, last = per_kind(tally, lo, lo + step), per_kind(tally, hi - step, hi)
-    out["p50_ms_first_vs_last_third"] = {
-        k: [first[k]["p50_ms"], last[k]["p50_ms"], rnd(ratio(last[k]["p50_ms"], first[k]["p50_ms"]), 2)]
-        for k in kinds
-        if k in first and k in last
-    }
+        log(f"load stopped after {hi:.0f} s; verifying {len(load.shared.ledger):,} memories")
+        out["verify"] = await verify(target, cfg, qc, load.shared, load.tally)
+        out["final_status"] = await final_status(qc, root)
+    tally, smp = load.tally, load.smp
+    out.update(call_figures(tally, smp, lo, hi))
     out["errors_by_code"] = errors_by_code(tally)
     out["errors_by_kind"] = {f"{kind}:{code}:{cls}": n for (kind, code, cls), n in sorted(tally.errors.items())}
     out["rss"] = rss_figures(smp)
     out["memory"] = memory_figures(smp.detail, smp.series)
     out["steady"], out["reads_only"] = cfg.steady, cfg.reads_only
-    a, b = smp.cpu.get("start", {}), smp.cpu.get("end", {})
-    cores = {n: (b[n] - a[n]) / (hi - lo) for n in b if n in a}  # over the measured window
-    cores["others (not this run)"] = cores.get("machine (every process)", 0.0) - sum(
-        v for n, v in cores.items() if n != "machine (every process)"
-    )
-    out["cpu_cores"] = {n: rnd(v, 2) for n, v in cores.items()}
-    in_window = [x for x in smp.lag if x["t"] >= lo]
-    out["lag"] = {
-        "samples": len(in_window),
-        "projection_events": dist([x["events"] for x in in_window], digits=0),
-        "projection_s": dist([x["seconds"] for x in in_window], digits=3),
-        "vector_events": dist([x["vector_events"] for x in in_window if x["vector_events"] is not None], digits=0),
-        "probe_visible_ms": dist(smp.visible_s, 1000),
-        "probe_audited_ms": dist(smp.audited_s, 1000),
-        "projection_lag_p99_ms": rnd(percentile(smp.visible_s, 99) * 1000, 1),
-        "audit_lag_p99_ms": rnd(percentile(smp.audited_s, 99) * 1000, 1),
-    }
-    fl = out.get("floors")
-    if fl:
-        noop = fl["noop_http"]
-        get = kinds.get("get", {})
-        add = kinds.get("add", {})
-        out["ratios"] = {
-            "all_calls_per_s_over_noop_per_s": rnd(ratio(out["calls"]["per_s"], noop["per_s"]), 3),
-            "get_p50_over_noop_p50": rnd(ratio(get.get("p50_ms"), noop["p50_ms"]), 2),
-            "add_p50_over_noop_p50": rnd(ratio(add.get("p50_ms"), noop["p50_ms"]), 2),
-        }
-    unexpected = tally.unexpected()
-    v = out["verify"]
-    checks = {
-        "lost_acknowledged_writes": v["lost_total"],
-        "deleted_still_readable": v["deleted_checked"] - v["deleted_not_found"],
-        "writes_missing_from_audit": v["audit"]["missing"],
-        "unexpected_errors": unexpected,
-        "failed_checks": sum(tally.failures.values()),
-        "dead_letters": tally.dead_letters,
-        "server_log_errors": len(log_errors),
-        "processes_exited": len(exited),
-    }
-    out["checks"] = checks
+    out["cpu_cores"] = cpu_cores(smp, lo, hi)
+    out["lag"] = lag_figures(smp, lo)
+    if out.get("floors"):
+        out["ratios"] = floor_ratios(out)
+    out["checks"] = checks(out["verify"], tally, log_errors, exited)
     out["failed_checks"] = dict(tally.failures)
     out["failure_samples"] = tally.samples[:20]
     out["log_error_samples"] = log_errors[:10]
     out["exited"] = exited
-    out["ok"] = all(n == 0 for n in checks.values())
+    out["ok"] = all(n == 0 for n in out["checks"].values())
     out["machine"] = machine_info()
     return out

@@ -9,9 +9,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.common import (
-    rnd,
-)
+from bench.common import rnd
 from bench.soak.config import Config, now, poll
 from bench.soak.targets import NAMESPACE, Target
 from bench.soak.workload import Err, Mem, Session, Shared, Tally, Version
@@ -39,13 +37,10 @@ async def list_all(url: str, tally: Tally) -> dict[str, tuple[str, int]]:
         await s.close()
 
 
-async def verify(target: Target, cfg: Config, qc: QueryClient, shared: Shared, tally: Tally) -> dict[str, Any]:
-    """Every acknowledged write read back: live ones with their last acknowledged version and content (paged
-    memory_list), deleted ones MEMORY_NOT_FOUND (memory_get), each acknowledged write's request_id in the
-    audit trail. A write through every gateway first, so that each one's reads wait for everything (read your
-    writes: a gateway's reads wait for the highest sequence it wrote)."""
-    t = time.perf_counter()
-    out: dict[str, Any] = {}
+async def settle(target: Target, qc: QueryClient, shared: Shared, tally: Tally) -> tuple[int, float]:
+    """A write through every gateway, so that each one's reads wait for everything (read your writes: a
+    gateway's reads wait for the highest sequence it wrote); then until the projection has caught up with them.
+    The highest sequence written, and the seconds it took to catch up."""
     head = 0
     for k, url in enumerate(target.urls):
         s = Session(url, tally)
@@ -63,9 +58,14 @@ async def verify(target: Target, cfg: Config, qc: QueryClient, shared: Shared, t
         st = await qc.ask(ProjectorStatus(namespace=NAMESPACE, now=now(), min_seq=head))
         return st.lag_events == 0 and (st.vectors_applied is None or st.vectors_applied >= head)
 
-    out["settle_s"] = rnd(await poll("the projection caught up", caught_up, 300, 0.05), 2)
-    seen = await list_all(target.urls[0], tally)
-    lost = {"missing": 0, "stale": 0, "wrong_content": 0, "resurrected": 0}
+    return head, await poll("the projection caught up", caught_up, 300, 0.05)
+
+
+def check_listed(
+    shared: Shared, seen: dict[str, tuple[str, int]], tally: Tally, lost: dict[str, int]
+) -> tuple[list[Mem], int]:
+    """Every acknowledged memory against the listing: live ones with their last version and content, deleted
+    ones absent. The deleted ones (to ask for again), and how many are in doubt (not checked)."""
     in_doubt = 0
     deleted: list[Mem] = []
     for mem in shared.ledger.values():
@@ -85,29 +85,46 @@ async def verify(target: Target, cfg: Config, qc: QueryClient, shared: Shared, t
             key = "stale" if got[1] < mem.last.version else "wrong_content"
             lost[key] += 1
             tally.fail(f"lost_{key}", f"{mem.id}: listed v{got[1]} {got[0]!r}, acked {mem.last}")
-    gone: list[str] = []
+    return deleted, in_doubt
 
-    async def check_deleted(url: str, mems: list[Mem]) -> None:
-        s = Session(url, tally)
-        try:
-            for mem in mems:
-                r = await s.call("verify_get", "memory_get", {"id": mem.id}, expect=("MEMORY_NOT_FOUND",))
-                if isinstance(r, Err) and r.code == "MEMORY_NOT_FOUND":
-                    gone.append(mem.id)
-                elif not isinstance(r, Err):
-                    lost["resurrected"] += 1
-                    tally.fail("lost_resurrected", f"{mem.id} deleted, yet memory_get answers v{r['version']}")
-        finally:
-            await s.close()
 
-    n = cfg.clients
-    await asyncio.gather(*(check_deleted(target.urls[k % len(target.urls)], deleted[k::n]) for k in range(n)))
+async def check_deleted(url: str, mems: list[Mem], tally: Tally, lost: dict[str, int]) -> list[str]:
+    """memory_get of each deleted memory must answer MEMORY_NOT_FOUND: the ids that did."""
+    gone = []
+    s = Session(url, tally)
+    try:
+        for mem in mems:
+            r = await s.call("verify_get", "memory_get", {"id": mem.id}, expect=("MEMORY_NOT_FOUND",))
+            if isinstance(r, Err) and r.code == "MEMORY_NOT_FOUND":
+                gone.append(mem.id)
+            elif not isinstance(r, Err):
+                lost["resurrected"] += 1
+                tally.fail("lost_resurrected", f"{mem.id} deleted, yet memory_get answers v{r['version']}")
+    finally:
+        await s.close()
+    return gone
+
+
+async def verify(target: Target, cfg: Config, qc: QueryClient, shared: Shared, tally: Tally) -> dict[str, Any]:
+    """Every acknowledged write read back: live ones with their last acknowledged version and content (paged
+    memory_list), deleted ones MEMORY_NOT_FOUND (memory_get), each acknowledged write's request_id in the
+    audit trail."""
+    t = time.perf_counter()
+    head, settle_s = await settle(target, qc, shared, tally)
+    out: dict[str, Any] = {"settle_s": rnd(settle_s, 2)}
+    seen = await list_all(target.urls[0], tally)
+    lost = {"missing": 0, "stale": 0, "wrong_content": 0, "resurrected": 0}
+    deleted, in_doubt = check_listed(shared, seen, tally, lost)
+    n, urls = cfg.clients, target.urls
+    got = await asyncio.gather(*(check_deleted(urls[k % len(urls)], deleted[k::n], tally, lost) for k in range(n)))
+    gone = [mid for ids in got for mid in ids]
     out["audit"] = await audit_check(qc, shared, tally, head)
     out["reread"] = await reread_check(target.urls[0], tally, cfg.seed, sample=40 if cfg.duration < 60 else 200)
+    ledger = shared.ledger.values()
     out.update(
         acknowledged_memories=len(shared.ledger),
-        acknowledged_writes=sum(len(m.versions) for m in shared.ledger.values()),
-        live_checked=sum(1 for m in shared.ledger.values() if not m.deleted and not m.in_doubt),
+        acknowledged_writes=sum(len(m.versions) for m in ledger),
+        live_checked=sum(1 for m in ledger if not m.deleted and not m.in_doubt),
         deleted_checked=len(deleted),
         deleted_not_found=len(gone),
         in_doubt=in_doubt,

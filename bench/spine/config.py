@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import latency_summary, median, rnd
+from bench.common import latency_summary, median, percentile, rnd
+from bench.synthetic import envelope
 from bench.workload import PreEncoded
 from mneme.ids import memory_id_for, new_id
 from schemas import subjects as S
-from schemas.events import Actor, Envelope, MemoryCreated, encode_envelope
+from schemas.events import Actor, MemoryCreated, encode_envelope
 
 NS = "default"  # the stdio gateway's default namespace, so in-process and stdio write alike
 ACTOR = Actor(agent_id="bench", role="agent")
@@ -42,40 +43,15 @@ class Config:
 
     @staticmethod
     def full() -> Config:
-        return Config(
-            rounds=7,
-            floor_n=1500,
-            pipe_n=20000,
-            add_n=1500,
-            path_n=300,
-            mcp_n=600,
-            rw_inproc_n=2000,
-            rw_stdio_n=1000,
-            memories=100_000,
-            get_inproc_n=5000,
-            get_stdio_n=2000,
-            echo_n=3000,
-            warmup=200,
-            lag_n=10_000,
-        )
+        return Config(rounds=7, floor_n=1500, pipe_n=20000, add_n=1500, path_n=300, mcp_n=600, rw_inproc_n=2000,
+                      rw_stdio_n=1000, memories=100_000, get_inproc_n=5000, get_stdio_n=2000, echo_n=3000, warmup=200,
+                      lag_n=10_000)  # fmt: skip
 
     @staticmethod
     def quick() -> Config:
-        return Config(
-            rounds=3,
-            floor_n=500,
-            pipe_n=5000,
-            add_n=500,
-            path_n=100,
-            mcp_n=200,
-            rw_inproc_n=500,
-            rw_stdio_n=300,
-            memories=10_000,
-            get_inproc_n=1000,
-            get_stdio_n=500,
-            echo_n=1000,
-            warmup=100,
-        )
+        return Config(rounds=3, floor_n=500, pipe_n=5000, add_n=500, path_n=100, mcp_n=200, rw_inproc_n=500,
+                      rw_stdio_n=300, memories=10_000, get_inproc_n=1000, get_stdio_n=500, echo_n=1000,
+                      warmup=100)  # fmt: skip
 
 
 def pre_encode(texts: list[str], prefix: str, *, store: str | None = None) -> list[PreEncoded]:
@@ -86,16 +62,7 @@ def pre_encode(texts: list[str], prefix: str, *, store: str | None = None) -> li
         request_id = f"{prefix}-{i}"
         mid = memory_id_for(NS, request_id)
         ev = MemoryCreated(memory_id=mid, version=1, store=store, content=text, kind="note", tags=TAGS)
-        env = Envelope(
-            event_id=new_id(),
-            schema_version=1,
-            namespace=NS,
-            aggregate_id=mid,
-            occurred_at=now,
-            actor=ACTOR,
-            request_id=request_id,
-            event=ev,
-        )
+        env = envelope(NS, mid, ev, (new_id(), request_id), now, ACTOR)
         out.append(PreEncoded(S.memory_subject(NS, store, mid), encode_envelope(env), mid, f"{request_id}:{mid}"))
     return out
 
@@ -145,6 +112,24 @@ def paired_ratio(num: Series, den: Series) -> float | None:
     """Median over rounds of num/den in the same round: robust to drift in a noisy machine."""
     rs = [a / b for a, b in zip(num.rates, den.rates, strict=False) if b]
     return median(rs) if rs else None
+
+
+def read_your_writes(
+    name: str, pairs: list[tuple[float, float, bool]], seconds: float, cpu: dict[str, float]
+) -> Series:
+    """(d): add-then-get pairs as one series, each pair (add seconds, get seconds, found): the pairs' rate and
+    latency, the add's and the get's percentiles, and the gets that did not find their memory."""
+    d = Series(name)
+    d.lat = [a + g for a, g, _ in pairs]
+    d.failures = sum(1 for *_, found in pairs if not found)
+    d.rates.append(len(pairs) / seconds)
+    d.ops = len(pairs)
+    d.cpu = cpu
+    adds, gets = [a for a, _, _ in pairs], [g for _, g, _ in pairs]
+    d.extra["add_p50_ms"] = percentile(adds, 50) * 1000
+    d.extra["get_p50_ms"] = percentile(gets, 50) * 1000
+    d.extra["get_p99_ms"] = percentile(gets, 99) * 1000
+    return d
 
 
 def call_args(tool: str, text: str) -> dict[str, Any]:

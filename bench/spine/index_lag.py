@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 from mcp import ClientSession
 
-from bench.common import log, percentile, rnd
+from bench.common import log, percentiles_ms, rnd
 from bench.spine.config import call_args
-from bench.stdio import first_text, structured
+from bench.stdio import call, error_code
 
 
 async def index_lag(mneme: ClientSession, texts: list[str]) -> dict[str, Any]:
@@ -24,14 +23,14 @@ async def index_lag(mneme: ClientSession, texts: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     last = ""
     for text in texts:
-        last = structured(await mneme.call_tool("memory_add", call_args("memory_add", text)))["id"]
+        last = (await call(mneme, "memory_add", call_args("memory_add", text)))["id"]
     acked = time.perf_counter()
     answers: dict[str, int] = {}
     found = None
     while found is None and time.perf_counter() - acked < 300:
         res = await mneme.call_tool("memory_search", {"query": texts[-1], "mode": "semantic", "limit": 10})
         if res.is_error:
-            code = str(json.loads(first_text(res)).get("error", {}).get("code", "?"))
+            code = error_code(res)
             answers[code] = answers.get(code, 0) + 1
             await asyncio.sleep(0.05)
         elif last in [r["id"] for r in (res.structured_content or {}).get("results", [])]:
@@ -68,7 +67,7 @@ async def search_while_adding(mneme: ClientSession, texts: list[str], queries: l
             t = time.perf_counter()
             res = await mneme.call_tool("memory_search", {"query": queries[i % len(queries)], "mode": "semantic"})
             if res.is_error:
-                code = str(json.loads(first_text(res)).get("error", {}).get("code", "?"))
+                code = error_code(res)
                 errors[code] = errors.get(code, 0) + 1
             else:
                 lat.append(time.perf_counter() - t)
@@ -79,7 +78,7 @@ async def search_while_adding(mneme: ClientSession, texts: list[str], queries: l
     t0 = time.perf_counter()
     try:
         for text in texts:
-            structured(await mneme.call_tool("memory_add", call_args("memory_add", text)))
+            await call(mneme, "memory_add", call_args("memory_add", text))
     finally:
         done.set()
         await task
@@ -87,6 +86,5 @@ async def search_while_adding(mneme: ClientSession, texts: list[str], queries: l
     out: dict[str, Any] = {"adds": len(texts), "acked_per_s": rnd(len(texts) / secs, 1), "searches": len(lat)}
     out["search_errors"] = errors
     if lat:
-        out.update(search_p50_ms=rnd(percentile(lat, 50) * 1000, 1), search_p95_ms=rnd(percentile(lat, 95) * 1000, 1),
-                   search_p99_ms=rnd(percentile(lat, 99) * 1000, 1))  # fmt: skip
+        out.update(percentiles_ms(lat, (50, 95, 99), 1, key="search_p{}_ms"))
     return out

@@ -2,144 +2,133 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from bench.common import print_table, ratio, rnd, verdict
+from bench.common import header, print_table, ratio, rnd, targets_line, verdict
 from bench.spine.config import TARGETS, Config, Series, paired_ratio
 
 
-def report(
-    cfg: Config,
-    mode: str,
-    machine: dict[str, Any],
-    a: dict[str, Any],
-    e1: dict[str, Any],
-    c: dict[str, Any],
-    e2: dict[str, Any],
-    wall: float,
-) -> dict[str, Any]:
-    ser: dict[str, Series] = a["_series"]
-    fa, fh, fp, b, bp = (
-        ser[k] for k in ("a_floor_awaited", "a_floor_awaited_headers", "a_floor_pipelined", "b_add", "b_add_path")
-    )
-    noop, add = c["_noop"], c["_add"]
-    b_ratio = paired_ratio(b, fa)
-    c_ratio = paired_ratio(add, noop)
-    d_in, d_io = a["d_inproc"], c["d_stdio"]
-    e_in, e_io = e1, e2
+@dataclass
+class SpineRun:
+    """Everything one run measured: (a), (b), (d) in-process; (e) in-process; (c), (d) over stdio; (e) over stdio."""
 
-    targets = {
-        "b_add_vs_floor_awaited": {
-            "ratio": rnd(b_ratio, 3),
-            "target": f">= {TARGETS['b_vs_floor_awaited']}",
-            "pass": b_ratio is not None and b_ratio >= TARGETS["b_vs_floor_awaited"],
-        },
-        "c_add_vs_noop_stdio": {
-            "ratio": rnd(c_ratio, 3),
-            "target": f">= {TARGETS['c_vs_noop']}",
-            "pass": c_ratio is not None and c_ratio >= TARGETS["c_vs_noop"],
-        },
-        "d_inproc_p50": {
-            "p50_ms": d_in["p50_ms"],
-            "failures": d_in["failures"],
-            "target": "p50 < 5 ms, 0 failures",
-            "pass": d_in["p50_ms"] < TARGETS["d_p50_ms"] and d_in["failures"] == 0,
-        },
-        "d_stdio_p50": {
-            "p50_ms": d_io["p50_ms"],
-            "failures": d_io["failures"],
-            "target": "p50 < 5 ms, 0 failures",
-            "pass": d_io["p50_ms"] < TARGETS["d_p50_ms"] and d_io["failures"] == 0,
-        },
-        "e_gets_found": {
-            "failures": e_in["get"]["failures"] + e_io["get"]["failures"],
-            "target": "0 failures",
-            "pass": e_in["get"]["failures"] + e_io["get"]["failures"] == 0,
-        },
+    cfg: Config
+    mode: str
+    machine: dict[str, Any]
+    a: dict[str, Any]
+    e1: dict[str, Any]
+    c: dict[str, Any]
+    e2: dict[str, Any]
+    wall: float
+
+    def ratio_to_floor(self, key: str) -> float | None:
+        """A write-path series over the awaited raw publishes of the same rounds."""
+        ser: dict[str, Series] = self.a["_series"]
+        return paired_ratio(ser[key], ser["a_floor_awaited"])
+
+    @property
+    def c_ratio(self) -> float | None:
+        return paired_ratio(self.c["_add"], self.c["_noop"])
+
+
+def _at_least(value: float | None, target: float) -> dict[str, Any]:
+    return {"ratio": rnd(value, 3), "target": f">= {target}", "pass": value is not None and value >= target}
+
+
+def _p50(d: dict[str, Any]) -> dict[str, Any]:
+    return {"p50_ms": d["p50_ms"], "failures": d["failures"], "target": "p50 < 5 ms, 0 failures",
+            "pass": d["p50_ms"] < TARGETS["d_p50_ms"] and d["failures"] == 0}  # fmt: skip
+
+
+def targets_of(run: SpineRun) -> dict[str, dict[str, Any]]:
+    failures = run.e1["get"]["failures"] + run.e2["get"]["failures"]
+    return {
+        "b_add_vs_floor_awaited": _at_least(run.ratio_to_floor("b_add"), TARGETS["b_vs_floor_awaited"]),
+        "c_add_vs_noop_stdio": _at_least(run.c_ratio, TARGETS["c_vs_noop"]),
+        "d_inproc_p50": _p50(run.a["d_inproc"]),
+        "d_stdio_p50": _p50(run.c["d_stdio"]),
+        "e_gets_found": {"failures": failures, "target": "0 failures", "pass": failures == 0},
     }
 
-    print(
-        f"mneme bench.spine ({mode}) — {machine['nproc']} cores, {machine['cpu_model']}, "
-        f"{machine['ram_gb']} GB RAM, Python {machine['python']}, {machine['date']}"
-    )
-    print(
-        f"rounds={cfg.rounds}; rates are medians of per-round blocks; ratios are medians of same-round ratios; "
-        f"envelope {a['envelope_bytes']} B"
-    )
 
-    def cpu(s: dict[str, Any], *keys: str) -> list[Any]:
-        return [s["cpu_ms_per_op"].get(k) for k in keys]
+def cpu(s: dict[str, Any], *keys: str) -> list[Any]:
+    return [s["cpu_ms_per_op"].get(k) for k in keys]
 
-    sa = a["series"]
-    rows = [
-        ["(a) raw publish, awaited", sa["a_floor_awaited"]["rate_per_s"], sa["a_floor_awaited"]["p50_ms"],
-         sa["a_floor_awaited"]["p99_ms"], 1.0, "floor", "", *cpu(sa["a_floor_awaited"], "bench", "nats")],
-        ["(a) raw publish, awaited + mneme headers", sa["a_floor_awaited_headers"]["rate_per_s"],
-         sa["a_floor_awaited_headers"]["p50_ms"], sa["a_floor_awaited_headers"]["p99_ms"],
-         rnd(paired_ratio(fh, fa), 3), "", "", *cpu(sa["a_floor_awaited_headers"], "bench", "nats")],
-        ["(a) raw publish, pipelined", sa["a_floor_pipelined"]["rate_per_s"], None, None,
-         rnd(paired_ratio(fp, fa), 3), "", "", *cpu(sa["a_floor_pipelined"], "bench", "nats")],
-        ["(b) CommandService.create, no path", sa["b_add"]["rate_per_s"], sa["b_add"]["p50_ms"],
-         sa["b_add"]["p99_ms"], rnd(b_ratio, 3), ">= 0.50", verdict(targets["b_add_vs_floor_awaited"]["pass"]),
-         *cpu(sa["b_add"], "bench", "nats")],
-        ["(b) CommandService.create, store+path", sa["b_add_path"]["rate_per_s"], sa["b_add_path"]["p50_ms"],
-         sa["b_add_path"]["p99_ms"], rnd(paired_ratio(bp, fa), 3), "", "", *cpu(sa["b_add_path"], "bench", "nats")],
-    ]  # fmt: skip
+
+def write_path_tables(run: SpineRun, targets: dict[str, dict[str, Any]]) -> None:
+    sa = run.a["series"]
+
+    def row(label: str, key: str, vs: Any, target: str = "", ok: str = "", lat: bool = True) -> list[Any]:
+        s = sa[key]
+        return [label, s["rate_per_s"], s["p50_ms"] if lat else None, s["p99_ms"] if lat else None, vs, target, ok,
+                *cpu(s, "bench", "nats")]  # fmt: skip
+
+    b_ok = verdict(targets["b_add_vs_floor_awaited"]["pass"])
     print_table(
         "In-process write path (ratio = vs awaited raw publish, same round)",
         ["measure", "ops/s", "p50 ms", "p99 ms", "ratio", "target", "", "cpu ms/op bench", "cpu ms/op nats"],
-        rows,
-    )
-    bb, bpp = sa["b_add"], sa["b_add_path"]
-    print_table("Where (b)'s time goes (wall ms per add, in this process)",
-                ["measure", "total", "append (publish)", "projector ask", "rest (domain + loop)", "conflicts"],
-                [["no path", bb["mean_ms"], bb["append_ms_per_op"], bb["projector_ask_ms_per_op"], bb["rest_ms_per_op"],
-                  int(bb["conflicts"])],
-                 ["store+path", bpp["mean_ms"], bpp["append_ms_per_op"], bpp["projector_ask_ms_per_op"],
-                  bpp["rest_ms_per_op"], int(bpp["conflicts"])]])  # fmt: skip
+        [
+            row("(a) raw publish, awaited", "a_floor_awaited", 1.0, "floor"),
+            row("(a) raw publish, awaited + mneme headers", "a_floor_awaited_headers",
+                rnd(run.ratio_to_floor("a_floor_awaited_headers"), 3)),
+            row("(a) raw publish, pipelined", "a_floor_pipelined", rnd(run.ratio_to_floor("a_floor_pipelined"), 3),
+                lat=False),
+            row("(b) CommandService.create, no path", "b_add", rnd(run.ratio_to_floor("b_add"), 3), ">= 0.50", b_ok),
+            row("(b) CommandService.create, store+path", "b_add_path", rnd(run.ratio_to_floor("b_add_path"), 3)),
+        ],
+    )  # fmt: skip
+    print_table(
+        "Where (b)'s time goes (wall ms per add, in this process)",
+        ["measure", "total", "append (publish)", "projector ask", "rest (domain + loop)", "conflicts"],
+        [[label, s["mean_ms"], s["append_ms_per_op"], s["projector_ask_ms_per_op"], s["rest_ms_per_op"],
+          int(s["conflicts"])] for label, s in (("no path", sa["b_add"]), ("store+path", sa["b_add_path"]))],
+    )  # fmt: skip
 
-    cn, ca = c["c_noop_stdio"], c["c_add_stdio"]
+
+def stdio_tables(run: SpineRun, targets: dict[str, dict[str, Any]]) -> None:
+    cn, ca, c_ratio = run.c["c_noop_stdio"], run.c["c_add_stdio"], rnd(run.c_ratio, 3)
+    procs = ("client", "server", "nats")
     print_table("MCP over stdio (ratio = vs no-op tool, same round)",
                 ["measure", "calls/s", "p50 ms", "p99 ms", "ratio", "target", "", "cpu ms/op client",
                  "cpu ms/op server", "cpu ms/op nats"],
                 [["no-op MCPServer tool (floor)", cn["rate_per_s"], cn["p50_ms"], cn["p99_ms"], 1.0, "floor", "",
-                  *cpu(cn, "client", "server", "nats")],
-                 ["(c) memory_add via mneme serve", ca["rate_per_s"], ca["p50_ms"], ca["p99_ms"], rnd(c_ratio, 3),
-                  ">= 0.60", verdict(targets["c_add_vs_noop_stdio"]["pass"]),
-                  *cpu(ca, "client", "server", "nats")]])  # fmt: skip
+                  *cpu(cn, *procs)],
+                 ["(c) memory_add via mneme serve", ca["rate_per_s"], ca["p50_ms"], ca["p99_ms"], c_ratio,
+                  ">= 0.60", verdict(targets["c_add_vs_noop_stdio"]["pass"]), *cpu(ca, *procs)]])  # fmt: skip
+    bd = run.c.get("breakdown") or {}
+    if not bd:
+        return
+    rows = [
+        ["no-op MCPServer tool", cn["rate_per_s"], cn["p50_ms"], 1.0, *cpu(cn, *procs)],
+        ["memory_add, mneme serve as shipped", ca["rate_per_s"], ca["p50_ms"], c_ratio, *cpu(ca, *procs)],
+    ]
+    for variant, label in (
+        ("noop+publish", "no-op tool + one awaited JetStream publish"),
+        ("no-auditor", "memory_add, auditor off"),
+        ("no-auditor-no-fold", "memory_add, auditor off + no DuckDB fold"),
+    ):
+        if variant in bd:
+            va = bd[variant]["memory_add"]
+            rows.append([label, va["rate_per_s"], va["p50_ms"], bd[variant]["add_vs_noop"], *cpu(va, *procs)])
+    print_table(
+        "Where (c)'s time goes: `mneme serve` with its log consumers switched off (diagnostic)",
+        ["measure", "calls/s", "p50 ms", "vs no-op", "cpu ms/op client", "cpu ms/op server", "cpu ms/op nats"],
+        rows,
+    )
 
-    bd = c.get("breakdown") or {}
-    if bd:
-        rows = [["no-op MCPServer tool", cn["rate_per_s"], cn["p50_ms"], 1.0, *cpu(cn, "client", "server", "nats")],
-                ["memory_add, mneme serve as shipped", ca["rate_per_s"], ca["p50_ms"], rnd(c_ratio, 3),
-                 *cpu(ca, "client", "server", "nats")]]  # fmt: skip
-        for variant, label in (
-            ("noop+publish", "no-op tool + one awaited JetStream publish"),
-            ("no-auditor", "memory_add, auditor off"),
-            ("no-auditor-no-fold", "memory_add, auditor off + no DuckDB fold"),
-        ):
-            if variant in bd:
-                va = bd[variant]["memory_add"]
-                rows.append([label, va["rate_per_s"], va["p50_ms"], bd[variant]["add_vs_noop"],
-                             *cpu(va, "client", "server", "nats")])  # fmt: skip
-        print_table(
-            "Where (c)'s time goes: `mneme serve` with its log consumers switched off (diagnostic)",
-            ["measure", "calls/s", "p50 ms", "vs no-op", "cpu ms/op client", "cpu ms/op server", "cpu ms/op nats"],
-            rows,
-        )
 
-    rr = e_in["floor_request_reply"]
+def read_tables(run: SpineRun, targets: dict[str, dict[str, Any]]) -> None:
+    d_in, d_io, e_in, e_io = run.a["d_inproc"], run.c["d_stdio"], run.e1, run.e2
+    keys = ("rate_per_s", "p50_ms", "p99_ms", "add_p50_ms", "get_p50_ms", "get_p99_ms", "failures")
     print_table("Read-your-writes: add then get the same memory at once",
                 ["measure", "pairs/s", "p50 ms", "p99 ms", "add p50", "get p50", "get p99", "failures", "target", ""],
-                [["(d) in-process create + GetMemory(min_seq)", d_in["rate_per_s"], d_in["p50_ms"], d_in["p99_ms"],
-                  d_in["add_p50_ms"], d_in["get_p50_ms"], d_in["get_p99_ms"], d_in["failures"], "p50 < 5 ms",
+                [["(d) in-process create + GetMemory(min_seq)", *(d_in[k] for k in keys), "p50 < 5 ms",
                   verdict(targets["d_inproc_p50"]["pass"])],
-                 ["(d) stdio memory_add + memory_get", d_io["rate_per_s"], d_io["p50_ms"], d_io["p99_ms"],
-                  d_io["add_p50_ms"], d_io["get_p50_ms"], d_io["get_p99_ms"], d_io["failures"], "p50 < 5 ms",
+                 ["(d) stdio memory_add + memory_get", *(d_io[k] for k in keys), "p50 < 5 ms",
                   verdict(targets["d_stdio_p50"]["pass"])]])  # fmt: skip
-
-    gi, go = e_in["get"], e_io["get"]
-    print_table(f"Gets at {cfg.memories:,} memories (log of {e_in['log_events']:,} events)",
+    rr, gi, go, cn = e_in["floor_request_reply"], e_in["get"], e_io["get"], run.c["c_noop_stdio"]
+    print_table(f"Gets at {run.cfg.memories:,} memories (log of {e_in['log_events']:,} events)",
                 ["measure", "gets/s", "p50 ms", "p99 ms", "vs floor p50", "failures"],
                 [["core NATS request/reply echo (floor, in-process)", rr["rate_per_s"], rr["p50_ms"], rr["p99_ms"],
                   1.0, None],
@@ -155,27 +144,43 @@ def report(
                   e_in["fold_rate_events_per_s"]],
                  ["`mneme serve` cold start until the first get answers", e_io["log_events"],
                   e_io["cold_start_to_first_get_s"], e_io["cold_start_fold_rate_events_per_s"]]])  # fmt: skip
-    print("\nTargets: " + ", ".join(f"{k} {verdict(v['pass'])}" for k, v in targets.items()))
-    print(f"wall time {wall:.1f} s")
 
+
+def report(run: SpineRun) -> dict[str, Any]:
+    targets = targets_of(run)
+    header("spine", run.mode, run.machine)
+    print(
+        f"rounds={run.cfg.rounds}; rates are medians of per-round blocks; ratios are medians of same-round ratios; "
+        f"envelope {run.a['envelope_bytes']} B"
+    )
+    write_path_tables(run, targets)
+    stdio_tables(run, targets)
+    read_tables(run, targets)
+    targets_line(targets, run.wall)
+    sa, c = run.a["series"], run.c
     return {
         "bench": "spine",
-        "mode": mode,
-        "machine": machine,
-        "config": cfg.__dict__,
-        "envelope_bytes": a["envelope_bytes"],
+        "mode": run.mode,
+        "machine": run.machine,
+        "config": run.cfg.__dict__,
+        "envelope_bytes": run.a["envelope_bytes"],
         "a_floor": {k: sa[k] for k in ("a_floor_awaited", "a_floor_awaited_headers", "a_floor_pipelined")},
         "b_domain": {
             "no_path": sa["b_add"],
             "store_path": sa["b_add_path"],
-            "no_path_vs_floor_awaited": rnd(b_ratio, 3),
-            "store_path_vs_floor_awaited": rnd(paired_ratio(bp, fa), 3),
+            "no_path_vs_floor_awaited": rnd(run.ratio_to_floor("b_add"), 3),
+            "store_path_vs_floor_awaited": rnd(run.ratio_to_floor("b_add_path"), 3),
         },
-        "c_stdio": {"noop": cn, "memory_add": ca, "add_vs_noop": rnd(c_ratio, 3), "breakdown": bd},
+        "c_stdio": {
+            "noop": c["c_noop_stdio"],
+            "memory_add": c["c_add_stdio"],
+            "add_vs_noop": rnd(run.c_ratio, 3),
+            "breakdown": c.get("breakdown") or {},
+        },
         "index_lag": c.get("index_lag"),
         "search_while_adding": c.get("search_while_adding"),
-        "d_read_your_writes": {"inproc": d_in, "stdio": d_io},
-        "e_get_at_scale": {"inproc": e_in, "stdio": e_io},
+        "d_read_your_writes": {"inproc": run.a["d_inproc"], "stdio": c["d_stdio"]},
+        "e_get_at_scale": {"inproc": run.e1, "stdio": run.e2},
         "targets": targets,
-        "wall_seconds": rnd(wall, 1),
+        "wall_seconds": rnd(run.wall, 1),
     }
