@@ -95,6 +95,7 @@ async def test_all_three_nodes_cut_at_once_lose_no_acknowledged_write(
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+@pytest.mark.slow  # 37 s: run with -m slow (the all-nodes cut stays in the default suite)
 async def test_a_follower_cut_while_the_leader_is_paused_loses_nothing(
     tmp_path: Path, machines: list[PowerCutFS]
 ) -> None:
@@ -119,6 +120,7 @@ async def test_a_follower_cut_while_the_leader_is_paused_loses_nothing(
     assert sum(op.invoked > t_cut for op in acked) > 20  # and after the cut machine came back
 
 
+@pytest.mark.slow  # 28 s: the harness's control; the single-node control (test_powercut_serve.py) stays in default
 async def test_with_a_lazy_sync_cutting_all_three_nodes_loses_acknowledged_writes(
     tmp_path: Path, machines: list[PowerCutFS]
 ) -> None:
