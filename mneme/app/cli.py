@@ -1,5 +1,5 @@
 """`mneme` command line: serve (everything embedded), gateway, projector, auditor, rebuild, replay, snapshot,
-status, audit verify/export, hash-token.
+status, audit verify/export, import/export, hash-token.
 
 The arguments are mneme/app/cli_parser.py; the commands that run no service, mneme/app/cli_commands.py.
 """
@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any
 
-from mneme.app.cli_commands import cluster_command, hash_token_command, status_command
+from mneme.app.cli_commands import cluster_command, graph_file_command, hash_token_command, status_command
 from mneme.app.cli_parser import parser as parser
 from mneme.app.preflight import Refused, bind, check_http, require_log, require_no_serve
 from mneme.app.progress import Progress
@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         from mneme.app.audit_cli import audit
 
         return audit(args, s["core"], s["aus"])
+    if args.command in ("import", "export"):
+        return graph_file_command(args, s["core"], s["gs"], s["ps"])
     listener = None
     if args.command == "serve":
         require_no_serve(s["core"])

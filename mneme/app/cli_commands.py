@@ -1,6 +1,7 @@
 """The commands of `mneme` that run no service of their own: hash-token (a principal's token as the principals
-file keeps it), cluster (a local cluster without Docker, its accounts and streams) and status (every service,
-stream and consumer of a running mneme, or why nothing answers). mneme/app/cli.py dispatches to them.
+file keeps it), cluster (a local cluster without Docker, its accounts and streams), status (every service,
+stream and consumer of a running mneme, or why nothing answers) and import/export (the knowledge graph from and
+to another MCP memory server's file: mneme/app/graph_import.py). mneme/app/cli.py dispatches to them.
 """
 
 from __future__ import annotations
@@ -132,3 +133,23 @@ def status_command(args: argparse.Namespace, core: Any) -> int:
         return 2
     print(json.dumps(out, default=str) if args.json else status.render(out))
     return 0 if out["healthy"] else 1
+
+
+def graph_file_command(args: argparse.Namespace, core: Any, gs: Any, ps: Any) -> int:
+    """`mneme import --from server-memory PATH` and `mneme export --to server-memory PATH`: the summary on stdout
+    as one JSON line (import's progress on stderr); a file with bad lines is refused, each named, nothing written."""
+    from mneme.app import graph_file, graph_import
+
+    if args.command == "import":
+        try:
+            out = asyncio.run(graph_import.import_file(core, gs, ps, args.path, args.namespace))
+        except graph_file.BadLines as bad:
+            for n, why in bad.problems[: graph_file.SHOWN]:
+                sys.stderr.write(f"mneme: import: {args.path}: line {n}: {why}\n")
+            if len(bad.problems) > graph_file.SHOWN:
+                sys.stderr.write(f"mneme: import: {args.path}: {len(bad.problems) - graph_file.SHOWN} more\n")
+            raise
+    else:
+        out = asyncio.run(graph_import.export_file(core, gs, ps, args.path, args.namespace))
+    print(json.dumps(out, ensure_ascii=False))
+    return 0

@@ -86,6 +86,42 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("snapshot", help="snapshot the read models (the running projector's, or the files at rest)")
     _common(p)
     p = sub.add_parser(
+        "import",
+        help="load another MCP memory server's file into the knowledge graph, as events: every line checked "
+        "first (nothing is written if one is bad), idempotent (a second import adds nothing)",
+        description="Beside a running mneme serve on --data-dir (or with --nats-url) through it; with nothing "
+        "running, it starts the embedded NATS and a projector on the data directory itself. A relation to an "
+        "entity neither the file nor the memory has gets that entity, of type 'unknown'. Progress on stderr, a "
+        "one-line JSON summary on stdout.",
+    )
+    _common(p)
+    p.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        choices=["server-memory"],
+        help="the file's format: server-memory (@modelcontextprotocol/server-memory's memory.jsonl)",
+    )
+    p.add_argument("path", type=Path, help="the file to import")
+    p.add_argument("--namespace", help="the namespace to import into (default: MNEME_GATEWAY_NAMESPACE, or default)")
+    p = sub.add_parser(
+        "export",
+        help="write a namespace's knowledge graph as another MCP memory server's file (entities, then relations, "
+        "by name)",
+        description="Beside a running mneme serve on --data-dir (or with --nats-url) through it; with nothing "
+        "running, it starts the embedded NATS and a projector on the data directory (whose log must exist).",
+    )
+    _common(p)
+    p.add_argument(
+        "--to",
+        dest="target",
+        required=True,
+        choices=["server-memory"],
+        help="the file's format: server-memory (@modelcontextprotocol/server-memory's memory.jsonl)",
+    )
+    p.add_argument("path", type=Path, help="the file to write (replaced whole)")
+    p.add_argument("--namespace", help="the namespace to export (default: MNEME_GATEWAY_NAMESPACE, or default)")
+    p = sub.add_parser(
         "hash-token",
         help="print the SHA-256 of a bearer token, for the principals file; the token "
         "is read from stdin (or asked for, on a terminal)",
