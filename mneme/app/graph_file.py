@@ -10,25 +10,17 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from mneme.app.preflight import Refused
 from mneme.domain.graph import MAX_NAME_CHARS, distinct, name_key
 from mneme.errors import InvalidInput
-from schemas.events import Actor
 from services.gateway.graph_commands import (
     entity_name,
     observation,
     relation_type,
 )
 
-T = TypeVar("T")
-PLACEHOLDER_TYPE = "unknown"  # the type of an entity made for a relation's end found nowhere else
-ACTOR = Actor(agent_id="mneme-import", role="admin")  # who the import's events name (the operator)
-BATCH = 100  # entities, observation groups or relations per call of the write side
-OBS_PER_EVENT = 100  # observations in one event at most, and their UTF-8 bytes (an event is one NATS message)
-OBS_BYTES_PER_EVENT = 200_000
-PAGE = 200  # entities per page of an export's read (fewer when a page's answer is too large: see read_graph)
 SHOWN = 20  # bad lines (and notes) written out at most; the rest counted
 
 
