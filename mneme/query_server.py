@@ -40,7 +40,7 @@ from faststream.middlewares import AckPolicy
 from faststream.nats import NatsBroker, NatsRouter
 from nats.aio.client import Client as NATS
 
-from mneme.errors import MnemeError, ProjectionLag
+from mneme.errors import InvalidInput, MnemeError, ProjectionLag
 from mneme.follow import LogFollower
 from mneme.logs import HEADER, request_id
 from schemas import control
@@ -84,6 +84,12 @@ async def answered(answer: Callable[[Q], Awaitable[A]], query: Q, applied: Calla
         return await answer(query)
     except Exception as exc:  # noqa: BLE001 - every failure is a reply
         return error_reply(exc, applied(), log, what)
+
+
+def too_large(size: int, limit: int) -> InvalidInput:
+    """An answer over one NATS message (the server's max_payload): refused, naming what to change."""
+    return InvalidInput("limit", f"the answer is {size:,} bytes, over the {limit:,} bytes one NATS message holds: "
+                                 "ask for fewer results (limit), or fewer ids at once")  # fmt: skip
 
 
 def error_reply(exc: BaseException, applied: int, log: logging.Logger, what: str) -> Reply:
@@ -195,7 +201,10 @@ class Plane:
                 reply = await answered(answer, query, applied, log, what)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("query %s answered at %d", what, reply.applied_seq)
-            await self._respond(msg, encode(reply))
+            data = encode(reply)
+            if len(data) > self.nc.max_payload:  # NATS would drop it: the asker would wait out its timeout
+                data = encode(error_reply(too_large(len(data), self.nc.max_payload), reply.applied_seq, log, what))
+            await self._respond(msg, data)
 
         self._subscribe(router, subject, queue, handle)
 

@@ -152,3 +152,30 @@ async def test_stop_lets_running_requests_finish_and_takes_no_new_ones(nats_serv
             await asked
     finally:
         await nc.close()
+
+
+@pytest.mark.anyio
+async def test_an_answer_over_one_nats_message_is_refused_at_once_not_dropped(nats_server: EmbeddedNats) -> None:
+    """NATS drops a reply over its max_payload: the asker used to wait out its whole timeout for nothing. The
+    plane answers INVALID_INPUT instead, naming the size and what to ask for."""
+    nc = await nats.connect(nats_server.url or "")
+    subject = "test.plane.large"
+    try:
+        plane = Plane(nc, logging.getLogger("test.plane"))
+
+        async def huge(query: GetMemory) -> Reply:
+            return Reply(applied_seq=3, result=msgspec.Raw(b"\x00" * (nc.max_payload + 1)))
+
+        router = plane.router()
+        plane.query(router, subject, "plane-test", GetMemory, huge, lambda: 0)
+        assert await plane.serve(router)
+        payload = msgspec.msgpack.encode(GetMemory(namespace="default", now=datetime.now(UTC), memory_id="x"))
+        t0 = time.monotonic()
+        reply = msgspec.msgpack.decode((await nc.request(subject, payload, timeout=5)).data, type=Reply)
+        assert time.monotonic() - t0 < 2
+        assert reply.error is not None and reply.error["code"] == "INVALID_INPUT", reply.error
+        assert reply.error["field"] == "limit" and "one NATS message" in reply.error["message"]
+        assert reply.applied_seq == 3
+        await plane.stop(1)
+    finally:
+        await nc.close()
