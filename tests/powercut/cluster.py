@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from nats.js.errors import NotFoundError
 
 from mneme.app.cluster import LocalCluster, Service
@@ -302,7 +303,16 @@ class PowerCutCluster(LocalCluster):
                 if seq >= last:
                     done.set()
 
-            sub = await js.subscribe(f"{S.EVENTS_PREFIX}.>", stream=S.EVENTS_STREAM, ordered_consumer=True, cb=on)
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:  # after a restart of every node the meta leader may still be elected: a create times out
+                try:
+                    sub = await js.subscribe(f"{S.EVENTS_PREFIX}.>", stream=S.EVENTS_STREAM, ordered_consumer=True,
+                                             cb=on)  # fmt: skip
+                    break
+                except nats.errors.TimeoutError:
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise
+                    await asyncio.sleep(1)
             try:
                 await asyncio.wait_for(done.wait(), timeout)
             finally:
