@@ -12,6 +12,15 @@ from mneme import __version__
 from mneme.app.settings import DEFAULT_TOOL_GROUPS, TOOL_GROUPS
 
 
+def _graph_file(p: argparse.ArgumentParser, flag: str, dest: str, path_help: str, ns_help: str) -> None:
+    """The arguments `mneme import` and `mneme export` share: the file's format, its path, the namespace."""
+    _common(p)
+    fmt = "the file's format: server-memory (@modelcontextprotocol/server-memory's memory.jsonl)"
+    p.add_argument(flag, dest=dest, required=True, choices=["server-memory"], help=fmt)
+    p.add_argument("path", type=Path, help=path_help)
+    p.add_argument("--namespace", help=f"{ns_help} (default: MNEME_GATEWAY_NAMESPACE, or default)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=Path, help="data directory (default: the user's data dir; MNEME_DATA_DIR)")
     p.add_argument("--nats-url", help="NATS server URL(s), comma-separated (MNEME_NATS_URL); serve: unset = embedded")
@@ -94,16 +103,7 @@ def parser() -> argparse.ArgumentParser:
         "entity neither the file nor the memory has gets that entity, of type 'unknown'. Progress on stderr, a "
         "one-line JSON summary on stdout.",
     )
-    _common(p)
-    p.add_argument(
-        "--from",
-        dest="source",
-        required=True,
-        choices=["server-memory"],
-        help="the file's format: server-memory (@modelcontextprotocol/server-memory's memory.jsonl)",
-    )
-    p.add_argument("path", type=Path, help="the file to import")
-    p.add_argument("--namespace", help="the namespace to import into (default: MNEME_GATEWAY_NAMESPACE, or default)")
+    _graph_file(p, "--from", "source", "the file to import", "the namespace to import into")
     p = sub.add_parser(
         "export",
         help="write a namespace's knowledge graph as another MCP memory server's file (entities, then relations, "
@@ -111,16 +111,7 @@ def parser() -> argparse.ArgumentParser:
         description="Beside a running mneme serve on --data-dir (or with --nats-url) through it; with nothing "
         "running, it starts the embedded NATS and a projector on the data directory (whose log must exist).",
     )
-    _common(p)
-    p.add_argument(
-        "--to",
-        dest="target",
-        required=True,
-        choices=["server-memory"],
-        help="the file's format: server-memory (@modelcontextprotocol/server-memory's memory.jsonl)",
-    )
-    p.add_argument("path", type=Path, help="the file to write (replaced whole)")
-    p.add_argument("--namespace", help="the namespace to export (default: MNEME_GATEWAY_NAMESPACE, or default)")
+    _graph_file(p, "--to", "target", "the file to write (replaced whole)", "the namespace to export")
     p = sub.add_parser(
         "hash-token",
         help="print the SHA-256 of a bearer token, for the principals file; the token "
